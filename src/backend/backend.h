@@ -1,0 +1,145 @@
+// Backend: one compute device (CPU, CUDA GPU) behind a table of operations.
+//
+// Conventions every implementation follows:
+//  - Output tensors are allocated by the caller; ops never allocate (a backend may
+//    keep scratch sized once at start-up or on first use of a larger shape).
+//  - Tensors are views: the innermost dimension is contiguous, outer dimensions
+//    may have any byte stride (so a slice of a fused QKV output can be passed).
+//  - Activations are f32 on the CPU backend; weights may be any dtype the
+//    backend supports (plain floats or GGUF block-quantised).
+//  - Shapes are validated by the backend-neutral entry points in src/ops/, not here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace deepinfer {
+
+enum class RopeStyle : uint8_t {
+  Interleaved,  // rotate pairs (2i, 2i+1): GGUF llama-family weights (permuted q/k)
+  Neox,         // rotate pairs (i, i + rotary_dim/2): Hugging Face "rotate_half"
+};
+
+enum class Activation : uint8_t {
+  Silu,      // SwiGLU
+  GeluTanh,  // GeGLU with the tanh approximation (Gemma)
+};
+
+struct RopeParams {
+  Tensor inv_freq;  // f32[rotary_dim / 2], with any frequency scaling already applied
+  int rotary_dim = 0;
+  RopeStyle style = RopeStyle::Neox;
+  float attention_factor = 1.0f;  // multiplies cos and sin (YaRN-style mscale)
+};
+
+// One layer's paged KV cache: pages of page_size token slots.
+struct KvCacheLayer {
+  Tensor k;  // [num_pages, page_size, n_heads_kv, head_dim]
+  Tensor v;  // [num_pages, page_size, n_heads_kv, head_dim]
+  int page_size() const { return static_cast<int>(k.size(1)); }
+};
+
+// One step's attention layout, CSR style. Sequence s owns query rows
+// [q_indptr[s], q_indptr[s+1]) and the pages kv_page_indices[kv_indptr[s] ..
+// kv_indptr[s+1]). Its cached length (including this step's new tokens, which
+// store_kv has already written) is (n_pages - 1) * page_size + kv_last_page_len[s].
+// The queries are the last q_len positions of the sequence, so query row i of
+// sequence s sits at position kv_start_pos[s] + kv_len - q_len + i.
+struct AttentionMetadata {
+  int num_seqs = 0;
+  int max_q_len = 0;   // host-side hints for work partitioning
+  int max_kv_len = 0;
+  Tensor q_indptr;          // i32[num_seqs + 1]
+  Tensor kv_indptr;         // i32[num_seqs + 1]
+  Tensor kv_page_indices;   // i32[kv_indptr[num_seqs]]
+  Tensor kv_last_page_len;  // i32[num_seqs]
+  // Optional i32[num_seqs]: position of the first key of the first listed page;
+  // non-zero when a sliding-window layer has released pages that fell out of its window.
+  Tensor kv_start_pos;
+};
+
+struct AttentionParams {
+  float scale = 1.0f;
+  // 0 = full causal attention; otherwise a query at position p sees keys at
+  // positions j with p - window < j <= p (Hugging Face's sliding_window).
+  int sliding_window = 0;
+  float logit_softcap = 0.0f;  // 0 = off; else logits = cap * tanh(logits / cap)
+  Tensor sinks;                // optional f32[n_heads_q]: per-head sink logit (gpt-oss)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // Memory.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* ptr) = 0;
+  // dst and src have equal shapes and dtypes; either may live on the host.
+  virtual void copy(Tensor dst, const Tensor& src) = 0;
+  virtual void synchronize() = 0;
+
+  // Rows of table[vocab, hidden] (any weight dtype) picked by ids i32[n] -> out[n, hidden].
+  virtual void embedding(const Tensor& table, const Tensor& ids, Tensor out) = 0;
+  // out = x / rms(x) * (weight + weight_offset), per row; out may alias x.
+  // weight_offset is 1 for Gemma's (1 + w) convention, else 0.
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
+                        Tensor out) = 0;
+  // residual += x; out = rms_norm(residual). Saves one pass over the activations.
+  virtual void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
+                            float weight_offset, Tensor out) = 0;
+  // out[n, m] = x[n, k] * weight[m, k]^T (+ bias[m] when bias is defined).
+  virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) = 0;
+  // Rotary embedding in place on q[n, n_heads_q, head_dim] and k[n, n_heads_kv, head_dim]
+  // at positions i32[n]; k may be undefined.
+  virtual void rope(Tensor q, Tensor k, const Tensor& positions, const RopeParams& params) = 0;
+  // Writes k, v [n, n_heads_kv, head_dim] into cache slots i32[n] (slot = page * page_size + offset).
+  virtual void store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
+                        KvCacheLayer cache) = 0;
+  // q[n, n_heads_q, head_dim] -> out[n, n_heads_q, head_dim]; causal within each sequence,
+  // grouped-query (n_heads_q a multiple of n_heads_kv).
+  virtual void attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,
+                         const AttentionParams& params, Tensor out) = 0;
+  // out[n, f] = act(gate[n, f]) * up[n, f].
+  virtual void gated_activation(const Tensor& gate, const Tensor& up, Activation act,
+                                Tensor out) = 0;
+  virtual void add(const Tensor& a, const Tensor& b, Tensor out) = 0;
+  virtual void scale(const Tensor& x, float factor, Tensor out) = 0;
+  // out[i] = x[rows[i]] for rows i32[n].
+  virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
+};
+
+struct BackendOptions {
+  int num_threads = 0;  // CPU: 0 = all hardware threads
+};
+
+std::unique_ptr<Backend> create_backend(DeviceType type, const BackendOptions& options = {});
+
+// Owning device memory obtained from a backend; moves, never copies.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend& backend, size_t bytes);
+  ~Buffer();
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+  Tensor view(DType dtype, std::initializer_list<int64_t> shape, size_t offset_bytes = 0) const;
+
+ private:
+  Backend* backend_ = nullptr;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,26 @@
+// Kernels for GGUF block-quantised weights on the CPU: dequantisation and dot
+// products that work on the blocks directly. Layouts follow ggml byte for byte.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace deepinfer::cpu {
+
+// The kernels for one weight dtype. Matrix-vector products first convert the
+// activation vector once to `act` (e.g. Q8_0 or Q8_K, so that the inner loop is
+// integer arithmetic), then call `dot` for every weight row.
+struct QuantKernels {
+  DType weight = DType::F32;
+  DType act = DType::F32;  // F32 means `dot` reads the f32 vector directly
+  // n is a multiple of the weight dtype's block size in all three functions.
+  void (*dequantize_row)(const void* src, float* dst, int64_t n) = nullptr;
+  void (*quantize_act)(const float* src, void* dst, int64_t n) = nullptr;  // null when act == F32
+  float (*dot)(const void* weight_row, const void* act_row, int64_t n) = nullptr;
+};
+
+// Throws deepinfer::Error for dtypes without CPU kernels.
+const QuantKernels& quant_kernels(DType weight);
+
+}  // namespace deepinfer::cpu
