@@ -1,0 +1,199 @@
+// Rotary embedding, KV-cache writes and paged attention on the CPU.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/vec.h"
+#include "core/error.h"
+
+namespace deepinfer::cpu {
+
+namespace {
+
+template <typename T = float>
+T* at(const Tensor& t, int64_t i0, int64_t i1) {
+  return reinterpret_cast<T*>(static_cast<char*>(t.data()) + i0 * t.stride_bytes(0) + i1 * t.stride_bytes(1));
+}
+
+template <typename T = float>
+T* at(const Tensor& t, int64_t i0, int64_t i1, int64_t i2) {
+  return reinterpret_cast<T*>(static_cast<char*>(t.data()) + i0 * t.stride_bytes(0) +
+                              i1 * t.stride_bytes(1) + i2 * t.stride_bytes(2));
+}
+
+void rotate_heads(const Tensor& x, int64_t token, const float* cos, const float* sin, int half,
+                  RopeStyle style) {
+  int64_t heads = x.size(1);
+  for (int64_t h = 0; h < heads; ++h) {
+    float* v = at(x, token, h);
+    if (style == RopeStyle::Interleaved) {
+      for (int i = 0; i < half; ++i) {
+        float x0 = v[2 * i], x1 = v[2 * i + 1];
+        v[2 * i] = x0 * cos[i] - x1 * sin[i];
+        v[2 * i + 1] = x0 * sin[i] + x1 * cos[i];
+      }
+    } else {
+      for (int i = 0; i < half; ++i) {
+        float x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * cos[i] - x1 * sin[i];
+        v[i + half] = x0 * sin[i] + x1 * cos[i];
+      }
+    }
+  }
+}
+
+// One sequence's slice of the attention metadata, validated.
+struct SeqLayout {
+  int64_t q_begin = 0;
+  int64_t q_len = 0;
+  int64_t kv_len = 0;
+  const int32_t* pages = nullptr;
+};
+
+}  // namespace
+
+void CpuBackend::rope(Tensor q, Tensor k, const Tensor& positions, const RopeParams& params) {
+  const int32_t* pos = positions.data_as<int32_t>();
+  const float* inv_freq = params.inv_freq.data_as<float>();
+  int half = params.rotary_dim / 2;
+  int64_t n = q.size(0);
+  int64_t work_per_token = (q.size(1) + (k.defined() ? k.size(1) : 0)) * params.rotary_dim;
+  pool_.parallel_for(n, [&](int64_t begin, int64_t end, int thread) {
+    float* cos = thread_scratch_[static_cast<size_t>(thread)].get<float>(2 * static_cast<size_t>(half) * sizeof(float));
+    float* sin = cos + half;
+    for (int64_t t = begin; t < end; ++t) {
+      // The angle is formed in f32 like the Hugging Face reference; cos/sin in double
+      // so that large positions lose no more precision than the angle itself.
+      for (int i = 0; i < half; ++i) {
+        float angle = static_cast<float>(pos[t]) * inv_freq[i];
+        cos[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * params.attention_factor;
+        sin[i] = static_cast<float>(std::sin(static_cast<double>(angle))) * params.attention_factor;
+      }
+      rotate_heads(q, t, cos, sin, half, params.style);
+      if (k.defined()) rotate_heads(k, t, cos, sin, half, params.style);
+    }
+  }, std::max<int64_t>(1, 16384 / std::max<int64_t>(work_per_token, 1)));
+}
+
+void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
+                          KvCacheLayer cache) {
+  DI_CHECK(cache.k.dtype() == DType::F32 && cache.v.dtype() == DType::F32,
+           "CPU backend: KV cache must be f32, got {}", cache.k.describe());
+  const int32_t* slots = slot_mapping.data_as<int32_t>();
+  int64_t n = k.size(0), heads = k.size(1), head_dim = k.size(2);
+  int64_t page_size = cache.page_size();
+  int64_t capacity = cache.k.size(0) * page_size;
+  for (int64_t i = 0; i < n; ++i) {
+    DI_CHECK(slots[i] < capacity, "store_kv: slot {} out of range for a cache of {} slots", slots[i], capacity);
+  }
+  size_t row = static_cast<size_t>(head_dim) * sizeof(float);
+  for (int64_t i = 0; i < n; ++i) {
+    if (slots[i] < 0) continue;  // padding token: nothing to store
+    int64_t page = slots[i] / page_size, offset = slots[i] % page_size;
+    for (int64_t h = 0; h < heads; ++h) {
+      std::memcpy(at(cache.k, page, offset, h), at(k, i, h), row);
+      std::memcpy(at(cache.v, page, offset, h), at(v, i, h), row);
+    }
+  }
+}
+
+void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,
+                           const AttentionParams& params, Tensor out) {
+  DI_CHECK(cache.k.dtype() == DType::F32 && cache.v.dtype() == DType::F32,
+           "CPU backend: KV cache must be f32, got {}", cache.k.describe());
+  int64_t n = q.size(0), heads_q = q.size(1), head_dim = q.size(2);
+  int64_t heads_kv = cache.k.size(2), group = heads_q / heads_kv;
+  int64_t page_size = cache.page_size(), num_pages = cache.k.size(0);
+  int num_seqs = meta.num_seqs;
+  const int32_t* q_indptr = meta.q_indptr.data_as<int32_t>();
+  const int32_t* kv_indptr = meta.kv_indptr.data_as<int32_t>();
+  const int32_t* page_ids = meta.kv_page_indices.data_as<int32_t>();
+  const int32_t* last_len = meta.kv_last_page_len.data_as<int32_t>();
+  int64_t listed_pages = meta.kv_page_indices.size(0);
+
+  // The metadata comes from the scheduler; check it before any pointer arithmetic.
+  DI_CHECK(q_indptr[0] == 0 && q_indptr[num_seqs] == n,
+           "attention: q_indptr must run from 0 to the {} query rows, got {}..{}", n, q_indptr[0],
+           q_indptr[num_seqs]);
+  DI_CHECK(kv_indptr[0] == 0 && kv_indptr[num_seqs] <= listed_pages,
+           "attention: kv_indptr must run from 0 to at most {} pages, got {}..{}", listed_pages,
+           kv_indptr[0], kv_indptr[num_seqs]);
+  for (int s = 0; s < num_seqs; ++s) {
+    int64_t q_len = q_indptr[s + 1] - q_indptr[s];
+    int64_t n_pages = kv_indptr[s + 1] - kv_indptr[s];
+    DI_CHECK(q_len >= 0 && n_pages >= 0, "attention: indptr of sequence {} decreases", s);
+    if (q_len == 0) continue;
+    DI_CHECK(n_pages > 0 && last_len[s] >= 1 && last_len[s] <= page_size,
+             "attention: sequence {} has {} pages and last page length {} (page size {})", s, n_pages,
+             last_len[s], page_size);
+    int64_t kv_len = (n_pages - 1) * page_size + last_len[s];
+    DI_CHECK(kv_len >= q_len, "attention: sequence {} has {} queries but only {} cached keys", s, q_len,
+             kv_len);
+    for (int64_t p = kv_indptr[s]; p < kv_indptr[s + 1]; ++p) {
+      DI_CHECK(page_ids[p] >= 0 && page_ids[p] < num_pages, "attention: page {} out of range [0, {})",
+               page_ids[p], num_pages);
+    }
+  }
+
+  const float* sinks = params.sinks.defined() ? params.sinks.data_as<float>() : nullptr;
+  float softcap = params.logit_softcap;
+  int64_t window = params.sliding_window;
+  size_t scratch_bytes = static_cast<size_t>(head_dim + page_size) * sizeof(float);
+
+  // kv_start_pos shifts query and key positions alike, so the causal and window
+  // masks depend only on indices within the listed pages and it is not needed here.
+  int64_t items = n * heads_q;
+  int64_t chunk = std::max<int64_t>(1, items / (pool_.num_threads() * 8));
+  pool_.parallel_for(items, [&](int64_t begin, int64_t end, int thread) {
+    float* acc = thread_scratch_[static_cast<size_t>(thread)].get<float>(scratch_bytes);
+    float* scores = acc + head_dim;
+    int s = 0;
+    for (int64_t item = begin; item < end; ++item) {
+      int64_t t = item / heads_q, h = item % heads_q, kvh = h / group;
+      if (t >= q_indptr[s + 1] || t < q_indptr[s]) {
+        s = static_cast<int>(std::upper_bound(q_indptr, q_indptr + num_seqs + 1, static_cast<int32_t>(t)) -
+                             q_indptr) - 1;
+      }
+      int64_t q_len = q_indptr[s + 1] - q_indptr[s];
+      int64_t n_pages = kv_indptr[s + 1] - kv_indptr[s];
+      int64_t kv_len = (n_pages - 1) * page_size + last_len[s];
+      const int32_t* pages = page_ids + kv_indptr[s];
+      int64_t last = kv_len - q_len + (t - q_indptr[s]);  // the query's own key index
+      int64_t first = window > 0 ? std::max<int64_t>(0, last - window + 1) : 0;
+
+      const float* qv = at(q, t, h);
+      float max = sinks ? sinks[h] : -std::numeric_limits<float>::infinity();
+      float sum = sinks ? 1.0f : 0.0f;
+      std::fill(acc, acc + head_dim, 0.0f);
+      for (int64_t p = first / page_size; p <= last / page_size; ++p) {
+        int64_t lo = std::max(first - p * page_size, int64_t{0});
+        int64_t hi = std::min(last - p * page_size, page_size - 1);
+        float block_max = -std::numeric_limits<float>::infinity();
+        for (int64_t o = lo; o <= hi; ++o) {
+          float logit = vec::dot(qv, at(cache.k, pages[p], o, kvh), head_dim) * params.scale;
+          if (softcap > 0.0f) logit = softcap * std::tanh(logit / softcap);
+          scores[o] = logit;
+          block_max = std::max(block_max, logit);
+        }
+        if (block_max > max) {
+          float rescale = std::exp(max - block_max);
+          vec::scale(acc, rescale, head_dim);
+          sum *= rescale;
+          max = block_max;
+        }
+        for (int64_t o = lo; o <= hi; ++o) {
+          float w = std::exp(scores[o] - max);
+          sum += w;
+          vec::axpy(acc, w, at(cache.v, pages[p], o, kvh), head_dim);
+        }
+      }
+      float* ov = at(out, t, h);
+      float inv = 1.0f / sum;
+      for (int64_t d = 0; d < head_dim; ++d) ov[d] = acc[d] * inv;
+    }
+  }, 1, chunk);
+}
+
+}  // namespace deepinfer::cpu

@@ -1,0 +1,90 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cpu/rows.h"
+#include "backend/cpu/weight_kernels.h"
+#include "core/error.h"
+
+namespace deepinfer::cpu {
+
+namespace {
+constexpr size_t kAlignment = 64;
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+ScratchBuffer::~ScratchBuffer() { std::free(data_); }
+
+ScratchBuffer::ScratchBuffer(ScratchBuffer&& other) noexcept
+    : data_(other.data_), capacity_(other.capacity_) {
+  other.data_ = nullptr;
+  other.capacity_ = 0;
+}
+
+void ScratchBuffer::grow(size_t bytes) {
+  // Grow geometrically so a slowly increasing shape does not reallocate every call.
+  size_t capacity = round_up(std::max(bytes, capacity_ + capacity_ / 2), kAlignment);
+  void* data = std::aligned_alloc(kAlignment, capacity);
+  DI_CHECK(data != nullptr, "CPU backend: out of memory allocating {} bytes of scratch", capacity);
+  std::free(data_);
+  data_ = data;
+  capacity_ = capacity;
+}
+
+CpuBackend::CpuBackend(const BackendOptions& options) : pool_(options.num_threads) {
+  // Parallelism comes from our own pool; BLAS runs single-threaded inside it.
+  openblas_set_num_threads(1);
+  thread_scratch_.resize(static_cast<size_t>(pool_.num_threads()));
+}
+
+CpuBackend::~CpuBackend() = default;
+
+void* CpuBackend::allocate(size_t bytes) {
+  return std::aligned_alloc(kAlignment, round_up(std::max<size_t>(bytes, 1), kAlignment));
+}
+
+void CpuBackend::deallocate(void* ptr) { std::free(ptr); }
+
+void CpuBackend::copy(Tensor dst, const Tensor& src) {
+  DI_CHECK(dst.device().type == DeviceType::CPU && src.device().type == DeviceType::CPU,
+           "CPU backend cannot copy {} to {}", src.describe(), dst.describe());
+  if (dst.is_contiguous() && src.is_contiguous()) {
+    std::memmove(dst.data(), src.data(), src.nbytes());
+    return;
+  }
+  Rows d(dst), s(src);
+  size_t bytes = row_bytes(src.dtype(), src.size(-1));
+  for (int64_t r = 0; r < s.rows(); ++r) std::memmove(d.row<char>(r), s.row<char>(r), bytes);
+}
+
+void CpuBackend::embedding(const Tensor& table, const Tensor& ids, Tensor out) {
+  const QuantKernels& kernels = weight_kernels(table.dtype());
+  const int32_t* id = ids.data_as<int32_t>();
+  int64_t n = ids.size(0), vocab = table.size(0), hidden = table.size(1);
+  for (int64_t i = 0; i < n; ++i) {
+    DI_CHECK(id[i] >= 0 && id[i] < vocab, "embedding: token id {} out of range [0, {})", id[i], vocab);
+  }
+  const char* base = static_cast<const char*>(table.data());
+  int64_t stride = table.stride_bytes(0);
+  Rows o(out);
+  pool_.parallel_for(n, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) kernels.dequantize_row(base + id[i] * stride, o.row(i), hidden);
+  }, 8);
+}
+
+void CpuBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
+  const int32_t* index = rows.data_as<int32_t>();
+  int64_t n = rows.size(0), limit = x.size(0);
+  for (int64_t i = 0; i < n; ++i) {
+    DI_CHECK(index[i] >= 0 && index[i] < limit, "gather_rows: row {} out of range [0, {})", index[i],
+             limit);
+  }
+  // A row of x may itself have several dimensions; copy each as a (strided) sub-tensor.
+  for (int64_t i = 0; i < n; ++i) copy(out.row(i), x.row(index[i]));
+}
+
+}  // namespace deepinfer::cpu

@@ -1,0 +1,86 @@
+// CpuBackend: the reference implementation of the Backend interface on the
+// host. Activations and the KV cache are f32; weights may be f32, f16, bf16 or
+// any GGUF block-quantised type with kernels in quants.h.
+//
+// Scratch memory (quantised activations, dequantised weight tiles, rope tables)
+// lives in per-thread buffers that grow the first time a larger shape is seen
+// and are reused afterwards, so the ops do not allocate in steady state.
+// A CpuBackend runs one op at a time: callers must not invoke ops on the same
+// instance from several threads concurrently.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/thread_pool.h"
+
+namespace deepinfer::cpu {
+
+// A 64-byte aligned byte buffer that only grows.
+class ScratchBuffer {
+ public:
+  ScratchBuffer() = default;
+  ~ScratchBuffer();
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  ScratchBuffer(ScratchBuffer&& other) noexcept;
+  ScratchBuffer& operator=(ScratchBuffer&&) = delete;
+
+  template <typename T = void>
+  T* get(size_t bytes) {
+    if (bytes > capacity_) grow(bytes);
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void grow(size_t bytes);
+  void* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& options = {});
+  ~CpuBackend() override;
+
+  Device device() const override { return Device::cpu(); }
+  std::string name() const override { return "cpu"; }
+  int num_threads() const { return pool_.num_threads(); }
+
+  void* allocate(size_t bytes) override;
+  void deallocate(void* ptr) override;
+  void copy(Tensor dst, const Tensor& src) override;
+  void synchronize() override {}
+
+  void embedding(const Tensor& table, const Tensor& ids, Tensor out) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
+                Tensor out) override;
+  void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
+                    float weight_offset, Tensor out) override;
+  void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) override;
+  void rope(Tensor q, Tensor k, const Tensor& positions, const RopeParams& params) override;
+  void store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
+                KvCacheLayer cache) override;
+  void attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,
+                 const AttentionParams& params, Tensor out) override;
+  void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor out) override;
+  void add(const Tensor& a, const Tensor& b, Tensor out) override;
+  void scale(const Tensor& x, float factor, Tensor out) override;
+  void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override;
+
+  // Up to this many rows of x, linear runs as matrix-vector products on the
+  // quantised activations; above it, as dequantised tiles times OpenBLAS sgemm.
+  static constexpr int64_t kLinearGemvMaxRows = 4;
+
+ private:
+  void linear_gemv(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out);
+  void linear_gemm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out);
+
+  ThreadPool pool_;
+  std::vector<ScratchBuffer> thread_scratch_;  // one per pool thread
+  ScratchBuffer act_scratch_;                  // activations converted for `dot`, shared
+};
+
+}  // namespace deepinfer::cpu

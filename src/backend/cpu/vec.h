@@ -1,0 +1,152 @@
+// Vectorised inner loops shared by the CPU ops: AVX2/FMA when the compiler
+// targets it, scalar otherwise. n is any non-negative length.
+#pragma once
+
+#include <cstdint>
+
+#include "core/half.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define DEEPINFER_CPU_AVX2 1
+#endif
+
+namespace deepinfer::cpu::vec {
+
+#if DEEPINFER_CPU_AVX2
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256 load_bf16(const uint16_t* p) {
+  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+inline __m256 load_f16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+#endif
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  float sum = 0.0f;
+#if DEEPINFER_CPU_AVX2
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  sum = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+inline float dot_f16(const uint16_t* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  float sum = 0.0f;
+#if DEEPINFER_CPU_AVX2
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(load_f16(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(load_f16(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_f16(a + i), _mm256_loadu_ps(b + i), acc0);
+  sum = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+  for (; i < n; ++i) sum += f16_to_f32(a[i]) * b[i];
+  return sum;
+}
+
+inline float dot_bf16(const uint16_t* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  float sum = 0.0f;
+#if DEEPINFER_CPU_AVX2
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(load_bf16(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(load_bf16(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_bf16(a + i), _mm256_loadu_ps(b + i), acc0);
+  sum = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+  for (; i < n; ++i) sum += bf16_to_f32(a[i]) * b[i];
+  return sum;
+}
+
+inline void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if DEEPINFER_CPU_AVX2
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_f16(src + i));
+#endif
+  for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+inline void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if DEEPINFER_CPU_AVX2
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_bf16(src + i));
+#endif
+  for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
+// y[i] = y[i] * s + a * x[i]
+inline void scale_add(float* y, float s, float a, const float* x, int64_t n) {
+  int64_t i = 0;
+#if DEEPINFER_CPU_AVX2
+  __m256 vs = _mm256_set1_ps(s), va = _mm256_set1_ps(a);
+  for (; i + 8 <= n; i += 8) {
+    __m256 vy = _mm256_mul_ps(_mm256_loadu_ps(y + i), vs);
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), vy));
+  }
+#endif
+  for (; i < n; ++i) y[i] = y[i] * s + a * x[i];
+}
+
+// y[i] += a * x[i]
+inline void axpy(float* y, float a, const float* x, int64_t n) {
+  int64_t i = 0;
+#if DEEPINFER_CPU_AVX2
+  __m256 va = _mm256_set1_ps(a);
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+inline void scale(float* y, float s, int64_t n) {
+  int64_t i = 0;
+#if DEEPINFER_CPU_AVX2
+  __m256 vs = _mm256_set1_ps(s);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), vs));
+#endif
+  for (; i < n; ++i) y[i] *= s;
+}
+
+// Sixteen partial sums keep the f32 rounding error small for hidden-state rows.
+inline float sum_squares(const float* x, int64_t n) {
+  int64_t i = 0;
+  float sum = 0.0f;
+#if DEEPINFER_CPU_AVX2
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+    acc0 = _mm256_fmadd_ps(a, a, acc0);
+    acc1 = _mm256_fmadd_ps(b, b, acc1);
+  }
+  for (; i + 8 <= n; i += 8) {
+    __m256 a = _mm256_loadu_ps(x + i);
+    acc0 = _mm256_fmadd_ps(a, a, acc0);
+  }
+  sum = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+  for (; i < n; ++i) sum += x[i] * x[i];
+  return sum;
+}
+
+}  // namespace deepinfer::cpu::vec
