@@ -1,0 +1,299 @@
+#include "ops/ops.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace deepinfer::ops {
+
+namespace {
+
+bool same_shape(const Tensor& a, const Tensor& b) {
+  if (a.ndim() != b.ndim()) return false;
+  for (int d = 0; d < a.ndim(); ++d) {
+    if (a.size(d) != b.size(d)) return false;
+  }
+  return true;
+}
+
+void check_defined(const char* op, const char* name, const Tensor& t) {
+  DI_CHECK(t.defined(), "{}: {} is undefined", op, name);
+}
+
+void check_device(const char* op, const char* name, const Tensor& t, const Backend& backend) {
+  check_defined(op, name, t);
+  DI_CHECK(t.device() == backend.device(), "{}: {} {} is not on the {} backend's device", op, name,
+           t.describe(), backend.name());
+}
+
+void check_rank(const char* op, const char* name, const Tensor& t, int rank) {
+  DI_CHECK(t.ndim() == rank, "{}: {} {} must have rank {}", op, name, t.describe(), rank);
+}
+
+void check_dtype(const char* op, const char* name, const Tensor& t, DType dtype) {
+  DI_CHECK(t.dtype() == dtype, "{}: {} {} must be {}", op, name, t.describe(), dtype_name(dtype));
+}
+
+void check_same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name,
+                      const Tensor& b) {
+  DI_CHECK(same_shape(a, b), "{}: {} {} and {} {} must have the same shape", op, a_name, a.describe(),
+           b_name, b.describe());
+}
+
+void check_same_dtype(const char* op, const char* a_name, const Tensor& a, const char* b_name,
+                      const Tensor& b) {
+  DI_CHECK(a.dtype() == b.dtype(), "{}: {} {} and {} {} must have the same dtype", op, a_name,
+           a.describe(), b_name, b.describe());
+}
+
+// An activation tensor on the backend's device, in a dtype the backend computes in.
+void check_activation(const char* op, const char* name, const Tensor& t, const Backend& backend) {
+  check_device(op, name, t, backend);
+  if (backend.device().type == DeviceType::CPU) {
+    check_dtype(op, name, t, DType::F32);
+  } else {
+    DI_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F16 || t.dtype() == DType::BF16,
+             "{}: {} {} must be f32, f16 or bf16", op, name, t.describe());
+  }
+}
+
+void check_index_vector(const char* op, const char* name, const Tensor& t, const Backend& backend,
+                        int64_t length) {
+  check_device(op, name, t, backend);
+  check_rank(op, name, t, 1);
+  check_dtype(op, name, t, DType::I32);
+  DI_CHECK(t.size(0) == length, "{}: {} {} must have {} entries", op, name, t.describe(), length);
+}
+
+void check_norm_weight(const char* op, const Tensor& x, const Tensor& weight, const Backend& backend) {
+  check_device(op, "weight", weight, backend);
+  check_rank(op, "weight", weight, 1);
+  check_dtype(op, "weight", weight, DType::F32);
+  DI_CHECK(weight.size(0) == x.size(-1), "{}: weight {} does not match x {} in the inner dimension", op,
+           weight.describe(), x.describe());
+}
+
+void check_eps(const char* op, float eps) {
+  DI_CHECK(std::isfinite(eps) && eps >= 0.0f, "{}: eps must be finite and non-negative, got {}", op, eps);
+}
+
+}  // namespace
+
+void copy(Backend& backend, Tensor dst, const Tensor& src) {
+  check_defined("copy", "dst", dst);
+  check_defined("copy", "src", src);
+  for (const Tensor* t : {static_cast<const Tensor*>(&dst), &src}) {
+    DI_CHECK(t->device() == backend.device() || t->device().type == DeviceType::CPU,
+             "copy: {} is neither on the host nor on the {} backend's device", t->describe(), backend.name());
+  }
+  check_same_shape("copy", "dst", dst, "src", src);
+  check_same_dtype("copy", "dst", dst, "src", src);
+  backend.copy(dst, src);
+}
+
+void embedding(Backend& backend, const Tensor& table, const Tensor& ids, Tensor out) {
+  const char* op = "embedding";
+  check_device(op, "table", table, backend);
+  check_rank(op, "table", table, 2);
+  check_activation(op, "out", out, backend);
+  check_rank(op, "out", out, 2);
+  check_index_vector(op, "ids", ids, backend, out.size(0));
+  DI_CHECK(out.size(1) == table.size(1), "{}: out {} does not match table {} in the hidden dimension", op,
+           out.describe(), table.describe());
+  backend.embedding(table, ids, out);
+}
+
+void rms_norm(Backend& backend, const Tensor& x, const Tensor& weight, float eps, float weight_offset,
+              Tensor out) {
+  const char* op = "rms_norm";
+  check_activation(op, "x", x, backend);
+  check_activation(op, "out", out, backend);
+  check_same_shape(op, "x", x, "out", out);
+  check_same_dtype(op, "x", x, "out", out);
+  check_norm_weight(op, x, weight, backend);
+  check_eps(op, eps);
+  backend.rms_norm(x, weight, eps, weight_offset, out);
+}
+
+void add_rms_norm(Backend& backend, Tensor residual, const Tensor& x, const Tensor& weight, float eps,
+                  float weight_offset, Tensor out) {
+  const char* op = "add_rms_norm";
+  check_activation(op, "residual", residual, backend);
+  check_activation(op, "x", x, backend);
+  check_activation(op, "out", out, backend);
+  check_same_shape(op, "residual", residual, "x", x);
+  check_same_shape(op, "x", x, "out", out);
+  check_same_dtype(op, "residual", residual, "x", x);
+  check_same_dtype(op, "x", x, "out", out);
+  check_norm_weight(op, x, weight, backend);
+  check_eps(op, eps);
+  backend.add_rms_norm(residual, x, weight, eps, weight_offset, out);
+}
+
+void linear(Backend& backend, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) {
+  const char* op = "linear";
+  check_activation(op, "x", x, backend);
+  check_rank(op, "x", x, 2);
+  check_device(op, "weight", weight, backend);
+  check_rank(op, "weight", weight, 2);
+  check_activation(op, "out", out, backend);
+  check_rank(op, "out", out, 2);
+  check_same_dtype(op, "x", x, "out", out);
+  DI_CHECK(x.size(1) == weight.size(1), "{}: x {} does not match weight {} in the inner dimension", op,
+           x.describe(), weight.describe());
+  DI_CHECK(out.size(0) == x.size(0) && out.size(1) == weight.size(0),
+           "{}: out {} must be [{}, {}] for x {} and weight {}", op, out.describe(), x.size(0),
+           weight.size(0), x.describe(), weight.describe());
+  if (bias.defined()) {
+    check_device(op, "bias", bias, backend);
+    check_rank(op, "bias", bias, 1);
+    check_dtype(op, "bias", bias, DType::F32);
+    DI_CHECK(bias.size(0) == weight.size(0), "{}: bias {} does not match weight {} in the output dimension",
+             op, bias.describe(), weight.describe());
+  }
+  backend.linear(x, weight, bias, out);
+}
+
+void rope(Backend& backend, Tensor q, Tensor k, const Tensor& positions, const RopeParams& params) {
+  const char* op = "rope";
+  check_activation(op, "q", q, backend);
+  check_rank(op, "q", q, 3);
+  int64_t head_dim = q.size(2);
+  if (k.defined()) {
+    check_activation(op, "k", k, backend);
+    check_rank(op, "k", k, 3);
+    check_same_dtype(op, "q", q, "k", k);
+    DI_CHECK(k.size(0) == q.size(0) && k.size(2) == head_dim,
+             "{}: k {} does not match q {} in tokens or head size", op, k.describe(), q.describe());
+  }
+  check_index_vector(op, "positions", positions, backend, q.size(0));
+  DI_CHECK(params.rotary_dim > 0 && params.rotary_dim % 2 == 0 && params.rotary_dim <= head_dim,
+           "{}: rotary_dim {} must be even and in (0, {}] for q {}", op, params.rotary_dim, head_dim,
+           q.describe());
+  check_device(op, "inv_freq", params.inv_freq, backend);
+  check_rank(op, "inv_freq", params.inv_freq, 1);
+  check_dtype(op, "inv_freq", params.inv_freq, DType::F32);
+  DI_CHECK(params.inv_freq.size(0) == params.rotary_dim / 2,
+           "{}: inv_freq {} must have rotary_dim / 2 = {} entries", op, params.inv_freq.describe(),
+           params.rotary_dim / 2);
+  backend.rope(q, k, positions, params);
+}
+
+namespace {
+
+void check_cache(const char* op, const KvCacheLayer& cache, const Backend& backend) {
+  check_device(op, "cache.k", cache.k, backend);
+  check_device(op, "cache.v", cache.v, backend);
+  check_rank(op, "cache.k", cache.k, 4);
+  check_same_shape(op, "cache.k", cache.k, "cache.v", cache.v);
+  check_same_dtype(op, "cache.k", cache.k, "cache.v", cache.v);
+  DI_CHECK(cache.k.size(1) > 0, "{}: cache {} has an empty page size", op, cache.k.describe());
+}
+
+}  // namespace
+
+void store_kv(Backend& backend, const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
+              const KvCacheLayer& cache) {
+  const char* op = "store_kv";
+  check_activation(op, "k", k, backend);
+  check_activation(op, "v", v, backend);
+  check_rank(op, "k", k, 3);
+  check_same_shape(op, "k", k, "v", v);
+  check_same_dtype(op, "k", k, "v", v);
+  check_cache(op, cache, backend);
+  check_same_dtype(op, "k", k, "cache.k", cache.k);
+  DI_CHECK(k.size(1) == cache.k.size(2) && k.size(2) == cache.k.size(3),
+           "{}: k {} does not match cache {} in heads or head size", op, k.describe(), cache.k.describe());
+  check_index_vector(op, "slot_mapping", slot_mapping, backend, k.size(0));
+  backend.store_kv(k, v, slot_mapping, cache);
+}
+
+void attention(Backend& backend, const Tensor& q, const KvCacheLayer& cache,
+               const AttentionMetadata& meta, const AttentionParams& params, Tensor out) {
+  const char* op = "attention";
+  check_activation(op, "q", q, backend);
+  check_rank(op, "q", q, 3);
+  check_activation(op, "out", out, backend);
+  check_same_shape(op, "q", q, "out", out);
+  check_same_dtype(op, "q", q, "out", out);
+  check_cache(op, cache, backend);
+  int64_t heads_q = q.size(1), heads_kv = cache.k.size(2);
+  DI_CHECK(cache.k.size(3) == q.size(2), "{}: q {} does not match cache {} in the head size", op,
+           q.describe(), cache.k.describe());
+  DI_CHECK(heads_kv > 0 && heads_q % heads_kv == 0,
+           "{}: q heads ({}) must be a multiple of the cache's KV heads ({})", op, heads_q, heads_kv);
+  DI_CHECK(meta.num_seqs >= 0, "{}: negative num_seqs {}", op, meta.num_seqs);
+  check_index_vector(op, "q_indptr", meta.q_indptr, backend, meta.num_seqs + 1);
+  check_index_vector(op, "kv_indptr", meta.kv_indptr, backend, meta.num_seqs + 1);
+  check_device(op, "kv_page_indices", meta.kv_page_indices, backend);
+  check_rank(op, "kv_page_indices", meta.kv_page_indices, 1);
+  check_dtype(op, "kv_page_indices", meta.kv_page_indices, DType::I32);
+  check_index_vector(op, "kv_last_page_len", meta.kv_last_page_len, backend, meta.num_seqs);
+  if (meta.kv_start_pos.defined()) {
+    check_index_vector(op, "kv_start_pos", meta.kv_start_pos, backend, meta.num_seqs);
+  }
+  DI_CHECK(std::isfinite(params.scale), "{}: scale must be finite, got {}", op, params.scale);
+  DI_CHECK(params.sliding_window >= 0, "{}: negative sliding_window {}", op, params.sliding_window);
+  DI_CHECK(std::isfinite(params.logit_softcap) && params.logit_softcap >= 0.0f,
+           "{}: logit_softcap must be finite and non-negative, got {}", op, params.logit_softcap);
+  if (params.sinks.defined()) {
+    check_device(op, "sinks", params.sinks, backend);
+    check_rank(op, "sinks", params.sinks, 1);
+    check_dtype(op, "sinks", params.sinks, DType::F32);
+    DI_CHECK(params.sinks.size(0) == heads_q, "{}: sinks {} must have one entry per q head ({})", op,
+             params.sinks.describe(), heads_q);
+  }
+  backend.attention(q, cache, meta, params, out);
+}
+
+void gated_activation(Backend& backend, const Tensor& gate, const Tensor& up, Activation act,
+                      Tensor out) {
+  const char* op = "gated_activation";
+  check_activation(op, "gate", gate, backend);
+  check_activation(op, "up", up, backend);
+  check_activation(op, "out", out, backend);
+  check_same_shape(op, "gate", gate, "up", up);
+  check_same_shape(op, "gate", gate, "out", out);
+  check_same_dtype(op, "gate", gate, "up", up);
+  check_same_dtype(op, "gate", gate, "out", out);
+  DI_CHECK(act == Activation::Silu || act == Activation::GeluTanh, "{}: unknown activation {}", op,
+           static_cast<int>(act));
+  backend.gated_activation(gate, up, act, out);
+}
+
+void add(Backend& backend, const Tensor& a, const Tensor& b, Tensor out) {
+  const char* op = "add";
+  check_activation(op, "a", a, backend);
+  check_activation(op, "b", b, backend);
+  check_activation(op, "out", out, backend);
+  check_same_shape(op, "a", a, "b", b);
+  check_same_shape(op, "a", a, "out", out);
+  check_same_dtype(op, "a", a, "b", b);
+  check_same_dtype(op, "a", a, "out", out);
+  backend.add(a, b, out);
+}
+
+void scale(Backend& backend, const Tensor& x, float factor, Tensor out) {
+  const char* op = "scale";
+  check_activation(op, "x", x, backend);
+  check_activation(op, "out", out, backend);
+  check_same_shape(op, "x", x, "out", out);
+  check_same_dtype(op, "x", x, "out", out);
+  backend.scale(x, factor, out);
+}
+
+void gather_rows(Backend& backend, const Tensor& x, const Tensor& rows, Tensor out) {
+  const char* op = "gather_rows";
+  check_device(op, "x", x, backend);
+  check_device(op, "out", out, backend);
+  DI_CHECK(x.ndim() >= 2, "{}: x {} must have rank >= 2", op, x.describe());
+  check_same_dtype(op, "x", x, "out", out);
+  bool rows_match = out.ndim() == x.ndim();
+  for (int d = 1; rows_match && d < x.ndim(); ++d) rows_match = out.size(d) == x.size(d);
+  DI_CHECK(rows_match, "{}: out {} must have rows shaped like those of x {}", op, out.describe(),
+           x.describe());
+  check_index_vector(op, "rows", rows, backend, out.size(0));
+  backend.gather_rows(x, rows, out);
+}
+
+}  // namespace deepinfer::ops

@@ -1,0 +1,40 @@
+// Backend-neutral op entry points. Models call these, never Backend ops
+// directly: each validates ranks, shapes, dtypes and devices of its arguments
+// and throws deepinfer::Error with a message naming the op and the offending
+// tensors, then dispatches to the backend. Semantics are documented on the
+// corresponding Backend methods in backend/backend.h.
+//
+// Activation tensors must be f32 on the CPU backend (f32, f16 or bf16
+// elsewhere), and all activation arguments of one call share a dtype.
+// Outputs may alias inputs only where backend.h says so (rms_norm's out may be x;
+// element-wise ops may write over an input of the same view).
+#pragma once
+
+#include "backend/backend.h"
+
+namespace deepinfer::ops {
+
+// dst and src: equal shapes and dtypes, each on the backend's device or the host.
+void copy(Backend& backend, Tensor dst, const Tensor& src);
+
+void embedding(Backend& backend, const Tensor& table, const Tensor& ids, Tensor out);
+void rms_norm(Backend& backend, const Tensor& x, const Tensor& weight, float eps, float weight_offset,
+              Tensor out);
+void add_rms_norm(Backend& backend, Tensor residual, const Tensor& x, const Tensor& weight, float eps,
+                  float weight_offset, Tensor out);
+// bias may be undefined.
+void linear(Backend& backend, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out);
+// k may be undefined.
+void rope(Backend& backend, Tensor q, Tensor k, const Tensor& positions, const RopeParams& params);
+// A negative slot marks a padding token that is not stored.
+void store_kv(Backend& backend, const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
+              const KvCacheLayer& cache);
+void attention(Backend& backend, const Tensor& q, const KvCacheLayer& cache,
+               const AttentionMetadata& meta, const AttentionParams& params, Tensor out);
+void gated_activation(Backend& backend, const Tensor& gate, const Tensor& up, Activation act,
+                      Tensor out);
+void add(Backend& backend, const Tensor& a, const Tensor& b, Tensor out);
+void scale(Backend& backend, const Tensor& x, float factor, Tensor out);
+void gather_rows(Backend& backend, const Tensor& x, const Tensor& rows, Tensor out);
+
+}  // namespace deepinfer::ops
