@@ -46,6 +46,7 @@ class Tensor {
   Device device() const { return device_; }
   int ndim() const { return ndim_; }
   int64_t size(int dim) const { return shape_[normalize_dim(dim)]; }
+  std::span<const int64_t> shape() const { return {shape_.data(), static_cast<size_t>(ndim_)}; }
   // Stride in bytes.
   int64_t stride_bytes(int dim) const { return strides_[normalize_dim(dim)]; }
   int64_t numel() const;

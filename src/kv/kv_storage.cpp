@@ -1,0 +1,30 @@
+#include "kv/kv_storage.h"
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+size_t KvCacheSpec::bytes_per_page() const {
+  return 2ull * n_layers * page_size * row_bytes(dtype, int64_t{n_heads_kv} * head_dim);
+}
+
+KvStorage::KvStorage(Backend& backend, const KvCacheSpec& spec, int32_t num_pages)
+    : spec_(spec), num_pages_(num_pages) {
+  DI_CHECK(num_pages > 0, "KV cache needs at least one page, got {}", num_pages);
+  DI_CHECK(spec.page_size > 0 && spec.n_layers > 0 && spec.n_heads_kv > 0 && spec.head_dim > 0,
+           "invalid KV cache shape");
+  buffer_ = Buffer(backend, spec.bytes_per_page() * static_cast<size_t>(num_pages));
+}
+
+KvCacheLayer KvStorage::layer(int32_t index) const {
+  DI_CHECK(index >= 0 && index < spec_.n_layers, "KV layer {} out of range", index);
+  const size_t half = buffer_.size() / 2 / spec_.n_layers;  // one layer's K (or V) bytes
+  std::initializer_list<int64_t> shape = {num_pages_, spec_.page_size, spec_.n_heads_kv,
+                                          spec_.head_dim};
+  KvCacheLayer l;
+  l.k = buffer_.view(spec_.dtype, shape, (2 * static_cast<size_t>(index)) * half);
+  l.v = buffer_.view(spec_.dtype, shape, (2 * static_cast<size_t>(index) + 1) * half);
+  return l;
+}
+
+}  // namespace deepinfer

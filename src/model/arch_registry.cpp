@@ -1,0 +1,183 @@
+#include "model/arch_registry.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "loader/gguf.h"
+
+namespace deepinfer {
+
+extern const ArchSpec kLlamaArch;
+extern const ArchSpec kGemma3Arch;
+
+namespace {
+
+const ArchSpec* const kArchs[] = {&kLlamaArch, &kGemma3Arch};
+
+std::string supported(bool gguf) {
+  std::string s;
+  for (const ArchSpec* a : kArchs) {
+    for (auto n : gguf ? a->gguf_archs : a->hf_architectures) s += fmt::format("{}{}", s.empty() ? "" : ", ", n);
+  }
+  return s;
+}
+
+}  // namespace
+
+const ArchSpec& find_arch_for_gguf(std::string_view gguf_arch) {
+  for (const ArchSpec* a : kArchs) {
+    for (auto n : a->gguf_archs) {
+      if (n == gguf_arch) return *a;
+    }
+  }
+  fail("unsupported GGUF architecture '{}' (supported: {})", gguf_arch, supported(true));
+}
+
+const ArchSpec& find_arch_for_hf(std::string_view hf_architecture) {
+  for (const ArchSpec* a : kArchs) {
+    for (auto n : a->hf_architectures) {
+      if (n == hf_architecture) return *a;
+    }
+  }
+  fail("unsupported architecture '{}' in config.json (supported: {})", hf_architecture,
+       supported(false));
+}
+
+namespace arch_util {
+
+uint32_t gguf_u32(const GgufFile& f, std::string_view arch, std::string_view key) {
+  return f.get_u32(fmt::format("{}.{}", arch, key));
+}
+std::optional<uint32_t> gguf_find_u32(const GgufFile& f, std::string_view arch, std::string_view key) {
+  return f.find_u32(fmt::format("{}.{}", arch, key));
+}
+std::optional<float> gguf_find_f32(const GgufFile& f, std::string_view arch, std::string_view key) {
+  return f.find_f32(fmt::format("{}.{}", arch, key));
+}
+
+ModelConfig gguf_dense_base(const GgufFile& f, std::string_view arch) {
+  ModelConfig c;
+  c.name = std::string(f.find_string("general.name").value_or(""));
+  c.n_layers = static_cast<int32_t>(gguf_u32(f, arch, "block_count"));
+  c.hidden_size = static_cast<int32_t>(gguf_u32(f, arch, "embedding_length"));
+  c.intermediate_size = static_cast<int32_t>(gguf_u32(f, arch, "feed_forward_length"));
+  c.n_heads_q = static_cast<int32_t>(gguf_u32(f, arch, "attention.head_count"));
+  c.n_heads_kv = static_cast<int32_t>(
+      gguf_find_u32(f, arch, "attention.head_count_kv").value_or(static_cast<uint32_t>(c.n_heads_q)));
+  DI_CHECK(c.n_heads_q > 0, "GGUF: attention.head_count must be positive");
+  c.head_dim = static_cast<int32_t>(gguf_find_u32(f, arch, "attention.key_length")
+                                        .value_or(static_cast<uint32_t>(c.hidden_size / c.n_heads_q)));
+  c.rotary_dim = static_cast<int32_t>(gguf_find_u32(f, arch, "rope.dimension_count").value_or(0));
+  if (c.rotary_dim == c.head_dim) c.rotary_dim = 0;
+  c.rms_eps = gguf_find_f32(f, arch, "attention.layer_norm_rms_epsilon").value_or(1e-5f);
+  c.rope_theta = gguf_find_f32(f, arch, "rope.freq_base").value_or(10000.0f);
+  c.max_position = static_cast<int32_t>(gguf_find_u32(f, arch, "context_length").value_or(4096));
+  if (auto type = f.find_string(fmt::format("{}.rope.scaling.type", arch))) {
+    if (*type == "linear") {
+      c.rope_scaling.type = RopeScalingType::Linear;
+      c.rope_scaling.factor = gguf_find_f32(f, arch, "rope.scaling.factor").value_or(1.0f);
+      DI_CHECK(c.rope_scaling.factor > 0, "GGUF: rope scaling factor must be positive");
+    } else {
+      DI_CHECK(*type == "none", "GGUF: unsupported rope scaling type '{}'", *type);
+    }
+  }
+  if (const GgufTensorInfo* freqs = f.find_tensor("rope_freqs.weight")) {
+    Tensor t = f.tensor(*freqs);
+    DI_CHECK(t.dtype() == DType::F32, "GGUF: rope_freqs.weight must be f32, got {}", t.describe());
+    const float* p = t.data_as<const float>();
+    c.rope_freq_factors.assign(p, p + t.numel());
+  }
+  if (auto v = gguf_find_u32(f, arch, "vocab_size")) {
+    c.vocab_size = static_cast<int32_t>(*v);
+  } else if (const GgufTensorInfo* emb = f.find_tensor("token_embd.weight")) {
+    c.vocab_size = static_cast<int32_t>(f.tensor(*emb).size(0));
+  }
+  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  c.layer_window.assign(c.n_layers, 0);
+  if (auto id = f.find_u32("tokenizer.ggml.bos_token_id")) c.bos_token_id = static_cast<int32_t>(*id);
+  if (auto id = f.find_u32("tokenizer.ggml.eos_token_id")) c.eos_token_ids.push_back(static_cast<int32_t>(*id));
+  return c;
+}
+
+namespace {
+
+template <typename T>
+T get_or(const nlohmann::json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail("config.json: field '{}' has the wrong type ({})", key, it->type_name());
+  }
+}
+
+template <typename T>
+T get_required(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  DI_CHECK(it != j.end() && !it->is_null(), "config.json: missing field '{}'", key);
+  return get_or<T>(j, key, T{});
+}
+
+}  // namespace
+
+ModelConfig hf_dense_base(const nlohmann::json& cfg, std::string_view arch) {
+  DI_CHECK(cfg.is_object(), "config.json must hold a JSON object");
+  ModelConfig c;
+  c.name = get_or<std::string>(cfg, "_name_or_path", "");
+  c.vocab_size = get_required<int32_t>(cfg, "vocab_size");
+  c.hidden_size = get_required<int32_t>(cfg, "hidden_size");
+  c.n_layers = get_required<int32_t>(cfg, "num_hidden_layers");
+  c.n_heads_q = get_required<int32_t>(cfg, "num_attention_heads");
+  DI_CHECK(c.n_heads_q > 0, "config.json: num_attention_heads must be positive");
+  c.n_heads_kv = get_or<int32_t>(cfg, "num_key_value_heads", c.n_heads_q);
+  c.head_dim = get_or<int32_t>(cfg, "head_dim", c.hidden_size / c.n_heads_q);
+  c.intermediate_size = get_required<int32_t>(cfg, "intermediate_size");
+  c.rms_eps = get_or<float>(cfg, "rms_norm_eps", 1e-6f);
+  c.rope_theta = get_or<float>(cfg, "rope_theta", 10000.0f);
+  c.max_position = get_or<int32_t>(cfg, "max_position_embeddings", 4096);
+  c.tied_embeddings = get_or<bool>(cfg, "tie_word_embeddings", false);
+  c.rope_style = RopeStyle::Neox;
+  if (double prf = get_or<double>(cfg, "partial_rotary_factor", 1.0); prf != 1.0) {
+    c.rotary_dim = static_cast<int32_t>(c.head_dim * prf);
+  }
+  if (auto it = cfg.find("rope_scaling"); it != cfg.end() && it->is_object()) {
+    const nlohmann::json& rs = *it;
+    std::string type = get_or<std::string>(rs, "rope_type", get_or<std::string>(rs, "type", "default"));
+    if (type == "llama3") {
+      c.rope_scaling.type = RopeScalingType::Llama3;
+      c.rope_scaling.factor = get_required<float>(rs, "factor");
+      c.rope_scaling.low_freq_factor = get_or<float>(rs, "low_freq_factor", 1.0f);
+      c.rope_scaling.high_freq_factor = get_or<float>(rs, "high_freq_factor", 4.0f);
+      c.rope_scaling.original_max_position =
+          get_or<int32_t>(rs, "original_max_position_embeddings", 8192);
+      DI_CHECK(c.rope_scaling.factor > 0 &&
+                   c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor &&
+                   c.rope_scaling.original_max_position > 0,
+               "config.json: invalid llama3 rope_scaling");
+    } else if (type == "linear") {
+      c.rope_scaling.type = RopeScalingType::Linear;
+      c.rope_scaling.factor = get_required<float>(rs, "factor");
+      DI_CHECK(c.rope_scaling.factor > 0, "config.json: rope_scaling.factor must be positive");
+    } else {
+      DI_CHECK(type == "default", "config.json: unsupported rope_scaling type '{}'", type);
+    }
+  }
+  c.layer_window.assign(std::max(c.n_layers, 0), 0);
+  if (auto it = cfg.find("bos_token_id"); it != cfg.end() && it->is_number_integer()) {
+    c.bos_token_id = it->get<int32_t>();
+  }
+  if (auto it = cfg.find("eos_token_id"); it != cfg.end()) {
+    if (it->is_number_integer()) c.eos_token_ids.push_back(it->get<int32_t>());
+    if (it->is_array()) {
+      for (const auto& e : *it) {
+        if (e.is_number_integer()) c.eos_token_ids.push_back(e.get<int32_t>());
+      }
+    }
+  }
+  return c;
+}
+
+}  // namespace arch_util
+}  // namespace deepinfer

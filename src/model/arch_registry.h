@@ -1,0 +1,43 @@
+// Architecture registry: maps the architecture named by a checkpoint (GGUF
+// "general.architecture" or a config.json "architectures" entry) to the code
+// that reads its configuration. Each archs/<name>.cpp defines one ArchSpec.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace deepinfer {
+
+class GgufFile;
+
+struct ArchSpec {
+  std::string_view name;
+  std::vector<std::string_view> gguf_archs;         // e.g. "llama", "qwen2"
+  std::vector<std::string_view> hf_architectures;   // e.g. "LlamaForCausalLM"
+  ModelConfig (*from_gguf)(const GgufFile& file, std::string_view gguf_arch);
+  ModelConfig (*from_hf)(const nlohmann::json& config, std::string_view hf_arch);
+  // How to read Hugging Face's "post_attention_layernorm" (see HfWeightSource).
+  bool hf_post_attention_is_ffn_norm = true;
+};
+
+// Throws deepinfer::Error listing the supported names when none matches.
+const ArchSpec& find_arch_for_gguf(std::string_view gguf_arch);
+const ArchSpec& find_arch_for_hf(std::string_view hf_architecture);
+
+// Helpers shared by the architectures' config readers.
+namespace arch_util {
+// Reads "<arch>.<key>" from GGUF metadata.
+uint32_t gguf_u32(const GgufFile& f, std::string_view arch, std::string_view key);
+std::optional<uint32_t> gguf_find_u32(const GgufFile& f, std::string_view arch, std::string_view key);
+std::optional<float> gguf_find_f32(const GgufFile& f, std::string_view arch, std::string_view key);
+// Common dense-decoder fields from GGUF: sizes, heads, eps, rope base/scaling, vocab.
+ModelConfig gguf_dense_base(const GgufFile& f, std::string_view arch);
+// Common dense-decoder fields from a config.json object.
+ModelConfig hf_dense_base(const nlohmann::json& cfg, std::string_view arch);
+}  // namespace arch_util
+
+}  // namespace deepinfer

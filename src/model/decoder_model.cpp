@@ -1,0 +1,168 @@
+#include "model/decoder_model.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace deepinfer {
+
+KvCacheSpec Model::kv_spec(int32_t page_size, DType dtype) const {
+  const ModelConfig& c = config();
+  return KvCacheSpec{c.n_layers, c.n_heads_kv, c.head_dim, page_size, dtype};
+}
+
+namespace {
+
+void expect_shape(const Tensor& t, std::string_view name, std::initializer_list<int64_t> shape) {
+  bool ok = t.ndim() == static_cast<int>(shape.size());
+  int i = 0;
+  for (int64_t s : shape) ok = ok && t.size(i++) == s;
+  std::string want;
+  for (int64_t s : shape) want += fmt::format("{}{}", want.empty() ? "" : ", ", s);
+  DI_CHECK(ok, "tensor '{}' is {}, expected shape [{}]", name, t.describe(), want);
+}
+
+}  // namespace
+
+DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backend& backend)
+    : config_(std::move(config)), backend_(backend), store_(backend) {
+  config_.validate();
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
+  const int64_t q_dim = int64_t{c.n_heads_q} * D, kv_dim = int64_t{c.n_heads_kv} * D;
+
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
+    Tensor t = source.get(name);
+    expect_shape(t, name, {rows, cols});
+    weight_bytes_ += t.nbytes();
+    return store_.matrix(t);
+  };
+  auto vector = [&](const std::string& name, int64_t n) {
+    Tensor t = source.get(name);
+    expect_shape(t, name, {n});
+    return store_.f32_vector(t);
+  };
+  auto optional_vector = [&](const std::string& name, int64_t n) {
+    return source.has(name) ? vector(name, n) : Tensor();
+  };
+
+  token_embd_ = matrix("token_embd.weight", c.vocab_size, H);
+  output_norm_ = vector("output_norm.weight", H);
+  if (source.has("output.weight") && !c.tied_embeddings) {
+    output_ = matrix("output.weight", c.vocab_size, H);
+  } else {
+    output_ = token_embd_;
+    weight_bytes_ += token_embd_.nbytes();  // read again by the output projection
+  }
+
+  layers_.resize(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string p = fmt::format("blk.{}.", i);
+    Layer& l = layers_[i];
+    l.local = c.is_sliding(i);
+    l.attn_norm = vector(p + "attn_norm.weight", H);
+    l.attn.wq = matrix(p + "attn_q.weight", q_dim, H);
+    l.attn.wk = matrix(p + "attn_k.weight", kv_dim, H);
+    l.attn.wv = matrix(p + "attn_v.weight", kv_dim, H);
+    l.attn.wo = matrix(p + "attn_output.weight", H, q_dim);
+    if (c.qkv_bias) {
+      l.attn.bq = vector(p + "attn_q.bias", q_dim);
+      l.attn.bk = vector(p + "attn_k.bias", kv_dim);
+      l.attn.bv = vector(p + "attn_v.bias", kv_dim);
+    }
+    if (c.qk_norm) {
+      l.attn.q_norm = vector(p + "attn_q_norm.weight", D);
+      l.attn.k_norm = vector(p + "attn_k_norm.weight", D);
+    }
+    l.ffn_norm = vector(p + "ffn_norm.weight", H);
+    if (c.post_norms) {
+      l.post_attn_norm = vector(p + "post_attention_norm.weight", H);
+      l.post_ffw_norm = vector(p + "post_ffw_norm.weight", H);
+    } else {
+      l.post_attn_norm = optional_vector(p + "post_attention_norm.weight", H);
+    }
+    l.mlp.w_gate = matrix(p + "ffn_gate.weight", F, H);
+    l.mlp.w_up = matrix(p + "ffn_up.weight", F, H);
+    l.mlp.w_down = matrix(p + "ffn_down.weight", H, F);
+  }
+  inv_freq_global_ = store_.f32_vector(rope_inv_freq(c, false));
+  inv_freq_local_ = store_.f32_vector(rope_inv_freq(c, true));
+}
+
+Tensor DecoderModel::act_view(int64_t rows, int64_t cols, size_t& offset) const {
+  Tensor t = workspace_.view(DType::F32, {rows, cols}, offset);
+  offset += (t.nbytes() + 63) & ~size_t{63};
+  return t;
+}
+
+void DecoderModel::reserve(int32_t max_tokens, int32_t max_logit_rows) {
+  DI_CHECK(max_tokens > 0 && max_logit_rows > 0 && max_logit_rows <= max_tokens,
+           "invalid activation reservation ({} tokens, {} logit rows)", max_tokens, max_logit_rows);
+  if (max_tokens <= max_tokens_ && max_logit_rows <= max_logit_rows_) return;
+  const ModelConfig& c = config_;
+  const size_t T = static_cast<size_t>(max_tokens), R = static_cast<size_t>(max_logit_rows);
+  const size_t q_dim = size_t(c.n_heads_q) * c.head_dim, kv_dim = size_t(c.n_heads_kv) * c.head_dim;
+  auto padded = [](size_t floats) { return (floats * 4 + 63) & ~size_t{63}; };
+  size_t bytes = 3 * padded(T * c.hidden_size) + 2 * padded(T * q_dim) + 2 * padded(T * kv_dim) +
+                 3 * padded(T * c.intermediate_size) + 2 * padded(R * c.hidden_size);
+  workspace_ = Buffer(backend_, bytes);
+  max_tokens_ = max_tokens;
+  max_logit_rows_ = max_logit_rows;
+}
+
+void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor logits) {
+  const ModelConfig& c = config_;
+  const int64_t n = in.num_tokens;
+  const int64_t R = in.logit_rows.numel();
+  DI_CHECK(n > 0 && n <= max_tokens_ && R <= max_logit_rows_,
+           "step of {} tokens / {} logit rows exceeds the reserved {} / {}", n, R, max_tokens_,
+           max_logit_rows_);
+  size_t off = 0;
+  Tensor x = act_view(n, c.hidden_size, off);
+  Tensor h = act_view(n, c.hidden_size, off);
+  Tensor delta = act_view(n, c.hidden_size, off);
+  layers::AttentionScratch attn{act_view(n, int64_t{c.n_heads_q} * c.head_dim, off),
+                                act_view(n, int64_t{c.n_heads_kv} * c.head_dim, off),
+                                act_view(n, int64_t{c.n_heads_kv} * c.head_dim, off),
+                                act_view(n, int64_t{c.n_heads_q} * c.head_dim, off)};
+  layers::MlpScratch mlp{act_view(n, c.intermediate_size, off), act_view(n, c.intermediate_size, off),
+                         act_view(n, c.intermediate_size, off)};
+  Tensor x_rows = act_view(R, c.hidden_size, off);
+  Tensor h_rows = act_view(R, c.hidden_size, off);
+
+  const layers::AttentionShape shape{c.n_heads_q, c.n_heads_kv, c.head_dim, c.rms_eps,
+                                     c.norm_weight_offset};
+  const float scale = c.attention_scale > 0 ? c.attention_scale : 1.0f / std::sqrt(float(c.head_dim));
+  const int rot = c.rotary_dim ? c.rotary_dim : c.head_dim;
+  const float eps = c.rms_eps, off1 = c.norm_weight_offset;
+
+  ops::embedding(backend_, token_embd_, in.token_ids, x);
+  if (c.embedding_scale != 1.0f) ops::scale(backend_, x, c.embedding_scale, x);
+
+  for (int i = 0; i < c.n_layers; ++i) {
+    const Layer& l = layers_[i];
+    // The previous sub-layer's output (delta) joins the residual stream here,
+    // fused with the next norm.
+    if (i == 0) {
+      ops::rms_norm(backend_, x, l.attn_norm, eps, off1, h);
+    } else {
+      ops::add_rms_norm(backend_, x, delta, l.attn_norm, eps, off1, h);
+    }
+    RopeParams rope{l.local ? inv_freq_local_ : inv_freq_global_, rot, c.rope_style, 1.0f};
+    AttentionParams params;
+    params.scale = scale;
+    params.sliding_window = c.layer_window[i];
+    layers::attention_layer(backend_, l.attn, shape, rope, params, h, in, kv.layer(i), attn, delta);
+    if (l.post_attn_norm.defined()) ops::rms_norm(backend_, delta, l.post_attn_norm, eps, off1, delta);
+    ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, off1, h);
+    layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp, delta);
+    if (l.post_ffw_norm.defined()) ops::rms_norm(backend_, delta, l.post_ffw_norm, eps, off1, delta);
+  }
+  ops::add(backend_, x, delta, x);
+  ops::gather_rows(backend_, x, in.logit_rows, x_rows);
+  ops::rms_norm(backend_, x_rows, output_norm_, eps, off1, h_rows);
+  ops::linear(backend_, h_rows, output_, Tensor(), logits);
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,55 @@
+// DecoderModel: the dense decoder-only transformer shared by the Llama family
+// (Llama 2/3/3.1, Mistral, SmolLM2), Qwen2/Qwen3 and Gemma 3. The
+// architectures differ in configuration (biases, q/k norms, sandwich norms,
+// sliding windows, rope bases), which archs/*.cpp read from the checkpoint.
+#pragma once
+
+#include <vector>
+
+#include "model/layers/attention_layer.h"
+#include "model/layers/mlp_layer.h"
+#include "model/model.h"
+#include "model/weight_source.h"
+#include "model/weight_store.h"
+
+namespace deepinfer {
+
+class DecoderModel final : public Model {
+ public:
+  DecoderModel(ModelConfig config, const WeightSource& source, Backend& backend);
+
+  const ModelConfig& config() const override { return config_; }
+  void reserve(int32_t max_tokens, int32_t max_logit_rows) override;
+  void forward(const ForwardInputs& inputs, const KvStorage& kv, Tensor logits) override;
+  size_t weight_bytes() const override { return weight_bytes_; }
+
+ private:
+  struct Layer {
+    Tensor attn_norm;
+    layers::AttentionWeights attn;
+    Tensor post_attn_norm;  // Gemma
+    Tensor ffn_norm;
+    layers::MlpWeights mlp;
+    Tensor post_ffw_norm;  // Gemma
+    bool local = false;    // sliding-window layer
+  };
+
+  Tensor act_view(int64_t rows, int64_t cols, size_t& offset) const;
+
+  ModelConfig config_;
+  Backend& backend_;
+  WeightStore store_;
+  Tensor token_embd_;
+  Tensor output_norm_;
+  Tensor output_;
+  std::vector<Layer> layers_;
+  Tensor inv_freq_global_;
+  Tensor inv_freq_local_;
+  size_t weight_bytes_ = 0;
+
+  Buffer workspace_;
+  int32_t max_tokens_ = 0;
+  int32_t max_logit_rows_ = 0;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,78 @@
+#include "model/model_config.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+void ModelConfig::validate() const {
+  DI_CHECK(vocab_size > 0, "{}: vocab_size must be positive, got {}", arch, vocab_size);
+  DI_CHECK(hidden_size > 0 && hidden_size <= (1 << 17), "{}: hidden_size {} out of range", arch,
+           hidden_size);
+  DI_CHECK(n_layers > 0 && n_layers <= 1024, "{}: n_layers {} out of range", arch, n_layers);
+  DI_CHECK(n_heads_q > 0 && n_heads_kv > 0 && n_heads_q % n_heads_kv == 0,
+           "{}: {} query heads is not a multiple of {} KV heads", arch, n_heads_q, n_heads_kv);
+  DI_CHECK(head_dim > 0 && head_dim <= 1024 && head_dim % 2 == 0, "{}: head_dim {} out of range",
+           arch, head_dim);
+  DI_CHECK(intermediate_size > 0, "{}: intermediate_size must be positive", arch);
+  DI_CHECK(rotary_dim >= 0 && rotary_dim <= head_dim && rotary_dim % 2 == 0,
+           "{}: rotary_dim {} invalid for head_dim {}", arch, rotary_dim, head_dim);
+  DI_CHECK(rope_theta > 0, "{}: rope_theta must be positive", arch);
+  DI_CHECK(rms_eps > 0 && rms_eps < 1, "{}: rms_norm_eps {} out of range", arch, rms_eps);
+  DI_CHECK(static_cast<int>(layer_window.size()) == n_layers,
+           "{}: per-layer window list has {} entries for {} layers", arch, layer_window.size(),
+           n_layers);
+  int32_t rot = rotary_dim ? rotary_dim : head_dim;
+  DI_CHECK(rope_freq_factors.empty() || static_cast<int>(rope_freq_factors.size()) == rot / 2,
+           "{}: rope frequency factors have {} entries, expected {}", arch,
+           rope_freq_factors.size(), rot / 2);
+}
+
+std::string ModelConfig::summary() const {
+  int sliding = 0;
+  for (int32_t w : layer_window) sliding += w > 0;
+  return fmt::format(
+      "{} '{}': {} layers ({} sliding-window), hidden {}, heads {}/{} x {}, ffn {}, vocab {}, "
+      "rope theta {}{}",
+      arch, name, n_layers, sliding, hidden_size, n_heads_q, n_heads_kv, head_dim,
+      intermediate_size, vocab_size, rope_theta,
+      rope_scaling.type == RopeScalingType::Llama3 ? " (llama3 scaling)"
+      : rope_scaling.type == RopeScalingType::Linear ? " (linear scaling)"
+                                                       : "");
+}
+
+std::vector<float> rope_inv_freq(const ModelConfig& config, bool local_layer) {
+  const int rot = config.rotary_dim ? config.rotary_dim : config.head_dim;
+  const double theta =
+      local_layer && config.rope_theta_local > 0 ? config.rope_theta_local : config.rope_theta;
+  std::vector<float> inv(rot / 2);
+  for (int i = 0; i < rot / 2; ++i) {
+    double f = 1.0 / std::pow(theta, (2.0 * i) / rot);
+    if (!local_layer) {
+      const RopeScaling& s = config.rope_scaling;
+      if (s.type == RopeScalingType::Linear) {
+        f /= s.factor;
+      } else if (s.type == RopeScalingType::Llama3) {
+        // Llama 3.1: long wavelengths are slowed by `factor`, short ones kept,
+        // and the band between is interpolated smoothly.
+        const double low_wavelen = s.original_max_position / s.low_freq_factor;
+        const double high_wavelen = s.original_max_position / s.high_freq_factor;
+        const double wavelen = 2.0 * std::numbers::pi / f;
+        if (wavelen > low_wavelen) {
+          f /= s.factor;
+        } else if (wavelen >= high_wavelen) {
+          double smooth = (s.original_max_position / wavelen - s.low_freq_factor) /
+                          (s.high_freq_factor - s.low_freq_factor);
+          f = (1.0 - smooth) * f / s.factor + smooth * f;
+        }
+      }
+      if (!config.rope_freq_factors.empty()) f /= config.rope_freq_factors[i];
+    }
+    inv[i] = static_cast<float>(f);
+  }
+  return inv;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,71 @@
+// ModelConfig: the hyper-parameters of a dense decoder, filled from GGUF
+// metadata or a Hugging Face config.json by the architecture's parser.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace deepinfer {
+
+enum class RopeScalingType : uint8_t { None, Linear, Llama3 };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::None;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;   // Llama 3.1
+  float high_freq_factor = 4.0f;  // Llama 3.1
+  int original_max_position = 8192;
+};
+
+struct ModelConfig {
+  std::string arch;  // registry key, e.g. "llama", "qwen3", "gemma3"
+  std::string name;  // human-readable model name from the file, if any
+  int32_t vocab_size = 0;
+  int32_t hidden_size = 0;
+  int32_t n_layers = 0;
+  int32_t n_heads_q = 0;
+  int32_t n_heads_kv = 0;
+  int32_t head_dim = 0;
+  int32_t intermediate_size = 0;
+  int32_t max_position = 0;
+  float rms_eps = 1e-6f;
+  // Gemma stores norm weights as w with the scale applied as (1 + w); GGUF files
+  // already contain 1 + w, Hugging Face checkpoints do not.
+  float norm_weight_offset = 0.0f;
+  float embedding_scale = 1.0f;  // Gemma multiplies embeddings by sqrt(hidden_size)
+  float attention_scale = 0.0f;  // 0 = 1/sqrt(head_dim)
+  Activation activation = Activation::Silu;
+  bool tied_embeddings = false;
+  bool qkv_bias = false;
+  bool qk_norm = false;
+  bool post_norms = false;  // Gemma's extra norms after attention and MLP
+
+  // Rotary embedding: global layers use rope_theta (+ scaling); sliding-window
+  // layers may have their own base (Gemma 3's local layers).
+  RopeStyle rope_style = RopeStyle::Neox;
+  float rope_theta = 10000.0f;
+  float rope_theta_local = 0.0f;  // 0 = same as rope_theta
+  int32_t rotary_dim = 0;         // 0 = head_dim
+  RopeScaling rope_scaling;
+  std::vector<float> rope_freq_factors;  // GGUF rope_freqs.weight (Llama 3.1 in GGUF)
+
+  // Per-layer sliding window (0 = full attention).
+  std::vector<int32_t> layer_window;
+
+  std::vector<int32_t> eos_token_ids;
+  std::optional<int32_t> bos_token_id;
+
+  bool is_sliding(int layer) const { return layer_window[layer] > 0; }
+  // Throws deepinfer::Error if a value is missing or inconsistent.
+  void validate() const;
+  std::string summary() const;
+};
+
+// Inverse frequencies for one rotary table (rotary_dim/2 values) with scaling applied.
+std::vector<float> rope_inv_freq(const ModelConfig& config, bool local_layer);
+
+}  // namespace deepinfer

@@ -1,0 +1,56 @@
+#include "model/model_loader.h"
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "loader/gguf.h"
+#include "loader/hf_checkpoint.h"
+#include "model/arch_registry.h"
+#include "model/decoder_model.h"
+#include "model/weight_source.h"
+
+namespace deepinfer {
+
+LoadedModel::~LoadedModel() = default;
+
+std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend& backend) {
+  namespace fs = std::filesystem;
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<LoadedModel> m(new LoadedModel());
+  m->path_ = path;
+  std::error_code ec;
+  DI_CHECK(fs::exists(path, ec), "model path '{}' does not exist", path);
+  ModelConfig config;
+  bool post_attention_is_ffn_norm = true;
+  if (fs::is_directory(path, ec)) {
+    m->format_ = CheckpointFormat::HuggingFace;
+    m->hf_ = std::make_unique<HfCheckpoint>(HfCheckpoint::open(path));
+    const nlohmann::json& cfg = m->hf_->config();
+    auto archs = cfg.find("architectures");
+    DI_CHECK(archs != cfg.end() && archs->is_array() && !archs->empty() && (*archs)[0].is_string(),
+             "{}/config.json has no 'architectures' list", path);
+    const std::string hf_arch = (*archs)[0].get<std::string>();
+    const ArchSpec& spec = find_arch_for_hf(hf_arch);
+    config = spec.from_hf(cfg, hf_arch);
+    post_attention_is_ffn_norm = spec.hf_post_attention_is_ffn_norm;
+    m->source_ = std::make_unique<HfWeightSource>(*m->hf_, post_attention_is_ffn_norm);
+  } else {
+    m->format_ = CheckpointFormat::Gguf;
+    m->gguf_ = std::make_unique<GgufFile>(GgufFile::open(path));
+    const std::string arch(m->gguf_->get_string("general.architecture"));
+    const ArchSpec& spec = find_arch_for_gguf(arch);
+    config = spec.from_gguf(*m->gguf_, arch);
+    m->source_ = std::make_unique<GgufWeightSource>(*m->gguf_);
+  }
+  log_info("model: {}", config.summary());
+  m->model_ = std::make_unique<DecoderModel>(std::move(config), *m->source_, backend);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  log_info("model: loaded {:.1f} MiB of weights from {} in {:.2f} s", m->model_->weight_bytes() / 1048576.0,
+           path, secs);
+  return m;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,42 @@
+// Opens a checkpoint (a .gguf file or a Hugging Face folder with config.json and
+// *.safetensors), reads its configuration through the architecture registry and
+// builds the model on a backend. The returned object keeps the file mappings
+// alive for as long as the model's weight views need them.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+
+namespace deepinfer {
+
+class GgufFile;
+class HfCheckpoint;
+class WeightSource;
+
+enum class CheckpointFormat : uint8_t { Gguf, HuggingFace };
+
+class LoadedModel {
+ public:
+  static std::unique_ptr<LoadedModel> open(const std::string& path, Backend& backend);
+  ~LoadedModel();
+
+  Model& model() { return *model_; }
+  const ModelConfig& config() const { return model_->config(); }
+  CheckpointFormat format() const { return format_; }
+  const std::string& path() const { return path_; }
+  // The GGUF file (tokenizer metadata lives there); null for Hugging Face folders.
+  const GgufFile* gguf() const { return gguf_.get(); }
+
+ private:
+  LoadedModel() = default;
+  std::string path_;
+  CheckpointFormat format_ = CheckpointFormat::Gguf;
+  std::unique_ptr<GgufFile> gguf_;
+  std::unique_ptr<HfCheckpoint> hf_;
+  std::unique_ptr<WeightSource> source_;
+  std::unique_ptr<Model> model_;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,32 @@
+// WeightStore: places checkpoint tensors on the backend. On the CPU, matrices
+// stay zero-copy views into the memory-mapped file; small vectors (norm
+// weights, biases) are converted to f32 and owned here.
+#pragma once
+
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace deepinfer {
+
+class WeightStore {
+ public:
+  explicit WeightStore(Backend& backend) : backend_(backend) {}
+
+  // A weight matrix in its stored dtype (quantised or float), on the backend.
+  Tensor matrix(const Tensor& host);
+  // A vector converted to f32 (from f32/f16/bf16), on the backend.
+  Tensor f32_vector(const Tensor& host);
+  Tensor f32_vector(const std::vector<float>& values);
+
+  size_t bytes_mapped() const { return bytes_mapped_; }
+  size_t bytes_owned() const { return bytes_owned_; }
+
+ private:
+  Backend& backend_;
+  std::vector<Buffer> owned_;
+  size_t bytes_mapped_ = 0;
+  size_t bytes_owned_ = 0;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,81 @@
+// Request: one sequence being generated — its immutable parameters plus its
+// progress, with an explicit lifecycle:
+//   Waiting -> Running -> Finished | Aborted, and Running -> Preempted -> Running.
+// A preempted request lost its KV blocks and recomputes them (prompt + the
+// tokens generated so far) when it is admitted again; its outputs are kept.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "deepinfer/sampling_params.h"
+#include "kv/prefix_cache.h"
+
+namespace deepinfer {
+
+enum class RequestState : uint8_t { Waiting, Running, Preempted, Finished, Aborted };
+enum class FinishReason : uint8_t { None, Stop, Length, Abort };
+
+std::string_view to_string(RequestState s);
+std::string_view to_string(FinishReason r);
+
+using Clock = std::chrono::steady_clock;
+
+struct RequestTimings {
+  Clock::time_point arrival{};
+  Clock::time_point first_scheduled{};
+  Clock::time_point first_token{};
+  Clock::time_point finished{};
+};
+
+class Request {
+ public:
+  Request(uint64_t id, std::vector<int32_t> prompt_ids, SamplingParams params, uint64_t seed,
+          std::string cache_salt = {});
+
+  uint64_t id() const { return id_; }
+  const std::vector<int32_t>& prompt_ids() const { return prompt_ids_; }
+  const SamplingParams& params() const { return params_; }
+  uint64_t seed() const { return seed_; }
+  const std::string& cache_salt() const { return cache_salt_; }
+
+  int32_t num_prompt_tokens() const { return static_cast<int32_t>(prompt_ids_.size()); }
+  int32_t num_output_tokens() const { return static_cast<int32_t>(output_ids_.size()); }
+  int32_t num_tokens() const { return num_prompt_tokens() + num_output_tokens(); }
+  int32_t token_at(int32_t i) const {
+    return i < num_prompt_tokens() ? prompt_ids_[i] : output_ids_[i - num_prompt_tokens()];
+  }
+  const std::vector<int32_t>& output_ids() const { return output_ids_; }
+  // Prompt followed by outputs (what is recomputed after a preemption).
+  std::vector<int32_t> all_tokens() const;
+
+  RequestState state = RequestState::Waiting;
+  FinishReason finish_reason = FinishReason::None;
+  bool is_finished() const {
+    return state == RequestState::Finished || state == RequestState::Aborted;
+  }
+
+  // KV cache bookkeeping (owned by the scheduler).
+  std::vector<int32_t> block_ids;  // pages in sequence order
+  int32_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
+  int32_t num_cached_prompt_tokens = 0;  // prompt tokens served by the prefix cache (first admission)
+  std::vector<BlockHash> block_hashes;  // chained hashes of full blocks, extended as tokens arrive
+  int32_t num_registered_blocks = 0;    // leading blocks already offered to the prefix cache
+  int32_t num_preemptions = 0;
+
+  RequestTimings timings;
+
+  void append_output(int32_t token) { output_ids_.push_back(token); }
+
+ private:
+  uint64_t id_;
+  std::vector<int32_t> prompt_ids_;
+  SamplingParams params_;
+  uint64_t seed_;
+  std::string cache_salt_;
+  std::vector<int32_t> output_ids_;
+};
+
+}  // namespace deepinfer

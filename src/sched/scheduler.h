@@ -1,0 +1,48 @@
+// Scheduler: the request queues plus the two stages (CapacityScheduler, then
+// BatchPlanner). schedule() returns the step's batch; commit() records what the
+// step computed (and registers newly filled blocks with the prefix cache);
+// finish() releases a request's memory.
+#pragma once
+
+#include <deque>
+#include <vector>
+
+#include "sched/batch_planner.h"
+#include "sched/capacity_scheduler.h"
+
+namespace deepinfer {
+
+struct SchedulerConfig {
+  CapacityConfig capacity;
+  PlannerConfig planner;
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, BlockPool& pool, PrefixCache* prefix_cache);
+
+  void add(Request* request);
+  ScheduledBatch schedule();
+  // After the step ran: advance num_computed_tokens and cache full blocks.
+  void commit(const ScheduledBatch& batch);
+  // Removes a request from the queues and frees its blocks (finish or abort).
+  void finish(Request* request);
+
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  void register_full_blocks(Request& request);
+
+  SchedulerConfig config_;
+  BlockPool& pool_;
+  PrefixCache* prefix_cache_;
+  CapacityScheduler capacity_;
+  BatchPlanner planner_;
+  std::deque<Request*> waiting_;
+  std::vector<Request*> running_;
+};
+
+}  // namespace deepinfer
