@@ -1,0 +1,69 @@
+#include "runner/logits_processors.h"
+
+#include <limits>
+
+#include "core/error.h"
+#include "deepinfer/sampling_params.h"
+
+namespace deepinfer {
+
+namespace {
+
+void check_token(int32_t id, size_t vocab, const char* what) {
+  DI_CHECK(id >= 0 && static_cast<size_t>(id) < vocab, "sampler: {} token id {} outside the vocabulary [0, {})",
+           what, id, vocab);
+}
+
+}  // namespace
+
+void mask_tokens(std::span<float> logits, std::span<const int32_t> ids) {
+  for (int32_t id : ids) {
+    check_token(id, logits.size(), "masked");
+    logits[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+void apply_logit_bias(std::span<float> logits, const std::map<int32_t, float>& bias) {
+  for (const auto& [id, b] : bias) {
+    check_token(id, logits.size(), "logit_bias");
+    logits[static_cast<size_t>(id)] += b;
+  }
+}
+
+void apply_penalties(std::span<float> logits, const SamplingParams& params, std::span<const int32_t> prompt_ids,
+                     std::span<const int32_t> output_ids, std::vector<int32_t>& counts) {
+  const size_t vocab = logits.size();
+  if (counts.size() < vocab) counts.resize(vocab, 0);
+  for (int32_t id : prompt_ids) check_token(id, vocab, "prompt");
+  for (int32_t id : output_ids) check_token(id, vocab, "output");
+
+  if (params.repetition_penalty != 1.0f) {
+    // counts doubles as a "seen" mark so every token is penalised once.
+    const float r = params.repetition_penalty;
+    auto penalise = [&](std::span<const int32_t> ids) {
+      for (int32_t id : ids) {
+        int32_t& seen = counts[static_cast<size_t>(id)];
+        if (seen != 0) continue;
+        seen = 1;
+        float& l = logits[static_cast<size_t>(id)];
+        l = l > 0.0f ? l / r : l * r;
+      }
+    };
+    penalise(prompt_ids);
+    penalise(output_ids);
+    for (int32_t id : prompt_ids) counts[static_cast<size_t>(id)] = 0;
+    for (int32_t id : output_ids) counts[static_cast<size_t>(id)] = 0;
+  }
+
+  if (params.frequency_penalty != 0.0f || params.presence_penalty != 0.0f) {
+    for (int32_t id : output_ids) ++counts[static_cast<size_t>(id)];
+    for (int32_t id : output_ids) {
+      int32_t& c = counts[static_cast<size_t>(id)];
+      if (c == 0) continue;
+      logits[static_cast<size_t>(id)] -= params.frequency_penalty * static_cast<float>(c) + params.presence_penalty;
+      c = 0;
+    }
+  }
+}
+
+}  // namespace deepinfer
