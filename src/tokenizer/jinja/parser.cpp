@@ -88,7 +88,11 @@ class Parser {
     while (true) {
       const Token& t = cur();
       if (t.kind == TokenKind::Eof) {
-        if (!terminators.empty()) error("unexpected end of template, expected '" + *terminators.begin() + "'");
+        if (!terminators.empty()) {
+          std::string expected;
+          for (const auto& t : terminators) expected += (expected.empty() ? "'" : ", '") + t + "'";
+          error("unexpected end of template, expected " + expected);
+        }
         return body;
       }
       if (t.kind == TokenKind::Text) {
