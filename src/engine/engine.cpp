@@ -1,0 +1,317 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "kv/block_pool.h"
+#include "kv/kv_storage.h"
+#include "kv/prefix_cache.h"
+#include "model/model_loader.h"
+#include "runner/model_runner.h"
+#include "runner/rng.h"
+#include "sched/scheduler.h"
+#include "tokenizer/streaming_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer {
+
+struct Engine::Live {
+  std::unique_ptr<Request> request;
+  StreamingDetokenizer detokenizer;
+  std::string text;     // detokenized output so far (truncated at a matched stop string)
+  size_t emitted = 0;   // bytes of `text` already returned to the caller
+  size_t max_stop_len = 0;
+  bool abort_requested = false;
+
+  Live(std::unique_ptr<Request> r, const Tokenizer& tok)
+      : request(std::move(r)), detokenizer(tok, request->params().skip_special_tokens) {
+    for (const auto& s : request->params().stop) max_stop_len = std::max(max_stop_len, s.size());
+  }
+};
+
+Engine::Engine(EngineConfig config) : config_(std::move(config)) {
+  DI_CHECK(config_.block_size > 0 && config_.block_size <= 1024, "--block-size {} out of range", config_.block_size);
+  DI_CHECK(config_.max_num_seqs > 0, "--max-num-seqs must be positive");
+  DI_CHECK(config_.max_num_batched_tokens > 0, "--max-num-batched-tokens must be positive");
+  BackendOptions options;
+  options.num_threads = config_.num_threads;
+  backend_ = create_backend(config_.device, options);
+  log_info("engine: backend {}", backend_->name());
+  model_ = LoadedModel::open(config_.model_path, *backend_);
+  const ModelConfig& mc = model_->config();
+
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!config_.tokenizer_path.empty()) {
+    tokenizer_ = Tokenizer::from_file(config_.tokenizer_path);
+  } else if (model_->gguf()) {
+    tokenizer_ = Tokenizer::from_gguf(*model_->gguf());
+  } else {
+    tokenizer_ = Tokenizer::from_file(config_.model_path);
+  }
+  log_info("engine: tokenizer with {} tokens loaded in {:.2f} s", tokenizer_->vocab_size(),
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+
+  max_model_len_ = config_.max_model_len > 0 ? config_.max_model_len : std::min(mc.max_position, 8192);
+  DI_CHECK(max_model_len_ > 1, "--max-model-len must be at least 2");
+  DI_CHECK(mc.max_position <= 0 || max_model_len_ <= mc.max_position,
+           "--max-model-len {} exceeds the model's context length {}", max_model_len_, mc.max_position);
+
+  const DType kv_dtype = DType::F32;
+  const KvCacheSpec spec = model_->model().kv_spec(config_.block_size, kv_dtype);
+  int64_t pages = config_.kv_cache_tokens > 0
+                      ? (config_.kv_cache_tokens + config_.block_size - 1) / config_.block_size
+                      : config_.kv_cache_memory_bytes / static_cast<int64_t>(spec.bytes_per_page());
+  DI_CHECK(pages >= 2 && pages < (int64_t{1} << 30), "KV cache of {} pages is out of range", pages);
+  kv_ = std::make_unique<KvStorage>(*backend_, spec, static_cast<int32_t>(pages));
+  const int64_t kv_tokens = pages * config_.block_size;
+  log_info("engine: KV cache {:.1f} MiB = {} tokens in {} pages of {}; max concurrency at {} tokens: {:.1f}x",
+           kv_->bytes() / 1048576.0, kv_tokens, pages, config_.block_size, max_model_len_,
+           static_cast<double>(kv_tokens) / max_model_len_);
+
+  pool_ = std::make_unique<BlockPool>(static_cast<int32_t>(pages));
+  if (config_.enable_prefix_caching) {
+    prefix_cache_ = std::make_unique<PrefixCache>(*pool_, config_.block_size);
+  }
+  SchedulerConfig sc;
+  sc.capacity.block_size = config_.block_size;
+  sc.capacity.max_num_seqs = config_.max_num_seqs;
+  sc.planner.max_num_batched_tokens = config_.max_num_batched_tokens;
+  sc.planner.cost_model = config_.cost_model;
+  sc.planner.step_time_budget_s = config_.step_time_budget_s;
+  scheduler_ = std::make_unique<Scheduler>(sc, *pool_, prefix_cache_.get());
+  RunnerLimits limits;
+  limits.max_num_batched_tokens = config_.max_num_batched_tokens;
+  limits.max_num_seqs = config_.max_num_seqs;
+  runner_ = std::make_unique<ModelRunner>(model_->model(), *backend_, *kv_, limits);
+  sampler_ = std::make_unique<Sampler>(mc.vocab_size);
+}
+
+Engine::~Engine() = default;
+
+int32_t Engine::vocab_size() const { return model_->config().vocab_size; }
+const ModelConfig& Engine::model_config() const { return model_->config(); }
+
+uint64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams params, std::string cache_salt) {
+  const int32_t vocab = vocab_size();
+  DI_CHECK(!prompt_ids.empty(), "the prompt is empty");
+  for (int32_t t : prompt_ids) {
+    DI_CHECK(t >= 0 && t < vocab, "prompt token id {} is outside the vocabulary (size {})", t, vocab);
+  }
+  params.validate(vocab);
+  DI_CHECK(params.n == 1, "Engine::add_request takes one sequence; fan out n = {} in the caller", params.n);
+  const int32_t prompt_len = static_cast<int32_t>(prompt_ids.size());
+  if (prompt_len >= max_model_len_) {
+    throw ParamError("prompt", fmt::format("the prompt has {} tokens, but the maximum context length "
+                                           "is {} (--max-model-len) and at least one token must be generated",
+                                           prompt_len, max_model_len_));
+  }
+  if (!params.max_tokens) {
+    params.max_tokens = max_model_len_ - prompt_len;
+  } else if (prompt_len + *params.max_tokens > max_model_len_) {
+    throw ParamError("max_tokens", fmt::format("max_tokens {} plus the prompt's {} tokens exceeds the "
+                                               "maximum context length {}",
+                                               *params.max_tokens, prompt_len, max_model_len_));
+  }
+  const uint64_t id = next_id_++;
+  const uint64_t seed = params.seed ? *params.seed : rng::derive_seed(config_.seed, id);
+  auto request = std::make_unique<Request>(id, std::move(prompt_ids), std::move(params), seed, std::move(cache_salt));
+  auto live = std::make_unique<Live>(std::move(request), *tokenizer_);
+  scheduler_->add(live->request.get());
+  stats_.prompt_tokens += prompt_len;
+  requests_.emplace(id, std::move(live));
+  return id;
+}
+
+void Engine::abort(uint64_t request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end() || it->second->abort_requested) return;
+  it->second->abort_requested = true;
+  scheduler_->finish(it->second->request.get());
+  aborted_.push_back(request_id);
+}
+
+void Engine::finish(Live& live, FinishReason reason, RequestOutput& out) {
+  Request& r = *live.request;
+  if (reason != FinishReason::Abort && out.stop_reason.empty()) {
+    // Nothing more will arrive: flush bytes held back for UTF-8 completeness.
+    live.text += live.detokenizer.finish();
+  }
+  if (live.emitted < live.text.size()) out.new_text += live.text.substr(live.emitted);
+  live.emitted = live.text.size();
+  r.state = reason == FinishReason::Abort ? RequestState::Aborted : RequestState::Finished;
+  r.finish_reason = reason;
+  r.timings.finished = Clock::now();
+  if (reason != FinishReason::Abort) scheduler_->finish(&r);
+  out.finished = true;
+  out.finish_reason = reason;
+  finished_summaries_[r.id()] = RequestSummary{r.num_prompt_tokens(), r.num_cached_prompt_tokens,
+                                               r.num_output_tokens(), r.timings};
+}
+
+void Engine::process_sample(Live& live, const SampleResult& result, RequestOutput& out) {
+  Request& r = *live.request;
+  const SamplingParams& p = r.params();
+  const int32_t token = result.token;
+  r.append_output(token);
+  ++stats_.generation_tokens;
+  if (r.num_output_tokens() == 1) r.timings.first_token = Clock::now();
+  TokenOutput t;
+  t.token = token;
+  if (p.logprobs) {
+    t.logprob = result.logprob;
+    t.rank = result.rank;
+    auto top = result.top_logprobs();
+    t.top.assign(top.begin(), top.end());
+  }
+  out.new_tokens.push_back(std::move(t));
+
+  const bool min_reached = r.num_output_tokens() >= p.min_tokens;
+  const auto& eos = tokenizer_->eos_ids();
+  const bool is_eos = !p.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end();
+  const bool is_stop_token =
+      std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+  if (min_reached && (is_eos || is_stop_token)) {
+    if (is_stop_token && !is_eos) {
+      // Like EOS, a stop token's text is part of the output only when it is not special.
+      live.text += live.detokenizer.push(token);
+      out.stop_reason = std::to_string(token);
+    }
+    finish(live, FinishReason::Stop, out);
+    return;
+  }
+  live.text += live.detokenizer.push(token);
+  if (!p.stop.empty() && min_reached) {
+    const size_t from = live.emitted >= live.max_stop_len ? live.emitted - live.max_stop_len + 1 : 0;
+    size_t best = std::string::npos;
+    const std::string* matched = nullptr;
+    for (const auto& s : p.stop) {
+      size_t pos = live.text.find(s, from);
+      if (pos != std::string::npos && (best == std::string::npos || pos < best)) {
+        best = pos;
+        matched = &s;
+      }
+    }
+    if (matched) {
+      live.text.resize(best + (p.include_stop_str_in_output ? matched->size() : 0));
+      out.stop_reason = *matched;
+      finish(live, FinishReason::Stop, out);
+      return;
+    }
+  }
+  if (r.num_output_tokens() >= *p.max_tokens || r.num_tokens() >= max_model_len_) {
+    finish(live, FinishReason::Length, out);
+    return;
+  }
+  // Hold back a tail that could still grow into a stop string.
+  size_t safe = live.text.size();
+  if (!p.stop.empty()) safe = live.text.size() > live.max_stop_len - 1 ? live.text.size() - (live.max_stop_len - 1) : 0;
+  if (safe > live.emitted) {
+    out.new_text += live.text.substr(live.emitted, safe - live.emitted);
+    live.emitted = safe;
+  }
+}
+
+std::vector<RequestOutput> Engine::step() {
+  finished_summaries_.clear();
+  std::vector<RequestOutput> outputs;
+  for (uint64_t id : aborted_) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    RequestOutput out;
+    out.request_id = id;
+    finish(*it->second, FinishReason::Abort, out);
+    outputs.push_back(std::move(out));
+    requests_.erase(it);
+  }
+  aborted_.clear();
+
+  ScheduledBatch batch = scheduler_->schedule();
+  stats_.num_preemptions += static_cast<int64_t>(batch.preempted.size());
+  if (batch.empty()) return outputs;
+  Tensor logits = runner_->execute(batch);
+  scheduler_->commit(batch);
+  ++stats_.steps;
+
+  std::vector<SamplingRow> rows;
+  std::vector<Live*> owners;
+  for (const ScheduledSeq& s : batch.seqs) {
+    if (!s.sample) continue;
+    Request& r = *s.request;
+    Live& live = *requests_.at(r.id());
+    SamplingRow row;
+    row.params = &r.params();
+    row.prompt_ids = r.prompt_ids();
+    row.output_ids = r.output_ids();
+    row.seed = r.seed();
+    row.position = r.num_output_tokens();
+    row.eos_masked = r.num_output_tokens() < r.params().min_tokens;
+    row.eos_ids = tokenizer_->eos_ids();
+    rows.push_back(row);
+    owners.push_back(&live);
+  }
+  std::vector<SampleResult> results(rows.size());
+  const size_t vocab = static_cast<size_t>(vocab_size());
+  sampler_->sample(std::span<const float>(logits.data_as<const float>(), rows.size() * vocab), rows, results);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    RequestOutput out;
+    out.request_id = owners[i]->request->id();
+    process_sample(*owners[i], results[i], out);
+    const bool done = out.finished;
+    const uint64_t id = out.request_id;
+    outputs.push_back(std::move(out));
+    if (done) requests_.erase(id);
+  }
+  return outputs;
+}
+
+std::optional<RequestSummary> Engine::summary(uint64_t request_id) const {
+  auto it = finished_summaries_.find(request_id);
+  if (it == finished_summaries_.end()) return std::nullopt;
+  return it->second;
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s = stats_;
+  s.num_running = scheduler_->num_running();
+  s.num_waiting = scheduler_->num_waiting();
+  s.kv_usage = pool_->usage();
+  if (prefix_cache_) {
+    s.prefix_query_tokens = prefix_cache_->stats().query_tokens;
+    s.prefix_hit_tokens = prefix_cache_->stats().hit_tokens;
+  }
+  return s;
+}
+
+void Engine::check_integrity() const {
+  pool_->check_integrity();
+  if (prefix_cache_) prefix_cache_->check_integrity();
+  if (requests_.empty()) {
+    DI_CHECK(pool_->num_free() == pool_->num_blocks(), "KV leak: {} of {} blocks still held with no request in flight",
+             pool_->num_blocks() - pool_->num_free(), pool_->num_blocks());
+  }
+}
+
+double Engine::time_prefill_step(int32_t num_new_tokens, int32_t num_cached_tokens) {
+  DI_CHECK(requests_.empty(), "time_prefill_step needs an idle engine");
+  const int32_t total = num_new_tokens + num_cached_tokens;
+  DI_CHECK(num_new_tokens > 0 && num_new_tokens <= config_.max_num_batched_tokens && total <= max_model_len_,
+           "timing step of {} new + {} cached tokens is out of range", num_new_tokens, num_cached_tokens);
+  Request r(0, std::vector<int32_t>(static_cast<size_t>(total), 0), SamplingParams{}, 0);
+  auto blocks = pool_->allocate((total + config_.block_size - 1) / config_.block_size);
+  DI_CHECK(blocks.has_value(), "KV cache too small for a timing step of {} tokens", total);
+  r.block_ids = *blocks;
+  ScheduledBatch batch;
+  batch.seqs.push_back({&r, num_cached_tokens, num_new_tokens, true});
+  batch.num_tokens = num_new_tokens;
+  const auto t0 = std::chrono::steady_clock::now();
+  runner_->execute(batch);
+  backend_->synchronize();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  pool_->release(r.block_ids);
+  return secs;
+}
+
+}  // namespace deepinfer

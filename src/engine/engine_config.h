@@ -1,0 +1,31 @@
+// EngineConfig: every knob of an Engine, with the well-known flag names of
+// other engines noted. Filled by the CLI / server from flags and environment.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/tensor.h"
+#include "sched/cost_model.h"
+
+namespace deepinfer {
+
+struct EngineConfig {
+  std::string model_path;
+  std::string tokenizer_path;  // empty = the model's own (GGUF metadata or the model folder)
+  DeviceType device = DeviceType::CPU;
+  int32_t num_threads = 0;          // CPU backend threads (0 = all cores)
+  int32_t max_model_len = 0;        // --max-model-len; 0 = min(model's context, 8192)
+  int32_t max_num_seqs = 64;        // --max-num-seqs
+  int32_t max_num_batched_tokens = 512;  // --max-num-batched-tokens (fixed budget without a cost model)
+  int32_t block_size = 16;          // --block-size (tokens per KV page)
+  int64_t kv_cache_tokens = 0;      // 0 = sized from kv_cache_memory_bytes
+  int64_t kv_cache_memory_bytes = 512ll << 20;  // --kv-cache-memory on the CPU
+  bool enable_prefix_caching = true;  // --enable-prefix-caching / --no-enable-prefix-caching
+  std::optional<StepCostModel> cost_model;  // from `deepinfer bench --fit-cost-model`
+  double step_time_budget_s = 0.25;
+  uint64_t seed = 0;  // derives per-request seeds for requests without one
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,139 @@
+#include "deepinfer/llm.h"
+
+#include <unordered_map>
+
+#include "core/error.h"
+#include "runner/rng.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer {
+
+LLM::LLM(EngineConfig config) : engine_(std::move(config)) {
+  const Tokenizer& tok = engine_.tokenizer();
+  if (!tok.chat_template().empty()) {
+    ChatTemplateOptions options;
+    options.bos_token = tok.bos_token();
+    options.eos_token = tok.eos_token();
+    chat_template_ = std::make_unique<ChatTemplate>(tok.chat_template(), options);
+  }
+}
+
+LLM::~LLM() = default;
+
+std::string LLM::apply_chat_template(const nlohmann::json& messages, const nlohmann::json& tools,
+                                     bool add_generation_prompt) const {
+  DI_CHECK(chat_template_ != nullptr, "the model has no chat template; pass a plain prompt instead");
+  DI_CHECK(messages.is_array() && !messages.empty(), "'messages' must be a non-empty list");
+  return chat_template_->render(messages, tools, add_generation_prompt);
+}
+
+std::vector<int32_t> LLM::prompt_ids(const GenerateInput& input) const {
+  if (!input.prompt_ids.empty()) return input.prompt_ids;
+  const Tokenizer& tok = engine_.tokenizer();
+  if (!input.messages.is_null()) {
+    // The template writes BOS and other markers itself, as transformers does.
+    return tok.encode(apply_chat_template(input.messages, input.tools, true), false);
+  }
+  return tok.encode(input.prompt, true);
+}
+
+std::vector<CompletionOutput> LLM::generate(const std::vector<GenerateInput>& inputs,
+                                            const std::function<void(const GenerateProgress&)>& progress) {
+  struct Slot {
+    size_t input;
+    size_t choice;
+  };
+  std::vector<CompletionOutput> outputs(inputs.size());
+  std::unordered_map<uint64_t, Slot> slots;
+  std::vector<size_t> remaining(inputs.size(), 0);
+  GenerateProgress prog;
+  prog.total = inputs.size();
+  std::vector<Clock::time_point> arrival(inputs.size());
+  try {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      outputs[i].prompt_ids = prompt_ids(inputs[i]);
+      SamplingParams params = inputs[i].params;
+      params.validate(engine_.vocab_size());
+      const int32_t n = params.n;
+      outputs[i].choices.resize(static_cast<size_t>(n));
+      remaining[i] = static_cast<size_t>(n);
+      arrival[i] = Clock::now();
+      for (int32_t c = 0; c < n; ++c) {
+        SamplingParams child = params;
+        child.n = 1;
+        // Samples of one prompt differ only by seed; a given seed stays reproducible.
+        if (params.seed && n > 1) child.seed = rng::derive_seed(*params.seed, static_cast<uint64_t>(c));
+        uint64_t id = engine_.add_request(outputs[i].prompt_ids, std::move(child), inputs[i].cache_salt);
+        slots[id] = {i, static_cast<size_t>(c)};
+      }
+      prog.prompt_tokens += static_cast<int64_t>(outputs[i].prompt_ids.size()) * n;
+    }
+  } catch (...) {
+    for (const auto& [id, slot] : slots) engine_.abort(id);
+    while (engine_.has_unfinished()) engine_.step();
+    throw;
+  }
+  while (engine_.has_unfinished()) {
+    for (RequestOutput& out : engine_.step()) {
+      const Slot slot = slots.at(out.request_id);
+      CompletionOutput& o = outputs[slot.input];
+      CompletionChoice& choice = o.choices[slot.choice];
+      choice.text += out.new_text;
+      for (TokenOutput& t : out.new_tokens) {
+        choice.token_ids.push_back(t.token);
+        if (inputs[slot.input].params.logprobs) choice.logprobs.push_back(std::move(t));
+      }
+      prog.generated_tokens += static_cast<int64_t>(out.new_tokens.size());
+      if (!out.finished) continue;
+      choice.finish_reason = out.finish_reason;
+      choice.stop_reason = out.stop_reason;
+      if (auto s = engine_.summary(out.request_id)) {
+        auto secs = [](Clock::time_point a, Clock::time_point b) {
+          return b == Clock::time_point{} ? 0.0 : std::chrono::duration<double>(b - a).count();
+        };
+        if (slot.choice == 0) {
+          o.num_cached_prompt_tokens = s->num_cached_prompt_tokens;
+          o.time_to_first_token_s = secs(s->timings.arrival, s->timings.first_token);
+          o.queue_time_s = secs(s->timings.arrival, s->timings.first_scheduled);
+        }
+        o.latency_s = std::max(o.latency_s, secs(s->timings.arrival, s->timings.finished));
+      }
+      if (--remaining[slot.input] == 0) {
+        ++prog.finished;
+        if (progress) progress(prog);
+      }
+    }
+  }
+  return outputs;
+}
+
+CompletionOutput LLM::stream(const GenerateInput& input, const std::function<void(std::string_view)>& on_text) {
+  SamplingParams params = input.params;
+  DI_CHECK(params.n == 1, "streaming generation takes n = 1");
+  CompletionOutput o;
+  o.prompt_ids = prompt_ids(input);
+  o.choices.resize(1);
+  const uint64_t id = engine_.add_request(o.prompt_ids, params, input.cache_salt);
+  CompletionChoice& choice = o.choices[0];
+  while (engine_.has_unfinished()) {
+    for (RequestOutput& out : engine_.step()) {
+      if (out.request_id != id) continue;
+      if (!out.new_text.empty()) on_text(out.new_text);
+      choice.text += out.new_text;
+      for (TokenOutput& t : out.new_tokens) choice.token_ids.push_back(t.token);
+      if (out.finished) {
+        choice.finish_reason = out.finish_reason;
+        choice.stop_reason = out.stop_reason;
+        if (auto s = engine_.summary(id)) {
+          o.num_cached_prompt_tokens = s->num_cached_prompt_tokens;
+          o.time_to_first_token_s = std::chrono::duration<double>(s->timings.first_token - s->timings.arrival).count();
+          o.latency_s = std::chrono::duration<double>(s->timings.finished - s->timings.arrival).count();
+        }
+      }
+    }
+  }
+  return o;
+}
+
+}  // namespace deepinfer

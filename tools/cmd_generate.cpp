@@ -1,0 +1,216 @@
+// `deepinfer generate`: one prompt streamed to stdout, or a JSONL batch
+// (--input/--output) run together with continuous batching.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "command.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "deepinfer/llm.h"
+#include "engine_flags.h"
+
+namespace deepinfer::cli {
+namespace {
+
+struct GenerateFlags {
+  std::string prompt;
+  std::string system;
+  bool chat = false;
+  std::string input_path;
+  std::string output_path;
+  int32_t max_tokens = 256;
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  std::optional<uint64_t> seed;
+  bool quiet = false;
+};
+
+std::vector<GenerateInput> read_jsonl(const std::string& path, const SamplingParams& defaults) {
+  std::ifstream in(path);
+  DI_CHECK(in.good(), "cannot read input file '{}'", path);
+  std::vector<GenerateInput> inputs;
+  std::string line;
+  size_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    DI_CHECK(j.is_object(), "{}:{}: not a JSON object", path, line_no);
+    GenerateInput g;
+    try {
+      nlohmann::json fields = j;
+      for (const char* k : {"prompt", "messages", "tools", "prompt_token_ids", "cache_salt"}) fields.erase(k);
+      // Per-line sampling fields override the command-line defaults.
+      nlohmann::json merged = nlohmann::json::object();
+      merged["temperature"] = defaults.temperature;
+      merged["max_tokens"] = *defaults.max_tokens;
+      if (defaults.seed) merged["seed"] = *defaults.seed;
+      merged.update(fields);
+      g.params = SamplingParams::from_json(merged);
+    } catch (const Error& e) {
+      fail("{}:{}: {}", path, line_no, e.what());
+    }
+    if (j.contains("messages")) {
+      g.messages = j["messages"];
+      if (j.contains("tools")) g.tools = j["tools"];
+    } else if (j.contains("prompt_token_ids")) {
+      DI_CHECK(j["prompt_token_ids"].is_array(), "{}:{}: prompt_token_ids must be a list", path, line_no);
+      for (const auto& t : j["prompt_token_ids"]) {
+        DI_CHECK(t.is_number_integer(), "{}:{}: prompt_token_ids must hold integers", path, line_no);
+        g.prompt_ids.push_back(t.get<int32_t>());
+      }
+    } else {
+      DI_CHECK(j.contains("prompt") && j["prompt"].is_string(), "{}:{}: needs \"prompt\" (string) or \"messages\"",
+               path, line_no);
+      g.prompt = j["prompt"].get<std::string>();
+    }
+    if (j.contains("cache_salt") && j["cache_salt"].is_string()) g.cache_salt = j["cache_salt"].get<std::string>();
+    inputs.push_back(std::move(g));
+  }
+  return inputs;
+}
+
+nlohmann::json choice_json(const CompletionChoice& c) {
+  nlohmann::json j{{"text", c.text},
+                   {"token_ids", c.token_ids},
+                   {"finish_reason", std::string(to_string(c.finish_reason))}};
+  if (!c.stop_reason.empty()) j["stop_reason"] = c.stop_reason;
+  if (!c.logprobs.empty()) {
+    nlohmann::json lp = nlohmann::json::array();
+    for (const TokenOutput& t : c.logprobs) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const TokenLogprob& a : t.top) top.push_back({{"token_id", a.token}, {"logprob", a.logprob}});
+      lp.push_back({{"token_id", t.token}, {"logprob", t.logprob}, {"rank", t.rank}, {"top_logprobs", top}});
+    }
+    j["logprobs"] = lp;
+  }
+  return j;
+}
+
+int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) {
+  std::vector<GenerateInput> inputs = read_jsonl(g.input_path, defaults);
+  DI_CHECK(!inputs.empty(), "input file '{}' holds no prompts", g.input_path);
+  const auto start = std::chrono::steady_clock::now();
+  auto progress = [&](const GenerateProgress& p) {
+    if (g.quiet) return;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const int width = 30;
+    const int filled = static_cast<int>(width * p.finished / std::max<size_t>(p.total, 1));
+    std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu requests, %.1f tok/s generated", filled,
+                 "##############################", width - filled, "", p.finished, p.total,
+                 p.generated_tokens / std::max(secs, 1e-9));
+    if (p.finished == p.total) std::fprintf(stderr, "\n");
+  };
+  std::vector<CompletionOutput> outputs = llm.generate(inputs, progress);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  std::ofstream out_file;
+  std::ostream* out = &std::cout;
+  if (!g.output_path.empty() && g.output_path != "-") {
+    out_file.open(g.output_path);
+    DI_CHECK(out_file.good(), "cannot write output file '{}'", g.output_path);
+    out = &out_file;
+  }
+  int64_t prompt_tokens = 0, generated = 0, cached = 0;
+  double ttft_sum = 0;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const CompletionOutput& o = outputs[i];
+    int64_t completion_tokens = 0;
+    for (const auto& c : o.choices) completion_tokens += static_cast<int64_t>(c.token_ids.size());
+    nlohmann::json j = choice_json(o.choices[0]);
+    j["index"] = i;
+    j["prompt_tokens"] = o.prompt_ids.size();
+    j["completion_tokens"] = completion_tokens;
+    j["cached_prompt_tokens"] = o.num_cached_prompt_tokens;
+    j["time_to_first_token_s"] = o.time_to_first_token_s;
+    j["latency_s"] = o.latency_s;
+    if (o.choices.size() > 1) {
+      j["choices"] = nlohmann::json::array();
+      for (const auto& c : o.choices) j["choices"].push_back(choice_json(c));
+    }
+    *out << j.dump() << "\n";
+    prompt_tokens += static_cast<int64_t>(o.prompt_ids.size());
+    generated += completion_tokens;
+    cached += o.num_cached_prompt_tokens;
+    ttft_sum += o.time_to_first_token_s;
+  }
+  out->flush();
+  std::fprintf(stderr,
+               "summary: %zu requests, %lld prompt tokens (%lld from prefix cache), %lld generated tokens in "
+               "%.2f s: %.1f generated tok/s, %.1f total tok/s, mean time to first token %.3f s\n",
+               outputs.size(), static_cast<long long>(prompt_tokens), static_cast<long long>(cached),
+               static_cast<long long>(generated), secs, generated / secs, (prompt_tokens + generated) / secs,
+               ttft_sum / outputs.size());
+  return 0;
+}
+
+int run_generate(int argc, char** argv) {
+  CLI::App app{"Generate text with a model: one prompt streamed to stdout, or a JSONL batch."};
+  app.name("deepinfer generate");
+  EngineFlags ef;
+  GenerateFlags g;
+  add_engine_flags(app, ef);
+  app.add_option("--prompt,-p", g.prompt, "prompt text");
+  app.add_flag("--chat", g.chat, "wrap the prompt as a user message in the model's chat template");
+  app.add_option("--system", g.system, "system message (with --chat)");
+  app.add_option("--input", g.input_path, "JSONL file of {\"prompt\"|\"messages\", sampling fields...}");
+  app.add_option("--output", g.output_path, "JSONL output file (default stdout)");
+  app.add_option("--max-tokens,-n", g.max_tokens, "tokens to generate at most")->check(CLI::Range(1, 1 << 24));
+  app.add_option("--temperature,-t", g.temperature, "0 = greedy (default)");
+  app.add_option("--top-k", g.top_k, "0 = off");
+  app.add_option("--top-p", g.top_p, "nucleus sampling mass");
+  app.add_option("--min-p", g.min_p, "minimum probability relative to the top token");
+  app.add_option("--seed", g.seed, "sampling seed");
+  app.add_flag("--quiet,-q", g.quiet, "only errors on stderr");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (g.quiet) set_log_level(LogLevel::Warn);
+  DI_CHECK(g.input_path.empty() != g.prompt.empty(), "pass exactly one of --prompt or --input");
+
+  SamplingParams params;
+  params.temperature = g.temperature;
+  params.top_k = g.top_k;
+  params.top_p = g.top_p;
+  params.min_p = g.min_p;
+  params.seed = g.seed;
+  params.max_tokens = g.max_tokens;
+  LLM llm(finish_engine_flags(ef, argv[0]));
+  params.validate(llm.engine().vocab_size());
+  if (!g.input_path.empty()) return run_batch(llm, g, params);
+
+  GenerateInput input;
+  input.params = params;
+  if (g.chat) {
+    input.messages = nlohmann::json::array();
+    if (!g.system.empty()) input.messages.push_back({{"role", "system"}, {"content", g.system}});
+    input.messages.push_back({{"role", "user"}, {"content", g.prompt}});
+  } else {
+    input.prompt = g.prompt;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  CompletionOutput o = llm.stream(input, [](std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  });
+  std::fputc('\n', stdout);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const size_t n = o.choices[0].token_ids.size();
+  const double decode_secs = secs - o.time_to_first_token_s;
+  log_info("generate: {} prompt tokens, {} generated ({}); first token after {:.3f} s, then {:.1f} tok/s",
+           o.prompt_ids.size(), n, to_string(o.choices[0].finish_reason), o.time_to_first_token_s,
+           n > 1 && decode_secs > 0 ? (n - 1) / decode_secs : 0.0);
+  return 0;
+}
+
+}  // namespace
+
+DEEPINFER_COMMAND("generate", "generate text from a prompt or a JSONL batch", run_generate);
+
+}  // namespace deepinfer::cli

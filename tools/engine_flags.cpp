@@ -1,0 +1,70 @@
+#include "engine_flags.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace deepinfer::cli {
+
+void add_engine_flags(CLI::App& app, EngineFlags& f) {
+  EngineConfig& c = f.config;
+  app.add_option("--model,-m", c.model_path,
+                 "GGUF file or Hugging Face folder (default: built-in SmolLM2-135M-Instruct; "
+                 "DEEPINFER_HF_MODEL_DIR also sets it)");
+  app.add_option("--tokenizer", c.tokenizer_path, "tokenizer.json or folder (default: the model's)");
+  app.add_option("--threads", c.num_threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  app.add_option("--max-model-len", c.max_model_len, "maximum tokens per sequence (prompt + output)")
+      ->check(CLI::Range(0, 1 << 24));
+  app.add_option("--max-num-seqs", c.max_num_seqs, "maximum sequences per step")->check(CLI::Range(1, 65536));
+  app.add_option("--max-num-batched-tokens", c.max_num_batched_tokens, "token budget per step")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--block-size", c.block_size, "tokens per KV-cache page")->check(CLI::Range(1, 1024));
+  app.add_option("--kv-cache-tokens", c.kv_cache_tokens, "KV cache size in tokens (overrides --kv-cache-memory)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 34));
+  app.add_option("--kv-cache-memory", c.kv_cache_memory_bytes, "KV cache size in bytes")
+      ->check(CLI::Range(int64_t{1} << 16, int64_t{1} << 42));
+  app.add_flag("--no-enable-prefix-caching", f.no_prefix_caching, "disable prefix caching");
+  app.add_option("--cost-model", f.cost_model_path, "chunked-prefill cost model (JSON from `deepinfer bench`)");
+  app.add_option("--step-time-budget", c.step_time_budget_s, "seconds per step for the cost model")
+      ->check(CLI::Range(1e-4, 100.0));
+}
+
+std::string default_model_path(const char* argv0) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path exe = fs::canonical("/proc/self/exe", ec);
+  if (ec) exe = fs::absolute(argv0);
+  const std::string name = "SmolLM2-135M-Instruct.Q4_1.gguf";
+  for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
+    fs::path candidate = dir / "models" / name;
+    if (fs::exists(candidate, ec)) return candidate.string();
+  }
+  fail("the built-in default model {} was not found in a models/ folder above {}; run ./build.sh "
+       "(it fetches it) or pass --model",
+       name, exe.string());
+}
+
+EngineConfig finish_engine_flags(EngineFlags& f, const char* argv0) {
+  EngineConfig c = f.config;
+  if (c.model_path.empty()) {
+    if (const char* dir = std::getenv("DEEPINFER_HF_MODEL_DIR"); dir && *dir) {
+      c.model_path = dir;
+    } else {
+      c.model_path = default_model_path(argv0);
+    }
+  }
+  c.enable_prefix_caching = !f.no_prefix_caching;
+  if (!f.cost_model_path.empty()) {
+    std::ifstream in(f.cost_model_path);
+    DI_CHECK(in.good(), "cannot read cost model file '{}'", f.cost_model_path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    c.cost_model = StepCostModel::from_json(ss.str());
+  }
+  return c;
+}
+
+}  // namespace deepinfer::cli

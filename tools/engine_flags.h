@@ -1,0 +1,26 @@
+// Engine flags shared by the subcommands that run a model (generate, bench,
+// serve), named as in other engines (--max-model-len, --max-num-seqs, ...).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "engine/engine_config.h"
+
+namespace deepinfer::cli {
+
+struct EngineFlags {
+  EngineConfig config;
+  std::string cost_model_path;
+  bool no_prefix_caching = false;
+};
+
+void add_engine_flags(CLI::App& app, EngineFlags& flags);
+// Resolves defaults (built-in model, environment) and loads the cost model file.
+EngineConfig finish_engine_flags(EngineFlags& flags, const char* argv0);
+
+// The built-in default model: models/SmolLM2-135M-Instruct.Q4_1.gguf next to
+// the build folder (placed there by scripts/fetch_models.sh).
+std::string default_model_path(const char* argv0);
+
+}  // namespace deepinfer::cli
