@@ -1,0 +1,22 @@
+// tokenizer.json decoders: turn a sequence of token strings back into text.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace deepinfer::tok {
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  // Transforms the list of token strings (tokenizers' decode_chain); the final text
+  // is the concatenation of the result.
+  virtual void decode_chain(std::vector<std::string>& tokens) const = 0;
+};
+
+std::unique_ptr<Decoder> make_decoder(const nlohmann::json& config);
+
+}  // namespace deepinfer::tok

@@ -1,0 +1,196 @@
+// Tokenizer::from_gguf: the vocabulary stored in a GGUF file's tokenizer.* metadata.
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "loader/gguf.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/regex.h"
+#include "tokenizer/tokenizer_parts.h"
+#include "tokenizer/utf8.h"
+
+namespace deepinfer {
+
+using json = nlohmann::json;
+using namespace tok;
+
+namespace {
+
+// GGUF token types.
+constexpr int32_t kTypeNormal = 1;
+constexpr int32_t kTypeUnused = 5;
+constexpr int32_t kTypeControl = 3;
+constexpr int32_t kTypeUserDefined = 4;
+
+constexpr const char* kLlama3Split =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kQwen2Split =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kO200kSplit =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kDeepseekV3Split =
+    R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+json split(const std::string& regex) {
+  return {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}};
+}
+json byte_level(bool use_regex) {
+  return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", use_regex}};
+}
+json sequence(std::vector<json> parts) { return {{"type", "Sequence"}, {"pretokenizers", parts}}; }
+
+// The pre-tokenizer llama.cpp's tokenizer.ggml.pre names stand for.
+json byte_level_pre_tokenizer(std::string_view pre) {
+  if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "falcon3" || pre == "pixtral")
+    return sequence({split(kLlama3Split), byte_level(false)});
+  if (pre == "qwen2" || pre == "qwen3" || pre == "deepseek-r1-qwen" || pre == "megrez")
+    return sequence({split(kQwen2Split), byte_level(false)});
+  if (pre == "gpt-4o" || pre == "gpt4o" || pre == "o200k")
+    return sequence({split(kO200kSplit), byte_level(false)});
+  if (pre == "deepseek-v3")
+    return sequence({split(R"(\p{N}{1,3})"), split("[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"),
+                     split(kDeepseekV3Split), byte_level(false)});
+  if (pre == "smollm" || pre == "starcoder" || pre == "refact")
+    return sequence({{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)});
+  if (pre != "default" && pre != "gpt-2" && pre != "gpt2")
+    log_warn("tokenizer: unknown GGUF pre-tokenizer '{}', using GPT-2's split rules", pre);
+  return byte_level(true);
+}
+
+template <typename T>
+std::vector<T> optional_array(const GgufFile& gguf, const char* key, std::vector<T> (GgufFile::*get)(std::string_view) const,
+                              size_t n, T def) {
+  if (!gguf.has(key)) return std::vector<T>(n, def);
+  std::vector<T> v = (gguf.*get)(key);
+  DI_CHECK(v.size() == n, "tokenizer: GGUF {} has {} entries for {} tokens", key, v.size(), n);
+  return v;
+}
+
+std::optional<int32_t> optional_id(const GgufFile& gguf, const char* key, size_t n) {
+  auto v = gguf.find_i64(key);
+  if (!v || *v < 0) return std::nullopt;  // some converters store -1 for "none"
+  DI_CHECK(static_cast<uint64_t>(*v) < n, "tokenizer: GGUF {} = {} is outside the vocabulary", key, *v);
+  return static_cast<int32_t>(*v);
+}
+
+// SentencePiece merges by score: any two adjacent pieces whose concatenation is a
+// token merge, best-scoring result first. Enumerating every split of every token
+// turns this into an ordinary ranked merge list.
+std::vector<tok::BpeMerge> merges_from_scores(const std::vector<std::string>& vocab, const std::vector<float>& scores,
+                                              const std::vector<int32_t>& types) {
+  std::unordered_map<std::string_view, int32_t> index;
+  index.reserve(vocab.size());
+  for (size_t i = 0; i < vocab.size(); ++i) index.emplace(vocab[i], static_cast<int32_t>(i));
+  std::vector<int32_t> order(vocab.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+  std::vector<tok::BpeMerge> merges;
+  for (int32_t id : order) {
+    if (types[id] != kTypeNormal && types[id] != kTypeUnused) continue;
+    std::string_view text = vocab[id];
+    size_t pos = 0;
+    tok::utf8_next(text, pos);
+    while (pos < text.size()) {
+      auto left = index.find(text.substr(0, pos));
+      auto right = index.find(text.substr(pos));
+      if (left != index.end() && right != index.end()) merges.push_back({left->second, right->second, id});
+      tok::utf8_next(text, pos);
+    }
+  }
+  return merges;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& gguf) {
+  const std::string model(gguf.get_string("tokenizer.ggml.model"));
+  DI_CHECK(model == "gpt2" || model == "llama", "tokenizer: GGUF tokenizer model '{}' is not supported (gpt2, llama)", model);
+  auto token_views = gguf.get_string_array("tokenizer.ggml.tokens");
+  const size_t n = token_views.size();
+  DI_CHECK(n > 0, "tokenizer: GGUF vocabulary is empty");
+  std::vector<int32_t> types = optional_array<int32_t>(gguf, "tokenizer.ggml.token_type", &GgufFile::get_i32_array, n, 1);
+
+  Parts parts;
+  parts.vocab.reserve(n);
+  for (auto v : token_views) parts.vocab.emplace_back(v);
+  for (size_t i = 0; i < n; ++i) {
+    if (types[i] == kTypeControl || types[i] == kTypeUserDefined) {
+      if (parts.vocab[i].empty()) continue;
+      tok::AddedToken t;
+      t.id = static_cast<int32_t>(i);
+      t.content = parts.vocab[i];
+      // llama.cpp stores SentencePiece user-defined tokens with " " for "\u2581"; restore
+      // the SentencePiece form so they match what the normalizer produces, as in tokenizer.json.
+      if (model == "llama" && types[i] == kTypeUserDefined) {
+        t.content = tok::Regex(" ", true).replace_all(t.content, "\u2581");
+        parts.vocab[i] = t.content;
+      }
+      t.special = types[i] == kTypeControl;
+      parts.added.push_back(std::move(t));
+    }
+  }
+  auto bos = optional_id(gguf, "tokenizer.ggml.bos_token_id", n);
+  auto eos = optional_id(gguf, "tokenizer.ggml.eos_token_id", n);
+  auto unk = optional_id(gguf, "tokenizer.ggml.unknown_token_id", n);
+
+  bool add_bos_default = false;
+  if (model == "gpt2") {
+    std::unordered_map<std::string_view, int32_t> index;
+    index.reserve(n);
+    for (size_t i = 0; i < n; ++i) index.emplace(parts.vocab[i], static_cast<int32_t>(i));
+    auto merges = gguf.get_string_array("tokenizer.ggml.merges");
+    parts.merges.reserve(merges.size());
+    std::string joined;
+    for (size_t rank = 0; rank < merges.size(); ++rank) {
+      std::string_view m = merges[rank];
+      size_t space = m.find(' ');
+      DI_CHECK(space != std::string_view::npos, "tokenizer: GGUF merge {} is not 'a b'", rank);
+      auto a = index.find(m.substr(0, space));
+      auto b = index.find(m.substr(space + 1));
+      joined.assign(m.substr(0, space));
+      joined += m.substr(space + 1);
+      auto c = index.find(joined);
+      DI_CHECK(a != index.end() && b != index.end() && c != index.end(),
+               "tokenizer: GGUF merge {} ('{}') uses tokens outside the vocabulary", rank, m);
+      parts.merges.push_back({a->second, b->second, c->second});
+    }
+    parts.pre_tokenizer = tok::make_pre_tokenizer(byte_level_pre_tokenizer(gguf.find_string("tokenizer.ggml.pre").value_or("default")));
+    parts.decoder = tok::make_decoder(json{{"type", "ByteLevel"}});
+  } else {
+    std::vector<float> scores = optional_array<float>(gguf, "tokenizer.ggml.scores", &GgufFile::get_f32_array, n, 0.0f);
+    parts.merges = merges_from_scores(parts.vocab, scores, types);
+    parts.options.byte_fallback = true;
+    parts.options.unk_id = unk;
+    parts.options.fuse_unk = true;
+    const bool space_prefix = gguf.find_bool("tokenizer.ggml.add_space_prefix").value_or(true);
+    json normalizers = json::array();
+    if (space_prefix) normalizers.push_back({{"type", "Prepend"}, {"prepend", "\u2581"}});
+    normalizers.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}});
+    parts.normalizer = tok::make_normalizer({{"type", "Sequence"}, {"normalizers", normalizers}});
+    json decoders = json::array({json{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                                 json{{"type", "ByteFallback"}}, json{{"type", "Fuse"}}});
+    if (space_prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+    parts.decoder = tok::make_decoder({{"type", "Sequence"}, {"decoders", decoders}});
+    add_bos_default = true;
+  }
+  if (gguf.find_bool("tokenizer.ggml.add_bos_token").value_or(add_bos_default) && bos) parts.prefix.push_back(*bos);
+  if (gguf.find_bool("tokenizer.ggml.add_eos_token").value_or(false) && eos) parts.suffix.push_back(*eos);
+
+  std::unique_ptr<Tokenizer> t(new Tokenizer());
+  t->assemble(std::move(parts));
+  t->bos_id_ = bos;
+  t->eos_id_ = eos;
+  if (bos) t->bos_token_ = t->id_to_token_[*bos];
+  if (eos) t->eos_token_ = t->id_to_token_[*eos];
+  t->chat_template_ = std::string(gguf.find_string("tokenizer.chat_template").value_or(""));
+  t->finish_special_ids();
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    auto id = optional_id(gguf, key, n);
+    if (id && std::find(t->eos_ids_.begin(), t->eos_ids_.end(), *id) == t->eos_ids_.end()) t->eos_ids_.push_back(*id);
+  }
+  return t;
+}
+
+}  // namespace deepinfer
