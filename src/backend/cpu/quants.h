@@ -20,7 +20,12 @@ struct QuantKernels {
   float (*dot)(const void* weight_row, const void* act_row, int64_t n) = nullptr;
 };
 
-// Throws deepinfer::Error for dtypes without CPU kernels.
+// Throws deepinfer::Error for dtypes without CPU kernels. Returns the fastest
+// kernels this build has (AVX2/FMA/F16C when compiled for them).
 const QuantKernels& quant_kernels(DType weight);
+
+// The portable scalar kernels: same dequantisation bit for bit, and the same
+// activation format and dots up to float rounding. For tests and comparison.
+const QuantKernels& quant_kernels_portable(DType weight);
 
 }  // namespace deepinfer::cpu

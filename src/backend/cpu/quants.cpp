@@ -1,0 +1,84 @@
+#include "backend/cpu/quants.h"
+
+#include <array>
+#include <string>
+
+#include "backend/cpu/quants_internal.h"
+#include "core/error.h"
+
+namespace deepinfer::cpu {
+
+namespace {
+
+using namespace quants;
+
+constexpr size_t kNumDTypes = static_cast<size_t>(DType::Count);
+using KernelTable = std::array<QuantKernels, kNumDTypes>;
+
+// What differs between instruction sets; dequantisation is shared (it is exact
+// and the compiler vectorises it).
+struct IsaKernels {
+  QuantizeFn quantize_q8_0, quantize_q8_k;
+  DotFn f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k;
+};
+
+KernelTable make_table(const IsaKernels& k) {
+  KernelTable t{};
+  auto set = [&](DType w, DType act, DequantizeFn deq, QuantizeFn quant, DotFn dot) {
+    t[static_cast<size_t>(w)] = QuantKernels{w, act, deq, quant, dot};
+  };
+  set(DType::F32, DType::F32, dequantize_f32, nullptr, k.f32);
+  set(DType::F16, DType::F32, dequantize_f16, nullptr, k.f16);
+  set(DType::BF16, DType::F32, dequantize_bf16, nullptr, k.bf16);
+  set(DType::Q4_0, DType::Q8_0, dequantize_q4_0, k.quantize_q8_0, k.q4_0);
+  set(DType::Q4_1, DType::Q8_0, dequantize_q4_1, k.quantize_q8_0, k.q4_1);
+  set(DType::Q5_0, DType::Q8_0, dequantize_q5_0, k.quantize_q8_0, k.q5_0);
+  set(DType::Q5_1, DType::Q8_0, dequantize_q5_1, k.quantize_q8_0, k.q5_1);
+  set(DType::Q8_0, DType::Q8_0, dequantize_q8_0, k.quantize_q8_0, k.q8_0);
+  set(DType::Q2_K, DType::Q8_K, dequantize_q2_k, k.quantize_q8_k, k.q2_k);
+  set(DType::Q3_K, DType::Q8_K, dequantize_q3_k, k.quantize_q8_k, k.q3_k);
+  set(DType::Q4_K, DType::Q8_K, dequantize_q4_k, k.quantize_q8_k, k.q4_k);
+  set(DType::Q5_K, DType::Q8_K, dequantize_q5_k, k.quantize_q8_k, k.q5_k);
+  set(DType::Q6_K, DType::Q8_K, dequantize_q6_k, k.quantize_q8_k, k.q6_k);
+  return t;
+}
+
+KernelTable make_portable() {
+  using namespace scalar;
+  return make_table({quantize_q8_0, quantize_q8_k, dot_f32, dot_f16, dot_bf16, dot_q4_0, dot_q4_1,
+                     dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k,
+                     dot_q6_k});
+}
+
+KernelTable make_native() {
+#if defined(DEEPINFER_QUANTS_AVX2)
+  using namespace avx2;
+  return make_table({quantize_q8_0, quantize_q8_k, dot_f32, dot_f16, dot_bf16, dot_q4_0, dot_q4_1,
+                     dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k,
+                     dot_q6_k});
+#else
+  return make_portable();
+#endif
+}
+
+const QuantKernels& lookup(const KernelTable& table, DType weight) {
+  const auto i = static_cast<size_t>(weight);
+  DI_CHECK(i < kNumDTypes && table[i].dot != nullptr,
+           "no CPU quantisation kernels for weight dtype {}",
+           i < kNumDTypes ? std::string(dtype_name(weight)) : "#" + std::to_string(i));
+  return table[i];
+}
+
+}  // namespace
+
+const QuantKernels& quant_kernels(DType weight) {
+  static const KernelTable table = make_native();
+  return lookup(table, weight);
+}
+
+const QuantKernels& quant_kernels_portable(DType weight) {
+  static const KernelTable table = make_portable();
+  return lookup(table, weight);
+}
+
+}  // namespace deepinfer::cpu

@@ -1,0 +1,85 @@
+// Dequantisation against the gguf package's numpy reference on real GGUF rows
+// (SmolLM2, Gemma 3), gguf-quantised random data and random bytes. The
+// reference evaluates the same float expressions in the same order
+// (d * q, then + m or - dmin * m), so the results must match bit for bit.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/quants.h"
+#include "core/error.h"
+#include "reference_data.h"
+
+namespace deepinfer {
+namespace {
+
+using cpu::QuantKernels;
+
+class Dequantize : public ::testing::TestWithParam<std::string> {};
+
+void expect_bit_exact(const QuantKernels& k, const test::QuantReference& ref, const char* which) {
+  std::vector<float> out(static_cast<size_t>(ref.cols));
+  for (int64_t r = 0; r < ref.rows; ++r) {
+    k.dequantize_row(ref.row(r), out.data(), ref.cols);
+    int mismatches = 0;
+    for (int64_t i = 0; i < ref.cols; ++i) {
+      uint32_t got, want;
+      std::memcpy(&got, &out[i], 4);
+      std::memcpy(&want, ref.expected_row(r) + i, 4);
+      if (got != want && mismatches++ < 3) {
+        ADD_FAILURE() << which << " " << dtype_name(ref.dtype) << " row " << r << " element " << i
+                      << ": got " << out[i] << " want " << ref.expected_row(r)[i];
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << which << " " << dtype_name(ref.dtype) << " row " << r;
+  }
+}
+
+TEST_P(Dequantize, MatchesGgufReferenceBitForBit) {
+  const test::QuantReference ref = test::load_quant_reference(GetParam());
+  ASSERT_GT(ref.rows, 0);
+  expect_bit_exact(cpu::quant_kernels(ref.dtype), ref, "native");
+  expect_bit_exact(cpu::quant_kernels_portable(ref.dtype), ref, "portable");
+}
+
+// Rows are independent blocks: dequantising a prefix writes exactly that prefix.
+TEST_P(Dequantize, PrefixWritesOnlyItsElements) {
+  const test::QuantReference ref = test::load_quant_reference(GetParam());
+  ASSERT_GT(ref.rows, 0);
+  const int64_t block = dtype_info(ref.dtype).block_elems == 1 ? 8 : dtype_info(ref.dtype).block_elems;
+  std::vector<float> out(static_cast<size_t>(ref.cols), -7.0f);
+  cpu::quant_kernels(ref.dtype).dequantize_row(ref.row(0), out.data(), block);
+  EXPECT_EQ(std::memcmp(out.data(), ref.expected_row(0), block * sizeof(float)), 0);
+  for (int64_t i = block; i < ref.cols; ++i) ASSERT_EQ(out[i], -7.0f) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKernelDTypes, Dequantize,
+                         ::testing::ValuesIn(test::kernel_dtype_names()),
+                         [](const auto& info) { return info.param; });
+
+TEST(QuantKernels, TableDescribesEachWeightDType) {
+  for (const std::string& name : test::kernel_dtype_names()) {
+    const DType w = test::dtype_from_name(name);
+    for (const QuantKernels* k : {&cpu::quant_kernels(w), &cpu::quant_kernels_portable(w)}) {
+      EXPECT_EQ(k->weight, w) << name;
+      const int block = dtype_info(w).block_elems;
+      const DType want_act = block == 1 ? DType::F32 : block == 32 ? DType::Q8_0 : DType::Q8_K;
+      EXPECT_EQ(k->act, want_act) << name;
+      EXPECT_EQ(k->quantize_act == nullptr, k->act == DType::F32) << name;
+      EXPECT_NE(k->dequantize_row, nullptr) << name;
+      EXPECT_NE(k->dot, nullptr) << name;
+    }
+  }
+}
+
+TEST(QuantKernels, UnsupportedDTypesThrow) {
+  for (DType d : {DType::I32, DType::I64, DType::I8, DType::U8, DType::Q8_1, DType::Q8_K,
+                  DType::Count, static_cast<DType>(200)}) {
+    EXPECT_THROW(cpu::quant_kernels(d), Error) << static_cast<int>(d);
+    EXPECT_THROW(cpu::quant_kernels_portable(d), Error) << static_cast<int>(d);
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
