@@ -120,6 +120,7 @@ void GgufFile::parse_all() {
   for (uint64_t i = 0; i < n_kv; ++i) {
     GgufKeyValue kv;
     kv.key = r.string("metadata key");
+    DI_CHECK(!kv.key.empty(), "GGUF metadata key {} is empty", i);
     try {
       auto type = gguf_detail::checked_type(r.read<uint32_t>("metadata type"), "metadata value");
       kv.value = gguf_detail::read_value(r, type, 0);
@@ -133,7 +134,7 @@ void GgufFile::parse_all() {
 
   if (auto align = find_u64("general.alignment")) {
     DI_CHECK(*align > 0 && *align <= std::numeric_limits<uint32_t>::max() && std::has_single_bit(*align),
-             "general.alignment {} is not a power of two", *align);
+             "general.alignment {} is not a power of two below 2^32", *align);
     alignment_ = *align;
   }
 
@@ -200,8 +201,8 @@ void GgufFile::parse_all() {
     DI_CHECK(t.offset % alignment_ == 0, "tensor '{}' offset {} is not a multiple of the alignment {}",
              t.name, t.offset, alignment_);
     DI_CHECK(t.offset <= data_size && t.nbytes <= data_size - t.offset,
-             "tensor '{}' data [{}, {}) lies outside the {}-byte data section", t.name, t.offset,
-             t.offset + t.nbytes, data_size);
+             "tensor '{}' data ({} bytes at offset {}) lies outside the {}-byte data section", t.name,
+             t.nbytes, t.offset, data_size);
     if (t.nbytes) ranges.emplace_back(t.offset, t.offset + t.nbytes);
   }
   std::sort(ranges.begin(), ranges.end());
