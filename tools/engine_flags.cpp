@@ -57,6 +57,9 @@ EngineConfig finish_engine_flags(EngineFlags& f, const char* argv0) {
     }
   }
   c.enable_prefix_caching = !f.no_prefix_caching;
+  if (const char* bi = std::getenv("DEEPINFER_BATCH_INVARIANT"); bi && std::string_view(bi) == "1") {
+    c.batch_invariant = true;
+  }
   if (!f.cost_model_path.empty()) {
     std::ifstream in(f.cost_model_path);
     DI_CHECK(in.good(), "cannot read cost model file '{}'", f.cost_model_path);

@@ -117,6 +117,10 @@ class Backend {
 
 struct BackendOptions {
   int num_threads = 0;  // CPU: 0 = all hardware threads
+  // Every output row is computed by the same arithmetic whatever the batch
+  // size, so a request's results do not depend on what else is batched with it
+  // (DEEPINFER_BATCH_INVARIANT=1). Costs prefill speed on the CPU.
+  bool batch_invariant = false;
 };
 
 std::unique_ptr<Backend> create_backend(DeviceType type, const BackendOptions& options = {});

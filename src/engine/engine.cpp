@@ -38,6 +38,7 @@ Engine::Engine(EngineConfig config) : config_(std::move(config)) {
   DI_CHECK(config_.max_num_batched_tokens > 0, "--max-num-batched-tokens must be positive");
   BackendOptions options;
   options.num_threads = config_.num_threads;
+  options.batch_invariant = config_.batch_invariant;
   backend_ = create_backend(config_.device, options);
   log_info("engine: backend {}", backend_->name());
   model_ = LoadedModel::open(config_.model_path, *backend_);

@@ -25,6 +25,7 @@ struct EngineConfig {
   bool enable_prefix_caching = true;  // --enable-prefix-caching / --no-enable-prefix-caching
   std::optional<StepCostModel> cost_model;  // from `deepinfer bench --fit-cost-model`
   double step_time_budget_s = 0.25;
+  bool batch_invariant = false;  // DEEPINFER_BATCH_INVARIANT=1
   uint64_t seed = 0;  // derives per-request seeds for requests without one
 };
 

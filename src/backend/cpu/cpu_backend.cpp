@@ -35,7 +35,8 @@ void ScratchBuffer::grow(size_t bytes) {
   capacity_ = capacity;
 }
 
-CpuBackend::CpuBackend(const BackendOptions& options) : pool_(options.num_threads) {
+CpuBackend::CpuBackend(const BackendOptions& options)
+    : batch_invariant_(options.batch_invariant), pool_(options.num_threads) {
   // Parallelism comes from our own pool; BLAS runs single-threaded inside it.
   openblas_set_num_threads(1);
   thread_scratch_.resize(static_cast<size_t>(pool_.num_threads()));

@@ -73,6 +73,8 @@ class CpuBackend final : public Backend {
   // Up to this many rows of x, linear runs as matrix-vector products on the
   // quantised activations; above it, as dequantised tiles times OpenBLAS sgemm.
   static constexpr int64_t kLinearGemvMaxRows = 4;
+  // Always take the per-row (gemv) path so results do not depend on batch size.
+  bool batch_invariant_ = false;
 
  private:
   void linear_gemv(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out);

@@ -5,6 +5,7 @@
 //    once to the weight kernels' activation format, then threads split the
 //    weight rows and call `dot`, so the weights are read exactly once in their
 //    compact form: decode is bound by weight bandwidth.
+//    With batch invariance on, every batch takes this path.
 //  - gemm (prefill): threads take tiles of weight rows, dequantise a tile into
 //    per-thread f32 scratch and multiply it with all of x through OpenBLAS
 //    sgemm; f32 weights go to sgemm directly. The dequantisation is amortised
@@ -35,7 +36,7 @@ int64_t tile_rows(int64_t m, int threads) {
 
 void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) {
   if (x.size(0) == 0 || weight.size(0) == 0) return;
-  if (x.size(0) <= kLinearGemvMaxRows) {
+  if (batch_invariant_ || x.size(0) <= kLinearGemvMaxRows) {
     linear_gemv(x, weight, bias, out);
   } else {
     linear_gemm(x, weight, bias, out);
