@@ -1,7 +1,6 @@
 // Tokenizer::from_gguf: the vocabulary stored in a GGUF file's tokenizer.* metadata.
 #include <algorithm>
 #include <nlohmann/json.hpp>
-#include <numeric>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -77,28 +76,50 @@ std::optional<int32_t> optional_id(const GgufFile& gguf, const char* key, size_t
 
 // SentencePiece merges by score: any two adjacent pieces whose concatenation is a
 // token merge, best-scoring result first. Enumerating every split of every token
-// turns this into an ordinary ranked merge list.
+// turns this into an ordinary ranked merge list, ordered as transformers'
+// SentencePiece converter orders it (score, then longer left piece, then longer
+// right piece), so GGUF and tokenizer.json vocabularies tokenize alike.
+// User-defined pieces have score 0 in SentencePiece (GGUF writes -1000 for them).
 std::vector<tok::BpeMerge> merges_from_scores(const std::vector<std::string>& vocab, const std::vector<float>& scores,
                                               const std::vector<int32_t>& types) {
   std::unordered_map<std::string_view, int32_t> index;
   index.reserve(vocab.size());
   for (size_t i = 0; i < vocab.size(); ++i) index.emplace(vocab[i], static_cast<int32_t>(i));
-  std::vector<int32_t> order(vocab.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
-  std::vector<tok::BpeMerge> merges;
-  for (int32_t id : order) {
-    if (types[id] != kTypeNormal && types[id] != kTypeUnused) continue;
+  struct Ranked {
+    tok::BpeMerge merge;
+    float score;
+    uint32_t left_chars, right_chars;
+  };
+  auto chars = [](std::string_view s) {
+    uint32_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+    return n;
+  };
+  std::vector<Ranked> ranked;
+  for (size_t id = 0; id < vocab.size(); ++id) {
+    if (types[id] != kTypeNormal && types[id] != kTypeUnused && types[id] != kTypeUserDefined) continue;
+    const float score = types[id] == kTypeUserDefined ? 0.0f : scores[id];
     std::string_view text = vocab[id];
     size_t pos = 0;
     tok::utf8_next(text, pos);
     while (pos < text.size()) {
       auto left = index.find(text.substr(0, pos));
       auto right = index.find(text.substr(pos));
-      if (left != index.end() && right != index.end()) merges.push_back({left->second, right->second, id});
+      if (left != index.end() && right != index.end()) {
+        ranked.push_back({{left->second, right->second, static_cast<int32_t>(id)}, score,
+                          chars(text.substr(0, pos)), chars(text.substr(pos))});
+      }
       tok::utf8_next(text, pos);
     }
   }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
+    if (a.score != b.score) return a.score > b.score;
+    if (a.left_chars != b.left_chars) return a.left_chars > b.left_chars;
+    return a.right_chars > b.right_chars;
+  });
+  std::vector<tok::BpeMerge> merges;
+  merges.reserve(ranked.size());
+  for (const auto& r : ranked) merges.push_back(r.merge);
   return merges;
 }
 
