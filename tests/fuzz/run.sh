@@ -10,6 +10,7 @@
 #   FUZZ_TARGETS="gguf ..."  only these targets (default: all)
 #   FUZZ_BUILD_DIR=build-fuzz
 #   FUZZ_JOBS=$(nproc)       build parallelism
+#   FUZZ_TIMEOUT=5           seconds one input may take
 # Crash inputs are kept in $FUZZ_BUILD_DIR/artifacts/<x>/; replay one with
 #   $FUZZ_BUILD_DIR/fuzz_<x> <file>
 # Link a target against only the modules it needs with
@@ -19,6 +20,8 @@ cd "$(dirname "$0")/../.."
 root=$(pwd)
 seconds="${FUZZ_SECONDS:-20}"
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
+case "$build" in /*) ;; *) build="$root/$build" ;; esac
+timeout="${FUZZ_TIMEOUT:-5}"
 jobs="${FUZZ_JOBS:-$(nproc)}"
 
 command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (./build.sh installs it)" >&2; exit 1; }
@@ -66,7 +69,7 @@ for t in "${targets[@]}"; do
   for seed in "tests/fuzz/corpus/$t" "tests/fuzz/corpus/fuzz_$t"; do
     if [ -d "$seed" ]; then cp -r "$seed"/. "$corpus"/; fi
   done
-  args=(-max_total_time="$seconds" -timeout=5 -rss_limit_mb=2048 -print_final_stats=1
+  args=(-max_total_time="$seconds" -timeout="$timeout" -rss_limit_mb=2048 -print_final_stats=1
     -artifact_prefix="$artifacts/")
   if [ -f "tests/fuzz/$t.dict" ]; then args+=(-dict="tests/fuzz/$t.dict"); fi
   log="$work/$t.log"
@@ -77,7 +80,7 @@ for t in "${targets[@]}"; do
   if [ "$rc" -eq 0 ]; then
     status="ok"
   else
-    status="FAILED (exit $rc; log $root/$log, inputs in $root/$artifacts)"
+    status="FAILED (exit $rc; log $log, inputs in $artifacts)"
     failed=1
     tail -n 40 "$log" >&2
   fi
