@@ -1,16 +1,11 @@
 // Dequantisation of every supported weight format, and the scalar quantisers
 // of the 8-bit activation formats.
 //
-// The results must equal the gguf reference bit for bit, which evaluates
-// `d * q + m` as a rounded product followed by a rounded sum. A fused
-// multiply-add rounds once and gives different last bits, so contraction is
-// switched off for this file.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
-
+// The results equal the gguf reference bit for bit even when the compiler
+// fuses `d * q + m` into one FMA: wherever a product is followed by an add or
+// subtract, it is an f16 scale (11-bit significand) times small integer scales
+// and quants, at most 22 significant bits, so it is exact in float and only
+// the add or subtract rounds, fused or not.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
