@@ -1,0 +1,258 @@
+// Engine-level tests on the real default model (SmolLM2-135M-Instruct, GGUF
+// Q4_1): continuous batching, preemption, chunked prefill, prefix caching and
+// abort must not change what a greedy request generates, and must not leak KV.
+// They run in batch-invariant mode so that equality is exact by construction.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "deepinfer/llm.h"
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer {
+namespace {
+
+std::string model_path() {
+  return std::string(DEEPINFER_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+EngineConfig base_config() {
+  EngineConfig c;
+  c.model_path = model_path();
+  c.batch_invariant = true;
+  c.max_model_len = 512;
+  c.max_num_seqs = 64;
+  c.max_num_batched_tokens = 256;
+  c.kv_cache_tokens = 8192;
+  return c;
+}
+
+#define REQUIRE_MODEL()                                                          \
+  if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "model not fetched: run ./build.sh"
+
+SamplingParams greedy(int32_t max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+// Prompts of mixed lengths (a few to ~80 tokens), all different.
+std::vector<std::string> mixed_prompts(int n) {
+  const std::vector<std::string> parts = {
+      "The history of the printing press", "Water boils at", "def add(a, b):\n    return",
+      "In a small village by the sea, there lived an old fisherman who", "1, 2, 3, 5, 8, 13,",
+      "The best way to learn a language is", "Photosynthesis converts", "Once upon a time"};
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    std::string p = parts[i % parts.size()];
+    for (int r = 0; r < i % 5; ++r) p += " and then " + parts[(i + r + 1) % parts.size()];
+    out.push_back(p + " (" + std::to_string(i) + ")");
+  }
+  return out;
+}
+
+// Runs each prompt alone (one request in flight at a time).
+std::vector<std::vector<int32_t>> run_alone(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                                            int32_t max_tokens) {
+  std::vector<std::vector<int32_t>> result;
+  for (const auto& p : prompts) {
+    uint64_t id = engine.add_request(p, greedy(max_tokens));
+    std::vector<int32_t> tokens;
+    while (engine.has_unfinished()) {
+      for (auto& o : engine.step()) {
+        EXPECT_EQ(o.request_id, id);
+        for (auto& t : o.new_tokens) tokens.push_back(t.token);
+      }
+    }
+    result.push_back(tokens);
+  }
+  engine.check_integrity();
+  return result;
+}
+
+std::vector<std::vector<int32_t>> run_together(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                                               int32_t max_tokens) {
+  std::map<uint64_t, size_t> index;
+  for (size_t i = 0; i < prompts.size(); ++i) index[engine.add_request(prompts[i], greedy(max_tokens))] = i;
+  std::vector<std::vector<int32_t>> result(prompts.size());
+  while (engine.has_unfinished()) {
+    for (auto& o : engine.step()) {
+      for (auto& t : o.new_tokens) result[index.at(o.request_id)].push_back(t.token);
+    }
+    engine.check_integrity();
+  }
+  engine.check_integrity();
+  return result;
+}
+
+std::vector<std::vector<int32_t>> encode_all(const Engine& engine, const std::vector<std::string>& texts) {
+  std::vector<std::vector<int32_t>> ids;
+  for (const auto& t : texts) ids.push_back(engine.tokenizer().encode(t, true));
+  return ids;
+}
+
+TEST(Engine, SixtyFourBatchedRequestsMatchSequentialRuns) {
+  REQUIRE_MODEL();
+  Engine engine(base_config());
+  auto prompts = encode_all(engine, mixed_prompts(64));
+  auto alone = run_alone(engine, prompts, 6);
+  auto together = run_together(engine, prompts, 6);
+  ASSERT_EQ(alone.size(), together.size());
+  for (size_t i = 0; i < alone.size(); ++i) {
+    ASSERT_EQ(alone[i].size(), 6u);
+    EXPECT_EQ(alone[i], together[i]) << "request " << i;
+  }
+}
+
+TEST(Engine, PreemptionAndResumeGiveTheSameTokens) {
+  REQUIRE_MODEL();
+  EngineConfig c = base_config();
+  c.kv_cache_tokens = 16 * 14;  // 14 pages: 6 requests of ~5 pages each cannot all fit
+  c.enable_prefix_caching = false;
+  Engine engine(c);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 6; ++i) {
+    texts.push_back("Request number " + std::to_string(i) + ": " + mixed_prompts(8)[i] + " " + mixed_prompts(8)[7 - i]);
+  }
+  auto prompts = encode_all(engine, texts);
+  auto alone = run_alone(engine, prompts, 24);
+  auto together = run_together(engine, prompts, 24);
+  EXPECT_GT(engine.stats().num_preemptions, 0) << "the test must exercise preemption";
+  for (size_t i = 0; i < alone.size(); ++i) EXPECT_EQ(alone[i], together[i]) << "request " << i;
+}
+
+TEST(Engine, ChunkedPrefillGivesTheSameLogprobs) {
+  REQUIRE_MODEL();
+  auto run = [](int32_t budget) {
+    EngineConfig c = base_config();
+    c.max_num_batched_tokens = budget;
+    c.enable_prefix_caching = false;
+    Engine engine(c);
+    SamplingParams p = greedy(4);
+    p.logprobs = 5;
+    auto prompt = engine.tokenizer().encode(mixed_prompts(8)[3] + " " + mixed_prompts(8)[0], true);
+    EXPECT_GT(prompt.size(), 20u);
+    engine.add_request(prompt, p);
+    std::vector<TokenOutput> tokens;
+    while (engine.has_unfinished()) {
+      for (auto& o : engine.step()) tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+    }
+    engine.check_integrity();
+    return tokens;
+  };
+  auto whole = run(256);
+  auto chunked = run(7);  // prompt computed 7 tokens per step
+  ASSERT_EQ(whole.size(), chunked.size());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    EXPECT_EQ(whole[i].token, chunked[i].token);
+    ASSERT_EQ(whole[i].top.size(), chunked[i].top.size());
+    for (size_t j = 0; j < whole[i].top.size(); ++j) {
+      EXPECT_EQ(whole[i].top[j].token, chunked[i].top[j].token);
+      EXPECT_NEAR(whole[i].top[j].logprob, chunked[i].top[j].logprob, 1e-4);
+    }
+  }
+}
+
+TEST(Engine, PrefixCacheHitGivesTheSameTokens) {
+  REQUIRE_MODEL();
+  Engine engine(base_config());
+  auto prompt = engine.tokenizer().encode(mixed_prompts(8)[3] + " " + mixed_prompts(8)[4] + " " + mixed_prompts(8)[5], true);
+  ASSERT_GT(prompt.size(), 32u);
+  auto first = run_alone(engine, {prompt}, 8);
+  auto second = run_alone(engine, {prompt}, 8);
+  EXPECT_EQ(first, second);
+  EngineStats s = engine.stats();
+  EXPECT_GE(s.prefix_hit_tokens, static_cast<int64_t>(prompt.size() / 16 * 16) - 16);
+}
+
+TEST(Engine, AbortFreesEverythingAtAnyTime) {
+  REQUIRE_MODEL();
+  Engine engine(base_config());
+  auto prompts = encode_all(engine, mixed_prompts(8));
+  std::vector<uint64_t> ids;
+  for (const auto& p : prompts) ids.push_back(engine.add_request(p, greedy(32)));
+  engine.abort(ids[0]);  // before it ever ran
+  engine.step();
+  engine.step();
+  for (size_t i = 1; i < ids.size(); ++i) engine.abort(ids[i]);  // mid-flight
+  size_t aborted = 0;
+  while (engine.has_unfinished()) {
+    for (auto& o : engine.step()) {
+      if (o.finished && o.finish_reason == FinishReason::Abort) ++aborted;
+    }
+  }
+  EXPECT_EQ(aborted, ids.size() - 1);
+  engine.check_integrity();  // with nothing in flight, every block is free
+  EXPECT_EQ(engine.stats().kv_usage, 0.0);
+}
+
+TEST(Engine, RejectsBadRequestsWithClearErrors) {
+  REQUIRE_MODEL();
+  Engine engine(base_config());
+  EXPECT_THROW(engine.add_request({}, greedy(4)), Error);
+  EXPECT_THROW(engine.add_request({1, 2, 999999}, greedy(4)), Error);
+  std::vector<int32_t> too_long(600, 42);
+  try {
+    engine.add_request(too_long, greedy(4));
+    FAIL() << "a prompt over max_model_len must be rejected";
+  } catch (const ParamError& e) {
+    EXPECT_NE(std::string(e.what()).find("maximum context length"), std::string::npos);
+  }
+  EXPECT_THROW(engine.add_request({1, 2, 3}, greedy(600)), ParamError);
+  SamplingParams bad = greedy(4);
+  bad.temperature = -1;
+  EXPECT_THROW(engine.add_request({1, 2, 3}, bad), ParamError);
+  EXPECT_FALSE(engine.has_unfinished());
+  engine.check_integrity();
+}
+
+TEST(Engine, StopStringsTruncateTheOutput) {
+  REQUIRE_MODEL();
+  EngineConfig c = base_config();
+  LLM llm(c);
+  GenerateInput in;
+  in.prompt = "1, 2, 3, 4, 5, 6, 7,";
+  in.params = greedy(24);
+  CompletionOutput free_run = llm.generate({in})[0];
+  const std::string& text = free_run.choices[0].text;
+  ASSERT_GT(text.size(), 6u);
+  // Stop at the second comma of the free-running continuation.
+  size_t first = text.find(',');
+  ASSERT_NE(first, std::string::npos);
+  in.params.stop = {text.substr(first, 2)};
+  CompletionOutput stopped = llm.generate({in})[0];
+  EXPECT_EQ(stopped.choices[0].finish_reason, FinishReason::Stop);
+  EXPECT_EQ(stopped.choices[0].text, text.substr(0, first));
+  EXPECT_EQ(stopped.choices[0].stop_reason, text.substr(first, 2));
+  llm.engine().check_integrity();
+}
+
+TEST(Engine, NSamplesAreSeededAndDistinctFromEachOther) {
+  REQUIRE_MODEL();
+  LLM llm(base_config());
+  GenerateInput in;
+  in.prompt = "My favourite animal is";
+  in.params.temperature = 1.0f;
+  in.params.max_tokens = 8;
+  in.params.n = 4;
+  in.params.seed = 1234;
+  in.params.ignore_eos = true;
+  auto a = llm.generate({in})[0];
+  auto b = llm.generate({in})[0];
+  ASSERT_EQ(a.choices.size(), 4u);
+  std::set<std::vector<int32_t>> distinct;
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(a.choices[i].token_ids, b.choices[i].token_ids) << "same seed, same samples";
+    distinct.insert(a.choices[i].token_ids);
+  }
+  EXPECT_GT(distinct.size(), 1u);
+  llm.engine().check_integrity();
+}
+
+}  // namespace
+}  // namespace deepinfer
