@@ -77,6 +77,9 @@ class Backend {
 
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
+  // Element type of activations and of the KV cache on this backend (f32 on
+  // the CPU, bf16 on GPUs). Logits are always f32.
+  virtual DType activation_dtype() const { return DType::F32; }
 
   // Memory.
   virtual void* allocate(size_t bytes) = 0;

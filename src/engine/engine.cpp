@@ -60,7 +60,7 @@ Engine::Engine(EngineConfig config) : config_(std::move(config)) {
   DI_CHECK(mc.max_position <= 0 || max_model_len_ <= mc.max_position,
            "--max-model-len {} exceeds the model's context length {}", max_model_len_, mc.max_position);
 
-  const DType kv_dtype = DType::F32;
+  const DType kv_dtype = backend_->activation_dtype();
   const KvCacheSpec spec = model_->model().kv_spec(config_.block_size, kv_dtype);
   int64_t pages = config_.kv_cache_tokens > 0
                       ? (config_.kv_cache_tokens + config_.block_size - 1) / config_.block_size

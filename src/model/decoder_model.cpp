@@ -91,7 +91,7 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
 }
 
 Tensor DecoderModel::act_view(int64_t rows, int64_t cols, size_t& offset) const {
-  Tensor t = workspace_.view(DType::F32, {rows, cols}, offset);
+  Tensor t = workspace_.view(backend_.activation_dtype(), {rows, cols}, offset);
   offset += (t.nbytes() + 63) & ~size_t{63};
   return t;
 }
@@ -103,7 +103,8 @@ void DecoderModel::reserve(int32_t max_tokens, int32_t max_logit_rows) {
   const ModelConfig& c = config_;
   const size_t T = static_cast<size_t>(max_tokens), R = static_cast<size_t>(max_logit_rows);
   const size_t q_dim = size_t(c.n_heads_q) * c.head_dim, kv_dim = size_t(c.n_heads_kv) * c.head_dim;
-  auto padded = [](size_t floats) { return (floats * 4 + 63) & ~size_t{63}; };
+  // Sized for 4-byte elements, enough for any activation dtype.
+  auto padded = [](size_t elems) { return (elems * 4 + 63) & ~size_t{63}; };
   size_t bytes = 3 * padded(T * c.hidden_size) + 2 * padded(T * q_dim) + 2 * padded(T * kv_dim) +
                  3 * padded(T * c.intermediate_size) + 2 * padded(R * c.hidden_size);
   workspace_ = Buffer(backend_, bytes);
