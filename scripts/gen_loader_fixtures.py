@@ -8,8 +8,9 @@ Outputs (all tiny, checked in):
   tests/data/loader/tiny.gguf           every metadata value type, a few tensor types
   tests/data/loader/tiny.safetensors    every numpy-expressible supported dtype
   tests/data/loader/sharded/            config.json + index + two shards
-  tests/fuzz/corpus/{gguf,safetensors}/ seed copies of the two files above
-The expected values are repeated in tests/unit/loader/test_fixtures.cpp.
+  tests/fuzz/corpus/{gguf,safetensors}/ seeds: copies of the files above, a v2 variant
+The expected values are repeated in tests/unit/loader/test_fixtures.cpp. The
+safetensors writer orders __metadata__ arbitrarily, so reruns may differ in bytes.
 """
 import json
 import shutil
@@ -111,6 +112,11 @@ def main() -> None:
     for target, name in (("gguf", "tiny.gguf"), ("safetensors", "tiny.safetensors")):
         (CORPUS / target).mkdir(parents=True, exist_ok=True)
         shutil.copy(DATA / name, CORPUS / target / name)
+    shutil.copy(DATA / "sharded" / "model-00002-of-00002.safetensors", CORPUS / "safetensors" / "shard.safetensors")
+    # Version 2 has the same little-endian layout as 3; only the version field differs.
+    v2 = bytearray((DATA / "tiny.gguf").read_bytes())
+    v2[4:8] = (2).to_bytes(4, "little")
+    (CORPUS / "gguf" / "tiny_v2.gguf").write_bytes(bytes(v2))
 
 
 if __name__ == "__main__":
