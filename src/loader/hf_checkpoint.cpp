@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "loader/json_util.h"
 #include "loader/mapped_file.h"
 
 namespace deepinfer {
@@ -15,11 +16,7 @@ using nlohmann::json;
 
 json read_json(const fs::path& path) {
   MappedFile file = MappedFile::open(path.string());
-  try {
-    return json::parse(file.data(), file.data() + file.size());
-  } catch (const json::exception& e) {
-    fail("{}: invalid JSON: {}", path.string(), e.what());
-  }
+  return parse_json_strict({reinterpret_cast<const char*>(file.data()), file.size()}, path.string());
 }
 
 // Shards must sit in the checkpoint folder itself: an index must not reach

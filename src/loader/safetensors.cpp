@@ -6,9 +6,9 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "core/error.h"
+#include "loader/json_util.h"
 
 namespace deepinfer {
 
@@ -31,29 +31,6 @@ uint64_t as_offset(const json& v, std::string_view what, std::string_view tensor
   DI_CHECK(v.is_number_unsigned(), "tensor '{}': {} must be a non-negative integer, got {}", tensor,
            what, v.dump());
   return v.get<uint64_t>();
-}
-
-// Parses the JSON header, rejecting duplicate top-level keys (nlohmann::json
-// would otherwise keep only the last of two tensors with the same name).
-json parse_header(std::string_view text) {
-  std::set<std::string, std::less<>> top_keys;
-  std::string duplicate;
-  auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::key && depth == 1 && duplicate.empty()) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      if (!top_keys.insert(key).second) duplicate = key;
-    }
-    return true;
-  };
-  json header;
-  try {
-    header = json::parse(text.begin(), text.end(), callback);
-  } catch (const json::exception& e) {
-    fail("invalid safetensors JSON header: {}", e.what());
-  }
-  DI_CHECK(duplicate.empty(), "safetensors header defines '{}' twice", duplicate);
-  DI_CHECK(header.is_object(), "safetensors header is not a JSON object");
-  return header;
 }
 
 }  // namespace
@@ -107,7 +84,9 @@ void SafetensorsFile::parse_all() {
   data_offset_ = 8 + header_len;
   const uint64_t data_size = bytes_.size() - data_offset_;
 
-  json header = parse_header({reinterpret_cast<const char*>(bytes_.data()) + 8, static_cast<size_t>(header_len)});
+  json header = parse_json_strict(
+      {reinterpret_cast<const char*>(bytes_.data()) + 8, static_cast<size_t>(header_len)}, "safetensors header");
+  DI_CHECK(header.is_object(), "safetensors header is not a JSON object");
   tensors_.reserve(header.size());
   for (auto& [name, entry] : header.items()) {
     if (name == kMetadataKey) {

@@ -74,6 +74,7 @@ TEST(Safetensors, MalformedFilesThrow) {
        2},
       {"metadata not an object", R"({"__metadata__":[1]})", 0},
       {"metadata value not a string", R"({"__metadata__":{"k":1}})", 0},
+      {"duplicate metadata key", R"({"__metadata__":{"k":"a","k":"b"}})", 0},
   };
   for (const Case& c : cases) {
     EXPECT_THROW(parse(safetensors_bytes(c.header, c.data)), Error) << c.name;
@@ -153,6 +154,7 @@ TEST_F(CheckpointDir, IndexErrors) {
       R"({"weight_map":{"x":"../a.safetensors"}})",     // outside the folder
       R"({"weight_map":{"x":"/etc/passwd"}})",
       R"({"weight_map":{"x":1}})",
+      R"({"weight_map":{"x":"a.safetensors","x":"a.safetensors"}})",  // tensor listed twice
       R"({"weight_map":[]})",
       R"({"metadata":{}})",
       "not json",
