@@ -48,8 +48,8 @@ std::span<const int32_t> PrefixCache::stored_tokens(int32_t block_id) const {
           static_cast<size_t>(block_size_)};
 }
 
-std::vector<int32_t> PrefixCache::match(std::span<const BlockHash> hashes, std::span<const int32_t> tokens,
-                                        std::string_view salt) {
+std::vector<int32_t> PrefixCache::lookup(std::span<const BlockHash> hashes, std::span<const int32_t> tokens,
+                                        std::string_view salt) const {
   DI_CHECK(tokens.size() >= hashes.size() * static_cast<size_t>(block_size_),
            "PrefixCache::match: {} hashes but only {} tokens", hashes.size(), tokens.size());
   std::vector<int32_t> ids;
@@ -69,9 +69,19 @@ std::vector<int32_t> PrefixCache::match(std::span<const BlockHash> hashes, std::
     ids.push_back(id);
     parent_uid = e.uid;
   }
+  return ids;
+}
+
+void PrefixCache::record_query(int64_t query_tokens, int64_t hit_tokens) {
   ++stats_.num_queries;
-  stats_.query_tokens += static_cast<int64_t>(tokens.size());
-  stats_.hit_tokens += static_cast<int64_t>(ids.size()) * block_size_;
+  stats_.query_tokens += query_tokens;
+  stats_.hit_tokens += hit_tokens;
+}
+
+std::vector<int32_t> PrefixCache::match(std::span<const BlockHash> hashes, std::span<const int32_t> tokens,
+                                        std::string_view salt) {
+  std::vector<int32_t> ids = lookup(hashes, tokens, salt);
+  record_query(static_cast<int64_t>(tokens.size()), static_cast<int64_t>(ids.size()) * block_size_);
   return ids;
 }
 

@@ -61,6 +61,11 @@ class PrefixCache : public BlockReuseListener {
   // at least the last prompt token). The caller then refs the returned blocks.
   std::vector<int32_t> match(std::span<const BlockHash> hashes, std::span<const int32_t> tokens,
                              std::string_view salt = {});
+  // match() without counting the query in stats(): for admission attempts that
+  // may be retried; call record_query() once the request is admitted.
+  std::vector<int32_t> lookup(std::span<const BlockHash> hashes, std::span<const int32_t> tokens,
+                              std::string_view salt = {}) const;
+  void record_query(int64_t query_tokens, int64_t hit_tokens);
 
   // Registers block_id, which the caller holds (refcount > 0) and has just
   // filled, as block `hash` whose predecessor in the sequence is

@@ -37,13 +37,14 @@ bool CapacityScheduler::admit(Request& request) {
     request.block_hashes = PrefixCache::compute_block_hashes(tokens, config_.block_size, request.cache_salt());
     // At least the last token must be computed to produce logits.
     const size_t usable = std::min<size_t>(request.block_hashes.size(), (total - 1) / config_.block_size);
-    hits = prefix_cache_->match(std::span(request.block_hashes).first(usable), tokens, request.cache_salt());
+    hits = prefix_cache_->lookup(std::span(request.block_hashes).first(usable), tokens, request.cache_salt());
   }
   const int32_t need = blocks_needed(total) - static_cast<int32_t>(hits.size());
   // Blocks with refcount 0 that we are about to ref are counted as free by the pool.
   int32_t free_after_refs = pool_.num_free();
   for (int32_t b : hits) free_after_refs -= pool_.refcount(b) == 0;
   if (need + config_.watermark_blocks > free_after_refs) return false;
+  if (prefix_cache_) prefix_cache_->record_query(total, static_cast<int64_t>(hits.size()) * config_.block_size);
   for (int32_t b : hits) pool_.ref(b);
   request.block_ids = hits;
   request.num_computed_tokens = static_cast<int32_t>(hits.size()) * config_.block_size;
