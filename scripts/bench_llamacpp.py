@@ -13,7 +13,8 @@ What is measured (median of --runs runs after one untimed warm-up):
            Timed is the llama_decode call of every step; the argmax over the
            logits (numpy) is excluded.
 Timing is wall time around llama_decode (time.perf_counter); llama.cpp's own
-perf counters (llama_perf_context) are reported alongside as a cross-check.
+perf counters (llama_perf_context) are reported alongside as a cross-check
+(0 / n/a where this llama.cpp build does not fill them, seen for prefill).
 Tokenisation, model loading and context creation are excluded.
 
 Requires llama-cpp-python (scripts/install_llamacpp.sh) and numpy.
@@ -146,7 +147,8 @@ def main():
           f"median of {args.runs}")
     print(f"{'test':<22}{'tok/s':>10}{'tok/s (llama perf)':>20}")
     for r in rows:
-        print(f"{r['test']:<22}{r['tok_per_s']:>10.1f}{r['tok_per_s_llama_perf']:>20.1f}")
+        perf_col = f"{r['tok_per_s_llama_perf']:.1f}" if r["tok_per_s_llama_perf"] else "n/a"
+        print(f"{r['test']:<22}{r['tok_per_s']:>10.1f}{perf_col:>20}")
     text = json.dumps(result, indent=1)
     print(text)
     if args.json:

@@ -31,7 +31,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # submodule HEAD recorded in the sdist (.git/modules/vendor/llama.cpp/HEAD).
 LLAMA_CPP_COMMITS = {"0.3.36": "0c1e57098bba43ac29e6e3b677cdceebdd22334f"}
 
-N_THREADS = 2
+# Logits do not depend on the thread count (ggml gives each output element to
+# one thread; checked bit-identical for 1 vs 2 threads), so --threads only
+# changes speed.  On an oversubscribed machine 1 thread avoids ggml's
+# spin-waiting barriers, which made 2 threads ~50x slower.
+DEFAULT_THREADS = 2
 N_CTX = 1024
 N_BATCH = 512
 N_CONTINUATION = 64
@@ -207,7 +211,7 @@ class NumpyLlama:
 # llama.cpp
 
 
-def llama_cpp_info():
+def llama_cpp_info(n_threads):
     import llama_cpp
 
     version = llama_cpp.__version__
@@ -215,7 +219,7 @@ def llama_cpp_info():
         "llama_cpp_python": version,
         "llama_cpp_commit": LLAMA_CPP_COMMITS.get(version, "unknown"),
         "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
-        "n_threads": N_THREADS,
+        "n_threads": n_threads,
         "n_ctx": N_CTX,
         "n_batch": N_BATCH,
         "n_ubatch": N_BATCH,
@@ -232,12 +236,12 @@ def last_logits(llm):
     return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).astype(np.float32)
 
 
-def run_llama_cpp(path, prompts):
+def run_llama_cpp(path, prompts, n_threads):
     import llama_cpp
     from llama_cpp import Llama
 
     llm = Llama(model_path=path, n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_BATCH,
-                n_threads=N_THREADS, n_threads_batch=N_THREADS, logits_all=False,
+                n_threads=n_threads, n_threads_batch=n_threads, logits_all=False,
                 verbose=False)
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
     add_bos_meta = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
@@ -275,7 +279,7 @@ def run_llama_cpp(path, prompts):
             "logits_argmax": int(np.argmax(logits)),
             "logits_max": float(logits.max()),
             "greedy_tokens": cont,
-            "greedy_text": llm.detokenize(cont).decode("utf-8", errors="replace"),
+            "greedy_text": llm.detokenize(cont, special=True).decode("utf-8", errors="replace"),
             "greedy_margins": margins,
             "first_eog_index": first_eog,
             "_logits": logits,
@@ -295,9 +299,10 @@ def main():
     ap.add_argument("--models-dir", default=os.path.join(REPO, "models"))
     ap.add_argument("--out", default=os.path.join(REPO, "tests", "data", "e2e"))
     ap.add_argument("--only", choices=sorted(MODELS), default=None)
+    ap.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    generator = llama_cpp_info()
+    generator = llama_cpp_info(args.threads)
 
     for key, spec in MODELS.items():
         if args.only and key != args.only:
@@ -306,7 +311,7 @@ def main():
         prompts = [(name, spec["chat"].format(text) if chat else text)
                    for name, text, chat in PROMPTS]
         t0 = time.time()
-        info, results = run_llama_cpp(path, prompts)
+        info, results = run_llama_cpp(path, prompts, args.threads)
         print(f"{key}: llama.cpp done in {time.time() - t0:.1f}s", file=sys.stderr)
 
         logits_file = f"{key}_logits.f16"
