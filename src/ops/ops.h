@@ -4,8 +4,9 @@
 // tensors, then dispatches to the backend. Semantics are documented on the
 // corresponding Backend methods in backend/backend.h.
 //
-// Activation tensors must be f32 on the CPU backend (f32, f16 or bf16
-// elsewhere), and all activation arguments of one call share a dtype.
+// Activation tensors are in the backend's activation_dtype() (or f32, e.g. for
+// logits out of linear); the activation arguments of one call share a dtype
+// except linear's out.
 // Outputs may alias inputs only where backend.h says so (rms_norm's out may be x;
 // element-wise ops may write over an input of the same view).
 #pragma once

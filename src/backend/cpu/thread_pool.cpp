@@ -30,24 +30,42 @@ inline void cpu_relax() {
 #endif
 }
 
-// Spins until value != old or the spin time runs out, then sleeps in the kernel.
-template <typename T>
-T wait_for_change(const std::atomic<T>& value, T old) {
+}  // namespace
+
+void ThreadPool::WaitableCounter::wake() {
+  // A sleeper registers (sleepers_) before re-checking the value under the
+  // mutex, so either it sees the new value or we see it and notify after it
+  // has started waiting (we cannot take the mutex before it waits).
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    cv_.notify_all();
+  }
+}
+
+void ThreadPool::WaitableCounter::store(uint64_t v) {
+  value_.store(v, std::memory_order_seq_cst);
+  wake();
+}
+
+void ThreadPool::WaitableCounter::decrement() {
+  if (value_.fetch_sub(1, std::memory_order_seq_cst) == 1) wake();
+}
+
+uint64_t ThreadPool::WaitableCounter::wait_for_change(uint64_t old) {
   auto deadline = std::chrono::steady_clock::now() + kSpinTime;
   for (int i = 0;; ++i) {
-    T v = value.load(std::memory_order_acquire);
+    uint64_t v = value_.load(std::memory_order_acquire);
     if (v != old) return v;
     cpu_relax();
     if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) break;
   }
-  for (;;) {
-    value.wait(old, std::memory_order_acquire);
-    T v = value.load(std::memory_order_acquire);
-    if (v != old) return v;
-  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  uint64_t v;
+  while ((v = value_.load(std::memory_order_seq_cst)) == old) cv_.wait(lock);
+  sleepers_.fetch_sub(1, std::memory_order_relaxed);
+  return v;
 }
-
-}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
@@ -58,22 +76,23 @@ ThreadPool::ThreadPool(int num_threads) {
 
 ThreadPool::~ThreadPool() {
   stop_.store(true, std::memory_order_release);
-  generation_.fetch_add(uint64_t{1} << kActiveBits, std::memory_order_acq_rel);
-  generation_.notify_all();
+  generation_.store(((generation_.load() >> kActiveBits) + 1) << kActiveBits);
   for (auto& t : workers_) t.join();
 }
 
 void ThreadPool::worker_loop(int index) {
   tl_thread_index = index;
-  uint64_t seen = generation_.load(std::memory_order_acquire);
+  // Not generation_.load(): a job may already have been posted before this
+  // thread got to run, and it must not be mistaken for one already seen.
+  uint64_t seen = 0;
   for (;;) {
-    seen = wait_for_change(generation_, seen);
+    seen = generation_.wait_for_change(seen);
     if (stop_.load(std::memory_order_acquire)) return;
     if (static_cast<uint64_t>(index) >= (seen & kActiveMask)) continue;
     tl_in_job = true;
     execute(index);
     tl_in_job = false;
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    pending_.decrement();
   }
 }
 
@@ -114,19 +133,13 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t chunk, Thunk thunk, void*
   active_ = active;
   next_.store(0, std::memory_order_relaxed);
   error_ = nullptr;
-  pending_.store(active - 1, std::memory_order_relaxed);
-  uint64_t word = generation_.load(std::memory_order_relaxed);
-  word = ((word >> kActiveBits) + 1) << kActiveBits | static_cast<uint64_t>(active);
-  generation_.store(word, std::memory_order_release);
-  generation_.notify_all();
+  pending_.store(static_cast<uint64_t>(active - 1));
+  generation_.store(((generation_.load() >> kActiveBits) + 1) << kActiveBits | static_cast<uint64_t>(active));
 
   tl_in_job = true;
   execute(0);
   tl_in_job = false;
-  for (int left = pending_.load(std::memory_order_acquire); left != 0;
-       left = pending_.load(std::memory_order_acquire)) {
-    wait_for_change(pending_, left);
-  }
+  for (uint64_t left = pending_.load(); left != 0;) left = pending_.wait_for_change(left);
   if (error_) std::rethrow_exception(error_);
 }
 

@@ -3,10 +3,12 @@
 // Decode steps dispatch ~10 parallel loops per layer, each only tens of
 // microseconds long, so dispatch latency matters more than throughput: workers
 // spin briefly on a generation counter after each job (catching the next one
-// without a syscall) and only then sleep on a futex (std::atomic::wait).
+// without a syscall) and only then sleep on a condition variable.
+// (std::atomic::wait is avoided: libstdc++ 12 can lose wake-ups on 64-bit words.)
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <mutex>
@@ -42,6 +44,22 @@ class ThreadPool {
   }
 
  private:
+  // A counter that threads wait on to change: spin first, then sleep.
+  class WaitableCounter {
+   public:
+    uint64_t load() const { return value_.load(std::memory_order_acquire); }
+    void store(uint64_t v);  // wakes all waiters
+    void decrement();        // wakes waiters when it reaches zero
+    uint64_t wait_for_change(uint64_t old);
+
+   private:
+    void wake();
+    std::atomic<uint64_t> value_{0};
+    std::atomic<int> sleepers_{0};
+    std::mutex mutex_;
+    std::condition_variable cv_;
+  };
+
   using Thunk = void (*)(void* ctx, int64_t begin, int64_t end, int thread_index);
 
   void run(int64_t n, int64_t grain, int64_t chunk, Thunk thunk, void* ctx);
@@ -62,8 +80,8 @@ class ThreadPool {
   std::exception_ptr error_;
   std::mutex error_mutex_;
 
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  WaitableCounter generation_;
+  WaitableCounter pending_;  // threads still working on the current job
   std::atomic<bool> stop_{false};
 };
 

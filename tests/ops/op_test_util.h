@@ -1,0 +1,95 @@
+// Shared harness for the op tests: every test runs on each available backend
+// (the CPU backend at several thread counts; CUDA once it is built) through the
+// backend-neutral ops:: entry points, and compares against naive scalar
+// reference code written in the test itself (double accumulation).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "core/tensor.h"
+
+namespace deepinfer::testing {
+
+struct BackendCase {
+  DeviceType type = DeviceType::CPU;
+  int num_threads = 1;
+  std::string name() const;
+};
+
+// The backends this build can create, each with the thread counts worth testing.
+std::vector<BackendCase> available_backends();
+
+// Host data placed on a backend: owns the device memory, exposes a view.
+struct DeviceTensor {
+  Buffer buffer;
+  Tensor t;
+};
+
+DeviceTensor upload(Backend& backend, DType dtype, std::initializer_list<int64_t> shape,
+                    const void* host);
+DeviceTensor upload_f32(Backend& backend, std::initializer_list<int64_t> shape,
+                        const std::vector<float>& host);
+DeviceTensor upload_i32(Backend& backend, const std::vector<int32_t>& host);
+// A zero-filled tensor.
+DeviceTensor zeros(Backend& backend, DType dtype, std::initializer_list<int64_t> shape);
+
+// The elements of an f32 view (any strides), row-major and contiguous on the host.
+std::vector<float> download_f32(Backend& backend, const Tensor& t);
+
+class Rng {
+ public:
+  explicit Rng(uint32_t seed) : gen_(seed) {}
+  float uniform(float lo = -1.0f, float hi = 1.0f) { return std::uniform_real_distribution<float>(lo, hi)(gen_); }
+  int uniform_int(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen_); }
+  std::vector<float> floats(size_t n, float lo = -1.0f, float hi = 1.0f);
+  std::mt19937& gen() { return gen_; }
+
+ private:
+  std::mt19937 gen_;
+};
+
+// Weight rows of dtype `dtype` with m rows of k elements, and their f32 values.
+// Block-quantised rows hold random codes with small finite scales.
+struct HostWeights {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // m * k, as the dtype represents them
+};
+HostWeights random_weights(Rng& rng, DType dtype, int64_t m, int64_t k);
+
+// Whether the backend has kernels for GGUF block-quantised weights (the CPU
+// does; CUDA rejects them with a clear error for now).
+inline bool backend_supports_quantised(const Backend& b) { return b.device().type == DeviceType::CPU; }
+
+// Fixture base: one backend per test parameter.
+class BackendTest : public ::testing::TestWithParam<BackendCase> {
+ protected:
+  void SetUp() override;
+  Backend& backend() { return *backend_; }
+
+ private:
+  std::unique_ptr<Backend> backend_;
+};
+
+// max |a - b| / (atol + rtol * |b|) <= 1 over all elements, with a failure message
+// that names the first offending index.
+::testing::AssertionResult all_close(const std::vector<float>& actual, const std::vector<double>& expected,
+                                     double atol, double rtol);
+
+}  // namespace deepinfer::testing
+
+#define DEEPINFER_INSTANTIATE_BACKEND_TESTS(Fixture)                                            \
+  INSTANTIATE_TEST_SUITE_P(Backends, Fixture,                                                   \
+                           ::testing::ValuesIn(::deepinfer::testing::available_backends()),      \
+                           [](const ::testing::TestParamInfo<::deepinfer::testing::BackendCase>& i) { \
+                             return i.param.name();                                             \
+                           })

@@ -1,0 +1,265 @@
+// The CUDA backend in its production precision (bf16 activations and KV cache,
+// bf16 weights, f32 accumulation, f32 logits) against the CPU backend on the
+// same bf16-rounded inputs in f32. The generic op tests cover every backend at
+// f32; these cover the bf16 paths and model-sized shapes (long decode with
+// split-KV, long prefill, GQA, sliding window, softcap, sinks).
+//
+// Tolerances: one bf16 rounding of an output is 2^-9 relative; rms_norm and
+// rope outputs are checked at atol = rtol = 1e-2, attention at 2e-2 (bf16 q
+// and an f32 online softmax), linear relative to sum |x_l w_l| (f32
+// accumulation, 4e-3 for a bf16 output). Skipped when no CUDA device is present.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "op_test_util.h"
+#include "ops/ops.h"
+
+namespace deepinfer::testing {
+namespace {
+
+std::vector<float> round_bf16(std::vector<float> v) {
+  for (auto& x : v) x = bf16_to_f32(f32_to_bf16(x));
+  return v;
+}
+
+DeviceTensor upload_bf16(Backend& b, std::initializer_list<int64_t> shape, const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+  return upload(b, DType::BF16, shape, h.data());
+}
+
+std::vector<float> download_any(Backend& b, const Tensor& t) {
+  if (t.dtype() == DType::F32) return download_f32(b, t);
+  std::vector<uint16_t> h(static_cast<size_t>(t.numel()));
+  std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+  b.copy(Tensor(h.data(), t.dtype(), std::span<const int64_t>(shape)), t);
+  b.synchronize();
+  std::vector<float> out(h.size());
+  for (size_t i = 0; i < h.size(); ++i) out[i] = t.dtype() == DType::BF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
+  return out;
+}
+
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+class CudaBf16Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    try {
+      gpu_ = create_backend(DeviceType::CUDA);
+    } catch (const Error& e) {
+      GTEST_SKIP() << "no CUDA backend: " << e.what();
+    }
+    BackendOptions o;
+    o.num_threads = 2;
+    cpu_ = create_backend(DeviceType::CPU, o);
+  }
+  Backend& gpu() { return *gpu_; }
+  Backend& cpu() { return *cpu_; }
+
+ private:
+  std::unique_ptr<Backend> gpu_, cpu_;
+};
+
+TEST_F(CudaBf16Test, ActivationDtypeIsBf16) { EXPECT_EQ(gpu().activation_dtype(), DType::BF16); }
+
+TEST_F(CudaBf16Test, Linear) {
+  Rng rng(100);
+  struct Case {
+    int64_t n, k, m;
+    bool bias;
+  };
+  for (const Case& c : std::vector<Case>{{1, 4096, 1024, false}, {3, 256, 300, true}, {64, 512, 128, false},
+                                         {257, 1024, 96, true}}) {
+    for (DType out_type : {DType::BF16, DType::F32}) {
+      SCOPED_TRACE(fmt::format("n={} k={} m={} bias={} out={}", c.n, c.k, c.m, c.bias, dtype_name(out_type)));
+      HostWeights w = random_weights(rng, DType::BF16, c.m, c.k);
+      std::vector<float> x = round_bf16(rng.floats(static_cast<size_t>(c.n * c.k)));
+      std::vector<float> bias = rng.floats(static_cast<size_t>(c.m));
+      DeviceTensor gw = upload(gpu(), DType::BF16, {c.m, c.k}, w.bytes.data());
+      DeviceTensor gx = upload_bf16(gpu(), {c.n, c.k}, x);
+      DeviceTensor gb = upload_f32(gpu(), {c.m}, bias);
+      DeviceTensor gout = zeros(gpu(), out_type, {c.n, c.m});
+      ops::linear(gpu(), gx.t, gw.t, c.bias ? gb.t : Tensor(), gout.t);
+      std::vector<float> got = download_any(gpu(), gout.t);
+      for (int64_t i = 0; i < c.n; ++i) {
+        for (int64_t j = 0; j < c.m; ++j) {
+          double sum = c.bias ? bias[j] : 0.0, mag = 0.0;
+          for (int64_t l = 0; l < c.k; ++l) {
+            double p = double(x[i * c.k + l]) * w.values[j * c.k + l];
+            sum += p;
+            mag += std::abs(p);
+          }
+          double tol = (out_type == DType::BF16 ? 4e-3 : 1e-4) * (std::abs(sum) + mag) + 1e-4;
+          ASSERT_NEAR(got[i * c.m + j], sum, tol) << "row " << i << " col " << j;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaBf16Test, NormsActivationsEmbedding) {
+  Rng rng(101);
+  for (int64_t cols : {128, 4096}) {
+    const int64_t rows = 37;
+    std::vector<float> x = round_bf16(rng.floats(static_cast<size_t>(rows * cols), -3, 3));
+    std::vector<float> r = round_bf16(rng.floats(static_cast<size_t>(rows * cols), -3, 3));
+    std::vector<float> w = rng.floats(static_cast<size_t>(cols));
+    for (float offset : {0.0f, 1.0f}) {
+      DeviceTensor gx = upload_bf16(gpu(), {rows, cols}, x), gr = upload_bf16(gpu(), {rows, cols}, r);
+      DeviceTensor gw = upload_f32(gpu(), {cols}, w), gout = zeros(gpu(), DType::BF16, {rows, cols});
+      DeviceTensor cx = upload_f32(cpu(), {rows, cols}, x), cr = upload_f32(cpu(), {rows, cols}, r);
+      DeviceTensor cw = upload_f32(cpu(), {cols}, w), cout = zeros(cpu(), DType::F32, {rows, cols});
+      ops::rms_norm(gpu(), gx.t, gw.t, 1e-6f, offset, gout.t);
+      ops::rms_norm(cpu(), cx.t, cw.t, 1e-6f, offset, cout.t);
+      EXPECT_TRUE(all_close(download_any(gpu(), gout.t), to_double(download_f32(cpu(), cout.t)), 1e-2, 1e-2));
+      ops::add_rms_norm(gpu(), gr.t, gx.t, gw.t, 1e-6f, offset, gout.t);
+      ops::add_rms_norm(cpu(), cr.t, cx.t, cw.t, 1e-6f, offset, cout.t);
+      EXPECT_TRUE(all_close(download_any(gpu(), gr.t), to_double(download_f32(cpu(), cr.t)), 1e-2, 1e-2));
+      EXPECT_TRUE(all_close(download_any(gpu(), gout.t), to_double(download_f32(cpu(), cout.t)), 2e-2, 2e-2));
+    }
+    for (Activation act : {Activation::Silu, Activation::GeluTanh}) {
+      DeviceTensor gg = upload_bf16(gpu(), {rows, cols}, x), gu = upload_bf16(gpu(), {rows, cols}, r);
+      DeviceTensor go = zeros(gpu(), DType::BF16, {rows, cols});
+      DeviceTensor cg = upload_f32(cpu(), {rows, cols}, x), cu = upload_f32(cpu(), {rows, cols}, r);
+      DeviceTensor co = zeros(cpu(), DType::F32, {rows, cols});
+      ops::gated_activation(gpu(), gg.t, gu.t, act, go.t);
+      ops::gated_activation(cpu(), cg.t, cu.t, act, co.t);
+      EXPECT_TRUE(all_close(download_any(gpu(), go.t), to_double(download_f32(cpu(), co.t)), 1e-2, 1e-2));
+    }
+  }
+  // Embedding of a bf16 table into bf16 activations is exact.
+  HostWeights table = random_weights(rng, DType::BF16, 100, 64);
+  DeviceTensor gt = upload(gpu(), DType::BF16, {100, 64}, table.bytes.data());
+  std::vector<int32_t> ids = {5, 99, 0, 5};
+  DeviceTensor gids = upload_i32(gpu(), ids);
+  DeviceTensor gout = zeros(gpu(), DType::BF16, {4, 64});
+  ops::embedding(gpu(), gt.t, gids.t, gout.t);
+  std::vector<double> expected;
+  for (int32_t id : ids) {
+    for (int64_t c = 0; c < 64; ++c) expected.push_back(table.values[id * 64 + c]);
+  }
+  EXPECT_TRUE(all_close(download_any(gpu(), gout.t), expected, 0.0, 0.0));
+}
+
+TEST_F(CudaBf16Test, Rope) {
+  Rng rng(102);
+  for (RopeStyle style : {RopeStyle::Neox, RopeStyle::Interleaved}) {
+    const int64_t n = 19, hq = 8, hkv = 2, d = 128;
+    std::vector<float> q = round_bf16(rng.floats(static_cast<size_t>(n * hq * d)));
+    std::vector<float> k = round_bf16(rng.floats(static_cast<size_t>(n * hkv * d)));
+    std::vector<int32_t> pos(n);
+    for (auto& p : pos) p = rng.uniform_int(0, 100000);
+    std::vector<float> freq(d / 2);
+    for (int i = 0; i < d / 2; ++i) freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / d));
+    DeviceTensor gq = upload_bf16(gpu(), {n, hq, d}, q), gk = upload_bf16(gpu(), {n, hkv, d}, k);
+    DeviceTensor cq = upload_f32(cpu(), {n, hq, d}, q), ck = upload_f32(cpu(), {n, hkv, d}, k);
+    DeviceTensor gp = upload_i32(gpu(), pos), cp = upload_i32(cpu(), pos);
+    DeviceTensor gf = upload_f32(gpu(), {d / 2}, freq), cf = upload_f32(cpu(), {d / 2}, freq);
+    ops::rope(gpu(), gq.t, gk.t, gp.t, RopeParams{gf.t, static_cast<int>(d), style, 1.0f});
+    ops::rope(cpu(), cq.t, ck.t, cp.t, RopeParams{cf.t, static_cast<int>(d), style, 1.0f});
+    EXPECT_TRUE(all_close(download_any(gpu(), gq.t), to_double(download_f32(cpu(), cq.t)), 1e-2, 1e-2));
+    EXPECT_TRUE(all_close(download_any(gpu(), gk.t), to_double(download_f32(cpu(), ck.t)), 1e-2, 1e-2));
+  }
+}
+
+struct Seq {
+  int q_len, kv_len;
+};
+
+// store_kv of every sequence's keys into a bf16 paged cache, then attention,
+// against the CPU backend on f32 copies of the same values.
+void compare_attention(Backend& gpu, Backend& cpu, Rng& rng, const std::vector<Seq>& seqs, int hkv, int group,
+                       int d, int page_size, const AttentionParams& base, bool sinks) {
+  SCOPED_TRACE(fmt::format("hkv={} group={} d={} page={} window={} softcap={} sinks={} seqs={}", hkv, group, d,
+                           page_size, base.sliding_window, base.logit_softcap, sinks, seqs.size()));
+  const int64_t hq = int64_t{hkv} * group;
+  int64_t pages_needed = 0, kv_total = 0;
+  for (const Seq& s : seqs) {
+    pages_needed += (s.kv_len + page_size - 1) / page_size;
+    kv_total += s.kv_len;
+  }
+  const int64_t num_pages = pages_needed + 2;
+  std::vector<int32_t> pool(static_cast<size_t>(num_pages));
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng.gen());
+  std::vector<int32_t> q_indptr{0}, kv_indptr{0}, pages, last, slots;
+  int max_q = 0, max_kv = 0;
+  for (const Seq& s : seqs) {
+    int n_pages = (s.kv_len + page_size - 1) / page_size;
+    int first_page = static_cast<int>(pages.size());
+    for (int p = 0; p < n_pages; ++p) pages.push_back(pool[pages.size()]);
+    for (int j = 0; j < s.kv_len; ++j) slots.push_back(pages[first_page + j / page_size] * page_size + j % page_size);
+    q_indptr.push_back(q_indptr.back() + s.q_len);
+    kv_indptr.push_back(static_cast<int32_t>(pages.size()));
+    last.push_back(s.kv_len - (n_pages - 1) * page_size);
+    max_q = std::max(max_q, s.q_len);
+    max_kv = std::max(max_kv, s.kv_len);
+  }
+  const int64_t n = q_indptr.back();
+  std::vector<float> k = round_bf16(rng.floats(static_cast<size_t>(kv_total * hkv * d)));
+  std::vector<float> v = round_bf16(rng.floats(static_cast<size_t>(kv_total * hkv * d)));
+  std::vector<float> q = round_bf16(rng.floats(static_cast<size_t>(n * hq * d), -2, 2));
+  std::vector<float> sink_values = rng.floats(static_cast<size_t>(hq), -1, 2);
+
+  auto run = [&](Backend& b, DType act) {
+    auto up = [&](std::initializer_list<int64_t> shape, const std::vector<float>& x) {
+      return act == DType::BF16 ? upload_bf16(b, shape, x) : upload_f32(b, shape, x);
+    };
+    DeviceTensor dk = up({kv_total, hkv, d}, k), dv = up({kv_total, hkv, d}, v), dq = up({n, hq, d}, q);
+    DeviceTensor ck = zeros(b, act, {num_pages, page_size, hkv, d}), cv = zeros(b, act, {num_pages, page_size, hkv, d});
+    DeviceTensor dslots = upload_i32(b, slots);
+    KvCacheLayer cache{ck.t, cv.t};
+    ops::store_kv(b, dk.t, dv.t, dslots.t, cache);
+    DeviceTensor dqi = upload_i32(b, q_indptr), dki = upload_i32(b, kv_indptr), dp = upload_i32(b, pages);
+    DeviceTensor dl = upload_i32(b, last), ds = upload_f32(b, {hq}, sink_values);
+    AttentionMetadata meta;
+    meta.num_seqs = static_cast<int>(seqs.size());
+    meta.max_q_len = max_q;
+    meta.max_kv_len = max_kv;
+    meta.q_indptr = dqi.t;
+    meta.kv_indptr = dki.t;
+    meta.kv_page_indices = dp.t;
+    meta.kv_last_page_len = dl.t;
+    AttentionParams params = base;
+    if (sinks) params.sinks = ds.t;
+    DeviceTensor out = zeros(b, act, {n, hq, d});
+    ops::attention(b, dq.t, cache, meta, params, out.t);
+    return download_any(b, out.t);
+  };
+  std::vector<float> got = run(gpu, DType::BF16);
+  std::vector<float> want = run(cpu, DType::F32);
+  EXPECT_TRUE(all_close(got, to_double(want), 2e-2, 2e-2));
+}
+
+TEST_F(CudaBf16Test, AttentionDecodeSplitKv) {
+  Rng rng(103);
+  AttentionParams p;
+  p.scale = 1.0f / std::sqrt(128.0f);
+  // Batch 1 with a long context: split across blocks and merged.
+  compare_attention(gpu(), cpu(), rng, {{1, 3000}}, 8, 4, 128, 16, p, false);
+  compare_attention(gpu(), cpu(), rng, {{1, 1500}, {1, 17}, {1, 600}}, 2, 4, 128, 32, p, true);
+  AttentionParams w = p;
+  w.sliding_window = 512;
+  compare_attention(gpu(), cpu(), rng, {{1, 2000}, {1, 100}}, 4, 2, 128, 16, w, false);
+  AttentionParams g;
+  g.scale = 1.0f / 16.0f;
+  g.logit_softcap = 50.0f;
+  compare_attention(gpu(), cpu(), rng, {{1, 700}}, 1, 4, 256, 16, g, false);
+}
+
+TEST_F(CudaBf16Test, AttentionPrefillAndMixed) {
+  Rng rng(104);
+  AttentionParams p;
+  p.scale = 1.0f / std::sqrt(128.0f);
+  compare_attention(gpu(), cpu(), rng, {{300, 300}}, 2, 4, 128, 16, p, false);
+  compare_attention(gpu(), cpu(), rng, {{100, 164}, {1, 50}, {37, 37}}, 2, 2, 64, 16, p, true);
+  AttentionParams w = p;
+  w.sliding_window = 64;
+  w.logit_softcap = 30.0f;
+  compare_attention(gpu(), cpu(), rng, {{200, 230}, {5, 9}}, 1, 8, 256, 32, w, false);
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
