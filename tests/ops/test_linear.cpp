@@ -105,7 +105,8 @@ TEST_P(LinearTest, QuantisedWeights) {
   }
   for (DType dtype : block256) {
     for (const auto& c : std::vector<LinearCase>{{1, 256, 35, false, false}, {3, 512, 20, true, true},
-                                                 {12, 256, 66, true, false}}) {
+                                                 {12, 256, 66, true, false},
+                                                 {20, 256, 33, false, true}}) {
       run_linear(backend(), rng, dtype, c);
     }
   }
