@@ -1,6 +1,8 @@
 #include "tokenizer/streaming_detokenizer.h"
 
+#include <cctype>
 #include <span>
+#include <string_view>
 
 #include "tokenizer/tokenizer.h"
 
@@ -10,6 +12,14 @@ namespace {
 
 bool ends_with_replacement(const std::string& s) {
   return s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0;
+}
+
+// A byte-fallback token "<0xHH>". tokenizers' ByteFallback decoder renders a whole
+// run of them as U+FFFD per byte when the run is not valid UTF-8, so text already
+// decoded from a run can change until the run ends.
+bool is_byte_token(std::string_view t) {
+  return t.size() == 6 && t[0] == '<' && t[1] == '0' && t[2] == 'x' && t[5] == '>' &&
+         std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4]));
 }
 
 }  // namespace
@@ -25,6 +35,7 @@ void StreamingDetokenizer::reset() {
 
 std::string StreamingDetokenizer::push(int32_t id) {
   ids_.push_back(id);
+  if (is_byte_token(tokenizer_.id_to_token(id))) return {};  // wait for the run to end
   std::span<const int32_t> window(ids_.data() + prefix_, ids_.size() - prefix_);
   std::string text = tokenizer_.decode(window, skip_special_);
   // Hold back while the window ends inside a character (the decoders render an

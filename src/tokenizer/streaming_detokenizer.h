@@ -5,7 +5,8 @@
 // Decoding a window of the last tokens instead of only the new one keeps the
 // decoders' context rules right (SentencePiece strips the space of the first
 // token only, byte-level and byte-fallback characters span several tokens): the
-// new text is decode(window + new) minus decode(window).
+// new text is decode(window + new) minus decode(window). Runs of byte-fallback
+// tokens are held until they end, because their decoding depends on the whole run.
 #pragma once
 
 #include <cstdint>

@@ -60,11 +60,28 @@ std::unique_ptr<deepinfer::Tokenizer> load_spm() {
   return deepinfer::Tokenizer::from_json(json);
 }
 
+struct Tokenizers {
+  std::unique_ptr<deepinfer::Tokenizer> qwen = load_qwen();
+  std::unique_ptr<deepinfer::Tokenizer> spm = load_spm();
+};
+
+const Tokenizers& tokenizers() {
+  static const Tokenizers t;
+  return t;
+}
+
 }  // namespace
 
+// Loading Qwen3's 11 MB tokenizer.json under ASan takes seconds: do it before
+// libFuzzer starts timing inputs (replay builds load lazily on the first input).
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  tokenizers();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const auto qwen = load_qwen();
-  static const auto spm = load_spm();
+  const auto& qwen = tokenizers().qwen;
+  const auto& spm = tokenizers().spm;
   if (size == 0) return 0;
   const uint8_t mode = data[0];
   const deepinfer::Tokenizer& tok = (mode & 1) ? *spm : *qwen;

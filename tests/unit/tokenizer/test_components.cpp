@@ -131,6 +131,15 @@ TEST(Streaming, NeverSplitsACharacterAcrossByteTokens) {
   }
   EXPECT_EQ(all, "a€b");
   EXPECT_EQ(chunks[1], "");  // <0xE2> alone is held back
+  // An invalid run turns every byte of it into U+FFFD, even an ASCII byte before it
+  // ("X" = <0x58>), so nothing of a run is emitted before it ends.
+  std::vector<int32_t> run = {10 + 'X', 10 + 0xC8, 10 + 0x20, 1};
+  StreamingDetokenizer run_stream(*tok, false);
+  std::string run_text;
+  for (int32_t id : run) run_text += run_stream.push(id);
+  run_text += run_stream.finish();
+  EXPECT_EQ(run_text, tok->decode(run, false));
+  EXPECT_EQ(run_text, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "a");
   // A stream that ends mid-character flushes U+FFFD, as the full decode does.
   StreamingDetokenizer cut(*tok, false);
   std::string partial = cut.push(ids[0]);
