@@ -14,7 +14,7 @@
 
 namespace deepinfer {
 
-class ChatTemplate;
+class PromptBuilder;
 
 struct GenerateInput {
   std::string prompt;                  // plain text (special tokens such as BOS added), or
@@ -68,7 +68,7 @@ class LLM {
 
  private:
   Engine engine_;
-  std::unique_ptr<ChatTemplate> chat_template_;
+  std::unique_ptr<PromptBuilder> prompts_;
 };
 
 }  // namespace deepinfer

@@ -3,39 +3,25 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "runner/rng.h"
-#include "tokenizer/chat_template.h"
+#include "engine/prompt_builder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer {
 
-LLM::LLM(EngineConfig config) : engine_(std::move(config)) {
-  const Tokenizer& tok = engine_.tokenizer();
-  if (!tok.chat_template().empty()) {
-    ChatTemplateOptions options;
-    options.bos_token = tok.bos_token();
-    options.eos_token = tok.eos_token();
-    chat_template_ = std::make_unique<ChatTemplate>(tok.chat_template(), options);
-  }
-}
+LLM::LLM(EngineConfig config)
+    : engine_(std::move(config)), prompts_(std::make_unique<PromptBuilder>(engine_.tokenizer())) {}
 
 LLM::~LLM() = default;
 
 std::string LLM::apply_chat_template(const nlohmann::json& messages, const nlohmann::json& tools,
                                      bool add_generation_prompt) const {
-  DI_CHECK(chat_template_ != nullptr, "the model has no chat template; pass a plain prompt instead");
-  DI_CHECK(messages.is_array() && !messages.empty(), "'messages' must be a non-empty list");
-  return chat_template_->render(messages, tools, add_generation_prompt);
+  return prompts_->apply_chat_template(messages, tools, add_generation_prompt);
 }
 
 std::vector<int32_t> LLM::prompt_ids(const GenerateInput& input) const {
   if (!input.prompt_ids.empty()) return input.prompt_ids;
-  const Tokenizer& tok = engine_.tokenizer();
-  if (!input.messages.is_null()) {
-    // The template writes BOS and other markers itself, as transformers does.
-    return tok.encode(apply_chat_template(input.messages, input.tools, true), false);
-  }
-  return tok.encode(input.prompt, true);
+  if (!input.messages.is_null()) return prompts_->encode_chat(input.messages, input.tools);
+  return prompts_->encode_prompt(input.prompt);
 }
 
 std::vector<CompletionOutput> LLM::generate(const std::vector<GenerateInput>& inputs,
@@ -59,12 +45,9 @@ std::vector<CompletionOutput> LLM::generate(const std::vector<GenerateInput>& in
       outputs[i].choices.resize(static_cast<size_t>(n));
       remaining[i] = static_cast<size_t>(n);
       arrival[i] = Clock::now();
+      std::vector<SamplingParams> children = fan_out(params);
       for (int32_t c = 0; c < n; ++c) {
-        SamplingParams child = params;
-        child.n = 1;
-        // Samples of one prompt differ only by seed; a given seed stays reproducible.
-        if (params.seed && n > 1) child.seed = rng::derive_seed(*params.seed, static_cast<uint64_t>(c));
-        uint64_t id = engine_.add_request(outputs[i].prompt_ids, std::move(child), inputs[i].cache_salt);
+        uint64_t id = engine_.add_request(outputs[i].prompt_ids, std::move(children[c]), inputs[i].cache_salt);
         slots[id] = {i, static_cast<size_t>(c)};
       }
       prog.prompt_tokens += static_cast<int64_t>(outputs[i].prompt_ids.size()) * n;

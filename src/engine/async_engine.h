@@ -1,0 +1,133 @@
+// AsyncEngine: an Engine driven by its own thread, for callers on other
+// threads (the HTTP server). Requests are submitted in groups (the n samples of
+// one API request are admitted or refused together); each request's outputs go
+// to its sink, called on the engine thread right after the step that made them,
+// so a sink must only hand the event on (e.g. post it to an I/O executor).
+//
+// Admission is bounded: at most max_num_seqs + max_waiting sequences are in
+// flight; a group beyond that is refused at once (the server answers 429) rather
+// than queued without limit. The loop sleeps on a condition variable when idle.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace deepinfer {
+
+struct AsyncEngineOptions {
+  size_t max_waiting = 1024;  // sequences admitted beyond --max-num-seqs
+};
+
+// One delivery to a request's sink.
+struct EngineEvent {
+  RequestOutput output;                   // output.request_id is the AsyncEngine id
+  std::optional<RequestSummary> summary;  // set when output.finished
+  std::string error;                      // the engine refused or lost the request (then finished)
+  Clock::time_point time;                 // when the step that made it ended
+};
+using EngineSink = std::function<void(EngineEvent&&)>;
+
+struct EngineSubmission {
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;  // n must be 1
+  std::string cache_salt;
+  EngineSink sink;
+};
+
+enum class SubmitStatus : uint8_t { Accepted, QueueFull, ShuttingDown, NotReady };
+
+struct SubmitResult {
+  SubmitStatus status = SubmitStatus::NotReady;
+  std::vector<uint64_t> ids;  // one per submission when accepted
+};
+
+struct AsyncEngineStats {
+  EngineStats engine;     // as of the last step
+  size_t num_in_flight = 0;  // admitted and not finished
+  size_t num_queued = 0;     // admitted, not yet handed to the engine
+};
+
+class AsyncEngine {
+ public:
+  // Starts the engine thread, which loads the model; ready() tells when it has.
+  AsyncEngine(EngineConfig config, AsyncEngineOptions options);
+  ~AsyncEngine();
+  AsyncEngine(const AsyncEngine&) = delete;
+  AsyncEngine& operator=(const AsyncEngine&) = delete;
+
+  // Loaded and the loop is running.
+  bool ready() const { return state_.load() == State::Running; }
+  // Loading failed or the loop died on an internal error.
+  bool dead() const { return state_.load() == State::Dead; }
+  std::string error() const;
+  // Blocks until the model is loaded or loading failed; returns ready().
+  bool wait_until_loaded();
+  // The engine, for its tokenizer and configuration (immutable and safe to use
+  // from any thread); null until loaded.
+  const Engine* engine() const { return loaded_.load() ? engine_.get() : nullptr; }
+
+  SubmitResult submit(std::vector<EngineSubmission> group);
+  // Stops a request; its KV is freed before the next step and its sink gets a
+  // final Abort output. Unknown or finished ids are ignored.
+  void abort(uint64_t id);
+
+  AsyncEngineStats stats() const;
+
+  // Graceful shutdown: refuses new requests, lets those in flight finish for up to
+  // `timeout`, aborts the rest and stops the loop. Returns how many were aborted.
+  size_t drain(std::chrono::duration<double> timeout);
+
+ private:
+  enum class State : uint8_t { Loading, Running, Dead, Stopped };
+  struct Pending {
+    uint64_t id;
+    EngineSubmission submission;
+  };
+  void run(EngineConfig config);
+  void loop();
+  void fail_all(const std::string& message);
+  void stop_loop();
+
+  AsyncEngineOptions options_;
+  std::unique_ptr<Engine> engine_;
+  std::atomic<State> state_{State::Loading};
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> loaded_{false};
+  size_t capacity_ = 0;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;      // engine thread: work arrived / stop
+  std::condition_variable changed_;   // waiters: loaded / a request finished
+  std::string error_;
+  bool stop_ = false;
+  bool abort_all_ = false;
+  uint64_t next_id_ = 1;
+  std::deque<Pending> pending_;
+  std::vector<uint64_t> aborts_;
+  size_t in_flight_ = 0;
+  AsyncEngineStats stats_;
+
+  // Engine thread only.
+  struct Live {
+    uint64_t engine_id;
+    EngineSink sink;
+  };
+  std::unordered_map<uint64_t, Live> live_;            // AsyncEngine id -> request
+  std::unordered_map<uint64_t, uint64_t> by_engine_id_;  // engine id -> AsyncEngine id
+
+  std::thread thread_;
+};
+
+}  // namespace deepinfer

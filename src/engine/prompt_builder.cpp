@@ -1,0 +1,51 @@
+#include "engine/prompt_builder.h"
+
+#include "core/error.h"
+#include "runner/rng.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer {
+
+PromptBuilder::PromptBuilder(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {
+  if (!tokenizer.chat_template().empty()) {
+    ChatTemplateOptions options;
+    options.bos_token = tokenizer.bos_token();
+    options.eos_token = tokenizer.eos_token();
+    chat_template_ = std::make_unique<ChatTemplate>(tokenizer.chat_template(), options);
+  }
+}
+
+PromptBuilder::~PromptBuilder() = default;
+
+const std::string& PromptBuilder::chat_template_source() const { return tokenizer_.chat_template(); }
+
+std::string PromptBuilder::apply_chat_template(const nlohmann::ordered_json& messages,
+                                               const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                               const nlohmann::ordered_json& extra_context) const {
+  DI_CHECK(chat_template_ != nullptr, "the model has no chat template; pass a plain prompt instead");
+  DI_CHECK(messages.is_array() && !messages.empty(), "'messages' must be a non-empty list");
+  return chat_template_->render(messages, tools, add_generation_prompt, extra_context);
+}
+
+std::vector<int32_t> PromptBuilder::encode_chat(const nlohmann::ordered_json& messages,
+                                                const nlohmann::ordered_json& tools,
+                                                const nlohmann::ordered_json& extra_context) const {
+  return tokenizer_.encode(apply_chat_template(messages, tools, true, extra_context), false);
+}
+
+std::vector<int32_t> PromptBuilder::encode_prompt(std::string_view text) const {
+  return tokenizer_.encode(text, true);
+}
+
+std::vector<SamplingParams> fan_out(const SamplingParams& params) {
+  const int32_t n = std::max(params.n, 1);
+  std::vector<SamplingParams> out(static_cast<size_t>(n), params);
+  for (int32_t c = 0; c < n; ++c) {
+    out[c].n = 1;
+    if (params.seed && n > 1) out[c].seed = rng::derive_seed(*params.seed, static_cast<uint64_t>(c));
+  }
+  return out;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,203 @@
+#include "server/output_parser.h"
+
+#include <nlohmann/json.hpp>
+
+namespace deepinfer::server {
+namespace {
+
+constexpr std::string_view kThinkOpen = "<think>";
+constexpr std::string_view kThinkClose = "</think>";
+constexpr std::string_view kToolOpen = "<tool_call>";
+constexpr std::string_view kToolClose = "</tool_call>";
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+
+// Length of the longest suffix of `text` that is a proper prefix of `marker`.
+size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
+  const size_t max = std::min(text.size(), marker.size() - 1);
+  for (size_t n = max; n > 0; --n) {
+    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+size_t skip_space(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) ++i;
+  return i;
+}
+
+}  // namespace
+
+ToolCallFormat tool_call_format_for_template(const std::string& t) {
+  if (t.find("<tool_call>") != std::string::npos) return ToolCallFormat::Hermes;
+  if (t.find("<|python_tag|>") != std::string::npos || t.find("ipython") != std::string::npos) {
+    return ToolCallFormat::Llama3Json;
+  }
+  return ToolCallFormat::Hermes;
+}
+
+bool template_has_reasoning(const std::string& t) { return t.find("<think>") != std::string::npos || t.find("</think>") != std::string::npos; }
+
+bool parse_tool_call_json(std::string_view text, ParsedToolCall& out) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
+  const nlohmann::json* args = nullptr;
+  if (j.contains("arguments")) args = &j["arguments"];
+  else if (j.contains("parameters")) args = &j["parameters"];
+  out.name = j["name"].get<std::string>();
+  if (!args || args->is_null()) {
+    out.arguments = "{}";
+  } else if (args->is_string()) {
+    out.arguments = args->get<std::string>();
+  } else {
+    out.arguments = args->dump();
+  }
+  return true;
+}
+
+OutputParser::OutputParser(ToolCallFormat tools, bool reasoning)
+    : format_(tools),
+      think_(reasoning ? Think::Undecided : Think::Done),
+      tool_(tools == ToolCallFormat::Llama3Json ? Tool::Undecided : Tool::Content) {}
+
+ParsedDelta OutputParser::push(std::string_view text) {
+  ParsedDelta out;
+  if (think_ == Think::Done) {
+    push_content(text, out, false);
+    return out;
+  }
+  think_buf_.append(text);
+  if (think_ == Think::Undecided) {
+    const size_t ws = skip_space(think_buf_);
+    std::string_view rest = std::string_view(think_buf_).substr(ws);
+    if (rest.size() < kThinkOpen.size() && kThinkOpen.substr(0, rest.size()) == rest) return out;  // maybe <think>
+    if (rest.substr(0, kThinkOpen.size()) == kThinkOpen) {
+      think_ = Think::Inside;
+      think_buf_.erase(0, ws + kThinkOpen.size());
+    } else {
+      think_ = Think::Done;
+      std::string buf = std::move(think_buf_);
+      think_buf_.clear();
+      push_content(buf, out, false);
+      return out;
+    }
+  }
+  const size_t close = think_buf_.find(kThinkClose);
+  if (close != std::string::npos) {
+    out.reasoning = think_buf_.substr(0, close);
+    std::string rest = think_buf_.substr(close + kThinkClose.size());
+    think_buf_.clear();
+    think_ = Think::Done;
+    // The reply usually starts after a blank line; it is not content.
+    rest.erase(0, skip_space(rest));
+    push_content(rest, out, false);
+    return out;
+  }
+  const size_t hold = partial_marker_suffix(think_buf_, kThinkClose);
+  out.reasoning = think_buf_.substr(0, think_buf_.size() - hold);
+  think_buf_.erase(0, think_buf_.size() - hold);
+  return out;
+}
+
+void OutputParser::push_content(std::string_view text, ParsedDelta& out, bool final) {
+  if (format_ == ToolCallFormat::None) {
+    out.content.append(text);
+    return;
+  }
+  tool_buf_.append(text);
+  if (format_ == ToolCallFormat::Llama3Json) {
+    if (tool_ == Tool::Undecided) {
+      std::string_view rest = std::string_view(tool_buf_).substr(skip_space(tool_buf_));
+      if (rest.empty() && !final) return;
+      const bool tag_prefix = rest.size() < kPythonTag.size() && kPythonTag.substr(0, rest.size()) == rest;
+      if (tag_prefix && !final) return;
+      tool_ = (!rest.empty() && rest[0] == '{') || rest.substr(0, kPythonTag.size()) == kPythonTag ? Tool::Json
+                                                                                                   : Tool::Content;
+    }
+    if (tool_ == Tool::Content) {
+      out.content += tool_buf_;
+      tool_buf_.clear();
+      return;
+    }
+    if (!final) return;  // a JSON reply is parsed whole
+    std::string_view body = std::string_view(tool_buf_).substr(skip_space(tool_buf_));
+    if (body.substr(0, kPythonTag.size()) == kPythonTag) body.remove_prefix(kPythonTag.size());
+    std::vector<ParsedToolCall> calls;
+    bool ok = true;
+    size_t start = 0;
+    std::string s(body);
+    while (start < s.size() && ok) {
+      size_t end = s.find(';', start);
+      std::string part = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      if (part.find_first_not_of(" \n\t\r") != std::string::npos) {
+        ParsedToolCall call;
+        ok = parse_tool_call_json(part, call);
+        if (ok) calls.push_back(std::move(call));
+      }
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+    if (ok && !calls.empty()) {
+      for (auto& c : calls) out.tool_calls.push_back(std::move(c));
+    } else {
+      out.content += tool_buf_;
+    }
+    tool_buf_.clear();
+    return;
+  }
+  // Hermes: any number of <tool_call> blocks between content.
+  for (;;) {
+    if (tool_ == Tool::Content) {
+      const size_t open = tool_buf_.find(kToolOpen);
+      if (open == std::string::npos) {
+        const size_t hold = final ? 0 : partial_marker_suffix(tool_buf_, kToolOpen);
+        out.content += tool_buf_.substr(0, tool_buf_.size() - hold);
+        tool_buf_.erase(0, tool_buf_.size() - hold);
+        return;
+      }
+      out.content += tool_buf_.substr(0, open);
+      tool_buf_.erase(0, open + kToolOpen.size());
+      tool_ = Tool::InCall;
+    }
+    const size_t close = tool_buf_.find(kToolClose);
+    if (close == std::string::npos) {
+      if (!final) return;
+      // Generation ended inside a call (the model stopped at EOS before the tag).
+      ParsedToolCall call;
+      if (parse_tool_call_json(tool_buf_, call)) {
+        out.tool_calls.push_back(std::move(call));
+      } else {
+        out.content += std::string(kToolOpen) + tool_buf_;
+      }
+      tool_buf_.clear();
+      tool_ = Tool::Content;
+      return;
+    }
+    ParsedToolCall call;
+    if (parse_tool_call_json(tool_buf_.substr(0, close), call)) {
+      out.tool_calls.push_back(std::move(call));
+    } else {
+      out.content += std::string(kToolOpen) + tool_buf_.substr(0, close + kToolClose.size());
+    }
+    tool_buf_.erase(0, close + kToolClose.size());
+    tool_ = Tool::Content;
+  }
+}
+
+ParsedDelta OutputParser::finish() {
+  ParsedDelta out;
+  if (think_ != Think::Done) {
+    // Unclosed reasoning stays reasoning; an undecided opening was content.
+    if (think_ == Think::Inside) {
+      out.reasoning = std::move(think_buf_);
+    } else {
+      push_content(think_buf_, out, false);
+    }
+    think_buf_.clear();
+    think_ = Think::Done;
+  }
+  push_content("", out, true);
+  return out;
+}
+
+}  // namespace deepinfer::server

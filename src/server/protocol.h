@@ -1,0 +1,74 @@
+// Requests of the four generation APIs (OpenAI chat completions, completions,
+// responses; Anthropic messages), parsed and validated into one form before
+// anything reaches the engine. Parsing never depends on the engine thread: it
+// runs on the I/O thread and throws ApiError (HTTP 400 with the offending
+// field) for every client mistake.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "deepinfer/sampling_params.h"
+
+namespace deepinfer::server {
+
+enum class Api : uint8_t { Chat, Completion, Responses, Messages };
+
+// Bounds on every list a request may carry (numeric fields are bounded by
+// SamplingParams::validate and the context length).
+struct RequestLimits {
+  size_t max_messages = 4096;
+  size_t max_tools = 256;
+  size_t max_prompts = 256;        // a completions batch
+  size_t max_prompt_ids = 1 << 20;  // token ids in one prompt given as ids
+  int32_t max_n = 16;              // samples per prompt
+  int32_t max_json_depth = 64;
+};
+
+enum class ToolChoice : uint8_t { Auto, None, Required, Named };
+
+struct GenerationRequest {
+  Api api = Api::Chat;
+  std::string model;
+  nlohmann::ordered_json messages;  // chat form for Chat, Responses and Messages
+  nlohmann::ordered_json tools;     // OpenAI chat form [{type, function{name, description, parameters}}], or null
+  ToolChoice tool_choice = ToolChoice::Auto;
+  std::string tool_choice_name;
+  std::vector<std::string> prompts;                // Completion: text prompts, or
+  std::vector<std::vector<int32_t>> prompt_ids;    // Completion: token-id prompts
+  SamplingParams params;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // Completion
+  bool chat_logprobs = false;  // Chat/Responses: logprobs requested
+  nlohmann::ordered_json chat_template_kwargs;  // extra template variables, or null
+  std::string cache_salt;
+  std::vector<std::string> ignored_fields;  // unknown fields, for a log line
+};
+
+// Parses the body text as JSON with a nesting bound (deep nesting would exhaust
+// the parser's stack). Throws ApiError 400.
+nlohmann::ordered_json parse_json_body(std::string_view body, int32_t max_depth);
+
+GenerationRequest parse_chat_request(const nlohmann::ordered_json& body, const RequestLimits& limits);
+GenerationRequest parse_completion_request(const nlohmann::ordered_json& body, const RequestLimits& limits);
+GenerationRequest parse_responses_request(const nlohmann::ordered_json& body, const RequestLimits& limits);
+GenerationRequest parse_messages_request(const nlohmann::ordered_json& body, const RequestLimits& limits);
+
+// Chat messages / tools in the form chat templates take (content parts joined to
+// text, tool-call arguments as objects, Responses-style flat tools nested).
+nlohmann::ordered_json parse_chat_messages(const nlohmann::ordered_json& list, const RequestLimits& limits);
+nlohmann::ordered_json parse_chat_tools(const nlohmann::ordered_json& tools, const RequestLimits& limits);
+
+// Range checks that need the model: sampling parameters against the vocabulary,
+// prompt length + max_tokens against the context length (as vLLM words them).
+void validate_for_model(GenerationRequest& request, int32_t vocab_size);
+void check_prompt_length(const SamplingParams& params, size_t prompt_len, int32_t max_model_len);
+
+// JSON text that never throws on invalid UTF-8 (it is replaced).
+std::string dump_json(const nlohmann::ordered_json& j);
+
+}  // namespace deepinfer::server
