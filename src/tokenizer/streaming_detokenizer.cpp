@@ -35,7 +35,10 @@ void StreamingDetokenizer::reset() {
 
 std::string StreamingDetokenizer::push(int32_t id) {
   ids_.push_back(id);
-  if (is_byte_token(tokenizer_.id_to_token(id))) return {};  // wait for the run to end
+  // Wait while a byte run may still be open. Tokens that decode to nothing (ids
+  // outside the vocabulary, skipped special tokens) do not end a run either.
+  std::string_view token = tokenizer_.id_to_token(id);
+  if (is_byte_token(token) || token.empty() || (skip_special_ && tokenizer_.is_special(id))) return {};
   std::span<const int32_t> window(ids_.data() + prefix_, ids_.size() - prefix_);
   std::string text = tokenizer_.decode(window, skip_special_);
   // Hold back while the window ends inside a character (the decoders render an
