@@ -1,0 +1,287 @@
+#include "server/api_server.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "core/logging.h"
+#include "engine/prompt_builder.h"
+#include "server/api_error.h"
+#include "server/generation_job.h"
+#include "tokenizer/jinja/render_context.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::server {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                                          1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+const std::vector<double> kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+                                         0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+const std::vector<double> kLatencyBuckets = {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+                                             30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+
+ojson error_body(Api api, int status, const std::string& message, const std::string& type, const std::string& param) {
+  if (api == Api::Messages) return {{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
+  return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? ojson() : ojson(param)}, {"code", status}}}};
+}
+
+bool equal_constant_time(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::string_view path_of(const HttpRequest& r) {
+  std::string_view target(r.target().data(), r.target().size());
+  const size_t q = target.find('?');
+  return q == std::string_view::npos ? target : target.substr(0, q);
+}
+
+void send_json(const std::shared_ptr<ResponseChannel>& ch, int status, const ojson& body) {
+  ch->send(status, "application/json", dump_json(body));
+}
+
+}  // namespace
+
+ApiServer::ApiServer(AsyncEngine& engine, ApiServerOptions options)
+    : engine_(engine), options_(std::move(options)), metrics_({{"model_name", options_.served_model_name}}) {
+  started_at_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  render_metrics();  // registers every family so /metrics lists them from the start
+}
+
+ApiServer::~ApiServer() = default;
+
+std::string ApiServer::render_metrics() {
+  const AsyncEngineStats s = engine_.stats();
+  MetricsRegistry& m = metrics_;
+  m.gauge("deepinfer:num_requests_running", "Requests in model execution batches.").set(static_cast<double>(s.engine.num_running));
+  m.gauge("deepinfer:num_requests_waiting", "Requests waiting to be scheduled (including those not yet handed to the engine).")
+      .set(static_cast<double>(s.engine.num_waiting + s.num_queued));
+  m.gauge("deepinfer:kv_cache_usage_perc", "KV-cache usage: 1 means 100 percent.").set(s.engine.kv_usage);
+  m.counter("deepinfer:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.")
+      .set(static_cast<double>(s.engine.prefix_query_tokens));
+  m.counter("deepinfer:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.")
+      .set(static_cast<double>(s.engine.prefix_hit_tokens));
+  m.counter("deepinfer:num_preemptions_total", "Preemptions (a request gave up its KV and recomputes it later).")
+      .set(static_cast<double>(s.engine.num_preemptions));
+  m.counter("deepinfer:prompt_tokens_total", "Prompt tokens admitted.").set(static_cast<double>(s.engine.prompt_tokens));
+  m.counter("deepinfer:generation_tokens_total", "Tokens generated.").set(static_cast<double>(s.engine.generation_tokens));
+  m.gauge("deepinfer:engine_alive", "1 while the engine loop runs.").set(engine_.ready() ? 1 : 0);
+  for (const char* reason : {"stop", "length", "abort"}) {
+    m.counter("deepinfer:request_success_total", "Finished requests (per sample) by finish reason.", {{"finished_reason", reason}});
+  }
+  m.counter("deepinfer:num_requests_rejected_total", "Requests refused with 429 because the admission queue was full.");
+  m.histogram("deepinfer:time_to_first_token_seconds", "Time to first token.", kTtftBuckets);
+  m.histogram("deepinfer:inter_token_latency_seconds", "Time between output tokens.", kItlBuckets);
+  m.histogram("deepinfer:e2e_request_latency_seconds", "End-to-end request latency.", kLatencyBuckets);
+  m.histogram("deepinfer:request_queue_time_seconds", "Time from arrival to first scheduling.", kLatencyBuckets);
+  return m.render();
+}
+
+bool ApiServer::authorized(const HttpRequest& r) const {
+  if (options_.api_key.empty()) return true;
+  if (auto it = r.find(http::field::authorization); it != r.end()) {
+    std::string_view v(it->value().data(), it->value().size());
+    if (v.substr(0, 7) == "Bearer " && equal_constant_time(v.substr(7), options_.api_key)) return true;
+  }
+  if (auto it = r.find("x-api-key"); it != r.end()) {
+    if (equal_constant_time(std::string_view(it->value().data(), it->value().size()), options_.api_key)) return true;
+  }
+  return false;
+}
+
+const PromptBuilder& ApiServer::prompts() {
+  const Engine* engine = engine_.engine();
+  if (!engine) throw ApiError(503, "the model is still loading", {}, "overloaded_error");
+  std::call_once(prompts_once_, [&] { prompts_ = std::make_unique<PromptBuilder>(engine->tokenizer()); });
+  return *prompts_;
+}
+
+void ApiServer::handle(HttpRequest&& request, std::shared_ptr<ResponseChannel> channel) {
+  Api api = Api::Chat;
+  try {
+    dispatch(request, channel, api);
+  } catch (const ApiError& e) {
+    send_json(channel, e.status(), error_body(api, e.status(), e.what(), e.type(), e.param()));
+  } catch (const ParamError& e) {
+    send_json(channel, 400, error_body(api, 400, e.what(), "invalid_request_error", e.param()));
+  } catch (const jinja::TemplateRaisedError& e) {
+    send_json(channel, 400, error_body(api, 400, e.what(), "invalid_request_error", "messages"));
+  } catch (const Error& e) {
+    // Errors from the tokenizer or template come from what the client sent.
+    send_json(channel, 400, error_body(api, 400, e.what(), "invalid_request_error", ""));
+  } catch (const std::exception& e) {
+    log_error("internal error on {} {}: {}", std::string(request.method_string()), std::string(path_of(request)), e.what());
+    send_json(channel, 500, error_body(api, 500, "internal server error", "api_error", ""));
+  }
+}
+
+void ApiServer::dispatch(const HttpRequest& r, const std::shared_ptr<ResponseChannel>& ch, Api& api) {
+  const std::string_view path = path_of(r);
+  const bool get = r.method() == http::verb::get;
+  const bool post = r.method() == http::verb::post;
+  if (path.substr(0, 12) == "/v1/messages") api = Api::Messages;
+  auto require = [&](bool ok) {
+    if (!ok) throw ApiError(405, fmt::format("method {} is not allowed on {}", std::string(r.method_string()), path));
+  };
+  if (path == "/health") {
+    require(get);
+    if (engine_.dead()) throw ApiError(503, engine_.error(), {}, "api_error");
+    ch->send(200, "application/json", "{}");
+    return;
+  }
+  if (path == "/ready") {
+    require(get);
+    if (!engine_.ready()) {
+      throw ApiError(503, engine_.dead() ? engine_.error() : "the model is still loading", {}, "overloaded_error");
+    }
+    ch->send(200, "application/json", R"({"status":"ready"})");
+    return;
+  }
+  if (path == "/metrics") {
+    require(get);
+    ch->send(200, "text/plain; version=0.0.4; charset=utf-8", render_metrics());
+    return;
+  }
+  if (!authorized(r)) throw ApiError(401, "invalid or missing API key", {}, "authentication_error");
+  if (path == "/v1/models") {
+    require(get);
+    const Engine* e = engine_.engine();
+    ojson model = {{"id", options_.served_model_name}, {"object", "model"}, {"created", started_at_},
+                   {"owned_by", "deepinfer"}, {"root", options_.served_model_name}, {"parent", nullptr}};
+    if (e) model["max_model_len"] = e->max_model_len();
+    send_json(ch, 200, {{"object", "list"}, {"data", ojson::array({model})}});
+    return;
+  }
+  struct GenRoute {
+    const char* path;
+    Api api;
+  };
+  for (const GenRoute& g : {GenRoute{"/v1/chat/completions", Api::Chat}, GenRoute{"/v1/completions", Api::Completion},
+                            GenRoute{"/v1/responses", Api::Responses}, GenRoute{"/v1/messages", Api::Messages}}) {
+    if (path == g.path) {
+      require(post);
+      api = g.api;
+      generate(g.api, r, ch);
+      return;
+    }
+  }
+  if (path == "/v1/messages/count_tokens") {
+    require(post);
+    count_tokens(r, ch);
+    return;
+  }
+  if (path == "/tokenize") {
+    require(post);
+    tokenize(r, ch);
+    return;
+  }
+  if (path == "/detokenize") {
+    require(post);
+    detokenize(r, ch);
+    return;
+  }
+  throw ApiError(404, fmt::format("no route for {}", path), {}, "not_found_error");
+}
+
+std::vector<int32_t> ApiServer::chat_prompt(const GenerationRequest& r) {
+  const PromptBuilder& pb = prompts();
+  const ojson tools = r.tool_choice == ToolChoice::None ? ojson() : r.tools;
+  return pb.encode_chat(r.messages, tools, r.chat_template_kwargs);
+}
+
+void ApiServer::generate(Api api, const HttpRequest& r, const std::shared_ptr<ResponseChannel>& ch) {
+  const ojson body = parse_json_body(r.body(), options_.limits.max_json_depth);
+  GenerationRequest req = api == Api::Chat         ? parse_chat_request(body, options_.limits)
+                          : api == Api::Completion ? parse_completion_request(body, options_.limits)
+                          : api == Api::Responses  ? parse_responses_request(body, options_.limits)
+                                                   : parse_messages_request(body, options_.limits);
+  if (!req.ignored_fields.empty()) log_info("ignoring unknown request fields: {}", fmt::join(req.ignored_fields, ", "));
+  if (!req.model.empty() && req.model != options_.served_model_name) {
+    throw ApiError(404, fmt::format("The model `{}` does not exist.", req.model), "model", "not_found_error");
+  }
+  const PromptBuilder& pb = prompts();
+  const Engine* engine = engine_.engine();
+  validate_for_model(req, engine->vocab_size());
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> texts;
+  if (api == Api::Completion) {
+    for (const std::string& p : req.prompts) prompts.push_back(pb.encode_prompt(p));
+    for (auto& ids : req.prompt_ids) prompts.push_back(ids);
+    if (req.echo) {
+      texts = req.prompts;
+      for (const auto& ids : req.prompt_ids) texts.push_back(engine->tokenizer().decode(ids, false));
+    }
+  } else {
+    prompts.push_back(chat_prompt(req));
+  }
+  for (const auto& p : prompts) {
+    if (p.empty()) bad_param("prompt", "the prompt is empty");
+    check_prompt_length(req.params, p.size(), engine->max_model_len());
+  }
+  JobContext ctx;
+  ctx.engine = &engine_;
+  ctx.tokenizer = &engine->tokenizer();
+  ctx.model_name = options_.served_model_name;
+  ctx.tool_format = tool_call_format_for_template(pb.chat_template_source());
+  ctx.reasoning = template_has_reasoning(pb.chat_template_source());
+  ctx.metrics.ttft = &metrics_.histogram("deepinfer:time_to_first_token_seconds", "", kTtftBuckets);
+  ctx.metrics.inter_token = &metrics_.histogram("deepinfer:inter_token_latency_seconds", "", kItlBuckets);
+  ctx.metrics.e2e = &metrics_.histogram("deepinfer:e2e_request_latency_seconds", "", kLatencyBuckets);
+  ctx.metrics.queue_time = &metrics_.histogram("deepinfer:request_queue_time_seconds", "", kLatencyBuckets);
+  ctx.metrics.success_stop = &metrics_.counter("deepinfer:request_success_total", "", {{"finished_reason", "stop"}});
+  ctx.metrics.success_length = &metrics_.counter("deepinfer:request_success_total", "", {{"finished_reason", "length"}});
+  ctx.metrics.success_abort = &metrics_.counter("deepinfer:request_success_total", "", {{"finished_reason", "abort"}});
+  ctx.metrics.rejected = &metrics_.counter("deepinfer:num_requests_rejected_total", "");
+  auto job = std::make_shared<GenerationJob>(std::move(ctx), std::move(req), std::move(prompts), std::move(texts), ch);
+  job->start();
+}
+
+void ApiServer::tokenize(const HttpRequest& r, const std::shared_ptr<ResponseChannel>& ch) {
+  const ojson body = parse_json_body(r.body(), options_.limits.max_json_depth);
+  const PromptBuilder& pb = prompts();
+  const Engine* engine = engine_.engine();
+  std::vector<int32_t> ids;
+  if (body.contains("messages")) {
+    const ojson messages = parse_chat_messages(body["messages"], options_.limits);
+    const bool add_gen = body.value("add_generation_prompt", true);
+    ids = engine->tokenizer().encode(pb.apply_chat_template(messages, nullptr, add_gen), false);
+  } else {
+    auto p = body.find("prompt");
+    if (p == body.end() || !p->is_string()) bad_param("prompt", "'prompt' (string) or 'messages' is required");
+    const bool add_special = body.value("add_special_tokens", true);
+    ids = engine->tokenizer().encode(p->get<std::string>(), add_special);
+  }
+  send_json(ch, 200, {{"count", ids.size()}, {"max_model_len", engine->max_model_len()}, {"tokens", ids}});
+}
+
+void ApiServer::detokenize(const HttpRequest& r, const std::shared_ptr<ResponseChannel>& ch) {
+  const ojson body = parse_json_body(r.body(), options_.limits.max_json_depth);
+  prompts();
+  const Engine* engine = engine_.engine();
+  auto t = body.find("tokens");
+  if (t == body.end() || !t->is_array()) bad_param("tokens", "'tokens' must be a list of token ids");
+  if (t->size() > options_.limits.max_prompt_ids) bad_param("tokens", "too many tokens");
+  std::vector<int32_t> ids;
+  for (const ojson& v : *t) {
+    if (!v.is_number_integer()) bad_param("tokens", "token ids must be integers");
+    const int64_t id = v.get<int64_t>();
+    if (id < 0 || id >= engine->vocab_size()) bad_param("tokens", fmt::format("token id {} is outside the vocabulary", id));
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  send_json(ch, 200, {{"prompt", engine->tokenizer().decode(ids, false)}});
+}
+
+void ApiServer::count_tokens(const HttpRequest& r, const std::shared_ptr<ResponseChannel>& ch) {
+  ojson body = parse_json_body(r.body(), options_.limits.max_json_depth);
+  if (!body.contains("max_tokens")) body["max_tokens"] = 1;  // not part of count_tokens requests
+  GenerationRequest req = parse_messages_request(body, options_.limits);
+  send_json(ch, 200, {{"input_tokens", chat_prompt(req).size()}});
+}
+
+}  // namespace deepinfer::server

@@ -1,0 +1,59 @@
+// ApiServer: the request handler behind HttpServer. Routes the OpenAI- and
+// Anthropic-compatible endpoints, checks the API key, parses and validates every
+// request on the I/O thread (never on the engine thread), and turns each
+// generation into a GenerationJob. Every failure of a single request is caught
+// here: client mistakes become 4xx with an error body, bugs a logged 500; the
+// server stays up either way.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine/async_engine.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/protocol.h"
+
+namespace deepinfer {
+class PromptBuilder;
+}
+
+namespace deepinfer::server {
+
+struct ApiServerOptions {
+  std::string served_model_name;  // the name clients send and /v1/models lists
+  std::string api_key;            // empty = no authentication
+  RequestLimits limits;
+};
+
+class ApiServer {
+ public:
+  ApiServer(AsyncEngine& engine, ApiServerOptions options);
+  ~ApiServer();
+
+  void handle(HttpRequest&& request, std::shared_ptr<ResponseChannel> channel);
+  MetricsRegistry& metrics() { return metrics_; }
+  std::string render_metrics();
+
+ private:
+  struct Route;
+  void dispatch(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel, Api& api_for_errors);
+  void generate(Api api, const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
+  void tokenize(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
+  void detokenize(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
+  void count_tokens(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
+  bool authorized(const HttpRequest& request) const;
+  // The engine's prompt builder once the model is loaded; throws ApiError 503 before.
+  const PromptBuilder& prompts();
+  std::vector<int32_t> chat_prompt(const GenerationRequest& r);
+
+  AsyncEngine& engine_;
+  ApiServerOptions options_;
+  MetricsRegistry metrics_;
+  std::once_flag prompts_once_;
+  std::unique_ptr<PromptBuilder> prompts_;
+  int64_t started_at_ = 0;
+};
+
+}  // namespace deepinfer::server

@@ -1,0 +1,128 @@
+// `deepinfer serve`: the OpenAI- and Anthropic-compatible HTTP server. The
+// model loads on the engine thread while the server already listens (/ready
+// answers 503 until it is loaded). SIGTERM/SIGINT stop accepting connections,
+// let requests in flight finish for up to --shutdown-timeout, abort the rest
+// and exit 0.
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "command.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "engine/async_engine.h"
+#include "engine_flags.h"
+#include "server/api_server.h"
+#include "server/http_server.h"
+
+namespace deepinfer::cli {
+namespace {
+
+// Each streaming client holds a descriptor; lift the soft limit to the hard one.
+void raise_file_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+std::string default_served_name(const std::string& model_path) {
+  std::filesystem::path p(model_path);
+  if (p.has_filename() && p.extension() == ".gguf") return p.stem().string();
+  return p.filename().empty() ? p.parent_path().filename().string() : p.filename().string();
+}
+
+int run_serve(int argc, char** argv) {
+  CLI::App app{"Serve a model over HTTP with OpenAI- and Anthropic-compatible APIs."};
+  app.name("deepinfer serve");
+  EngineFlags ef;
+  add_engine_flags(app, ef);
+  server::HttpServerOptions http;
+  server::ApiServerOptions api;
+  AsyncEngineOptions async;
+  double shutdown_timeout = 30;
+  int io_threads = 2;
+  app.add_option("--host", http.host, "address to listen on");
+  app.add_option("--port", http.port, "port to listen on (0 = any free port)");
+  app.add_option("--api-key", api.api_key, "require this key (Authorization: Bearer, or x-api-key)");
+  app.add_option("--served-model-name", api.served_model_name, "model name in the API (default: the model file's name)");
+  app.add_option("--max-waiting", async.max_waiting, "requests queued beyond --max-num-seqs before 429")
+      ->check(CLI::Range(size_t{0}, size_t{1} << 20));
+  app.add_option("--shutdown-timeout", shutdown_timeout, "seconds to drain requests on SIGTERM")
+      ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--io-threads", io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64));
+  app.add_option("--max-body-bytes", http.body_limit, "largest request body (413 beyond)")
+      ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 30));
+  app.add_option("--request-timeout", http.read_timeout_s, "seconds to receive a whole request")
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--keep-alive-timeout", http.keep_alive_timeout_s, "seconds an idle connection is kept")
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--max-n", api.limits.max_n, "largest n (samples per prompt)")->check(CLI::Range(1, SamplingParams::kMaxN));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  http.io_threads = io_threads;
+  EngineConfig config = finish_engine_flags(ef, argv[0]);
+  if (api.served_model_name.empty()) api.served_model_name = default_served_name(config.model_path);
+  raise_file_limit();
+
+  // Signals are taken synchronously by this thread; every thread started below inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const auto load_start = std::chrono::steady_clock::now();
+  AsyncEngine engine(config, async);
+  server::ApiServer api_server(engine, api);
+  server::HttpServer server(http, [&api_server](server::HttpRequest&& r, std::shared_ptr<server::ResponseChannel> ch) {
+    api_server.handle(std::move(r), std::move(ch));
+  });
+  server.start();
+  log_info("serve: listening on http://{}:{} (model '{}' loading)", http.host, server.port(), api.served_model_name);
+
+  bool announced = false;
+  for (;;) {
+    timespec wait{0, 200'000'000};
+    const int sig = sigtimedwait(&signals, nullptr, &wait);
+    if (sig == SIGTERM || sig == SIGINT) {
+      log_info("serve: {} received; no new connections, draining for up to {} s", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+               shutdown_timeout);
+      break;
+    }
+    if (!announced && engine.ready()) {
+      announced = true;
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+      log_info("serve: model loaded in {:.2f} s; ready (max-model-len {}, max-num-seqs {}, max-waiting {})", secs,
+               engine.engine()->max_model_len(), config.max_num_seqs, async.max_waiting);
+    }
+    if (engine.dead() && engine.engine() == nullptr) {
+      log_error("serve: {}", engine.error());
+      server.stop();
+      return 1;
+    }
+  }
+  server.stop_accepting();
+  const size_t aborted = engine.drain(std::chrono::duration<double>(shutdown_timeout));
+  // Let the last responses reach their clients.
+  const auto flush_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (server.active_responses() > 0 && std::chrono::steady_clock::now() < flush_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  server.stop();
+  log_info("serve: stopped ({} request(s) aborted at shutdown)", aborted);
+  return 0;
+}
+
+}  // namespace
+
+DEEPINFER_COMMAND("serve", "serve a model over HTTP (OpenAI- and Anthropic-compatible APIs)", run_serve);
+
+}  // namespace deepinfer::cli
