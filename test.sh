@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test: builds, then the C++ unit and op tests (CTest), the Python
-# end-to-end checks against checked-in reference data, and short fuzz runs.
+# end-to-end checks against checked-in reference data, the HTTP server tests
+# (real binary + openai/anthropic SDKs), and short fuzz runs.
 set -euo pipefail
 cd "$(dirname "$0")"
 ./build.sh
 ctest --test-dir build --output-on-failure -j "$(nproc)"
+# Server tests need build/deepinfer; run.sh fails loudly when it is missing.
+tests/server/run.sh
 if [ -x tests/fuzz/run.sh ]; then
   tests/fuzz/run.sh
 fi

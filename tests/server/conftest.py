@@ -1,0 +1,100 @@
+"""Starts the real `deepinfer serve` binary for the server tests.
+
+The binary is $DEEPINFER_BIN or build/deepinfer; the model is the built-in
+default (SmolLM2-135M-Instruct), passed explicitly so a binary outside the
+repository's build folder finds it too.
+"""
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import time
+
+import httpx
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+API_KEY = "test-key"
+MODEL_NAME = "smollm2"
+
+
+def binary():
+    path = pathlib.Path(os.environ.get("DEEPINFER_BIN", ROOT / "build" / "deepinfer"))
+    if not path.exists():
+        raise RuntimeError(f"server binary {path} not found: run ./build.sh or set DEEPINFER_BIN")
+    return path
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, *extra):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        model = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        args = [str(binary()), "serve", "--port", str(self.port), "--served-model-name", MODEL_NAME, "--threads", "2"]
+        if model.exists():
+            args += ["--model", str(model)]
+        args += list(extra)
+        self.log_path = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"deepinfer-serve-{self.port}.log"
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log_path.read_text()}")
+            try:
+                if httpx.get(self.url + "/ready", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("server did not become ready in 60 s")
+
+    def metrics(self):
+        text = httpx.get(self.url + "/metrics", timeout=10).text
+        values = {}
+        for line in text.splitlines():
+            if line.startswith("#") or not line:
+                continue
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+        return values
+
+    def metric(self, name, **labels):
+        for series, value in self.metrics().items():
+            base = series.split("{", 1)[0]
+            if base == name and all(f'{k}="{v}"' in series for k, v in labels.items()):
+                return value
+        raise KeyError(name)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="session")
+def server():
+    s = Server("--api-key", API_KEY)
+    yield s
+    s.stop()
+
+
+@pytest.fixture()
+def openai_client(server):
+    import openai
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+
+@pytest.fixture()
+def anthropic_client(server):
+    import anthropic
+    return anthropic.Anthropic(base_url=server.url, api_key=API_KEY, max_retries=0, timeout=120)
