@@ -15,6 +15,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "GGUF file or Hugging Face folder (default: built-in SmolLM2-135M-Instruct; "
                  "DEEPINFER_HF_MODEL_DIR also sets it)");
   app.add_option("--tokenizer", c.tokenizer_path, "tokenizer.json or folder (default: the model's)");
+  app.add_option("--device", f.device, "compute device: cpu or cuda (DEEPINFER_ACCELERATOR also sets it)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--threads", c.num_threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 1024));
   app.add_option("--max-model-len", c.max_model_len, "maximum tokens per sequence (prompt + output)")
       ->check(CLI::Range(0, 1 << 24));
@@ -56,6 +58,13 @@ EngineConfig finish_engine_flags(EngineFlags& f, const char* argv0) {
       c.model_path = default_model_path(argv0);
     }
   }
+  std::string device = f.device;
+  if (device.empty()) {
+    const char* acc = std::getenv("DEEPINFER_ACCELERATOR");
+    device = acc && *acc ? acc : "cpu";
+  }
+  DI_CHECK(device == "cpu" || device == "cuda", "unknown device '{}': expected cpu or cuda", device);
+  c.device = device == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
   c.enable_prefix_caching = !f.no_prefix_caching;
   if (const char* bi = std::getenv("DEEPINFER_BATCH_INVARIANT"); bi && std::string_view(bi) == "1") {
     c.batch_invariant = true;

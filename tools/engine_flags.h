@@ -13,6 +13,7 @@ struct EngineFlags {
   EngineConfig config;
   std::string cost_model_path;
   bool no_prefix_caching = false;
+  std::string device;  // --device cpu|cuda; empty = DEEPINFER_ACCELERATOR or cpu
 };
 
 void add_engine_flags(CLI::App& app, EngineFlags& flags);

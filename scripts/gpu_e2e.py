@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""GPU end-to-end check of DeepInfer's CUDA backend against Hugging Face transformers.
+
+For each architecture (a Llama-3-8B-shaped model, a small Qwen3, a small
+Gemma 3 text model with sliding-window layers) it creates a randomly
+initialised bf16 model with `from_config`, saves it as safetensors with a
+synthetic byte-level tokenizer (every id decodes), and runs
+
+    deepinfer generate --device cuda --model DIR --input prompts.jsonl --output out.jsonl
+
+with prompt_token_ids, greedy decoding, ignore_eos and top-20 logprobs. Then
+transformers (bf16, same GPU) runs one forward pass over prompt + DeepInfer's
+continuation (teacher forcing) and its own greedy generation. Reported per
+model: top-1 agreement at every generated position (DeepInfer's greedy token
+vs transformers' argmax on the same prefix), max |logprob difference| over
+DeepInfer's top-20 tokens, and how many greedy tokens agree before the first
+divergence.
+
+Usage (on the GPU machine; scripts/gpu_run.sh calls it):
+  scripts/gpu_e2e.py --deepinfer build/deepinfer --out $OUT [--models llama8b,qwen3,gemma3]
+Writes e2e.json into --out and e2e.md into --workdir.
+"""
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def write_tokenizer(path, vocab_size):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    vocab = {ch: b for b, ch in bytes_to_unicode().items()}
+    for i in range(256, vocab_size):
+        vocab[f"tok{i}"] = i
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(os.path.join(path, "tokenizer.json"))
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast"}, f)
+
+
+def legacy_rope_fields(path):
+    """transformers 5 writes rope_parameters; also write the older rope_theta /
+    rope_scaling / rope_local_base_freq fields that the loader reads."""
+    p = os.path.join(path, "config.json")
+    cfg = json.load(open(p))
+    for c in [cfg] + ([cfg["text_config"]] if isinstance(cfg.get("text_config"), dict) else []):
+        rp = c.get("rope_parameters")
+        if not isinstance(rp, dict):
+            continue
+        full, local = rp, None
+        if "full_attention" in rp:
+            full, local = rp["full_attention"], rp.get("sliding_attention")
+        if "rope_theta" in full:
+            c.setdefault("rope_theta", full["rope_theta"])
+        if full.get("rope_type", "default") != "default":
+            c.setdefault("rope_scaling", {k: v for k, v in full.items() if k != "rope_theta"})
+        if local and "rope_theta" in local:
+            c.setdefault("rope_local_base_freq", local["rope_theta"])
+    json.dump(cfg, open(p, "w"), indent=1)
+
+
+def make_config(name):
+    import transformers as tf
+    if name == "llama8b":
+        return tf.LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                              num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
+                              rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
+                              rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                              bos_token_id=1, eos_token_id=2)
+    if name == "qwen3":
+        return tf.Qwen3Config(vocab_size=32000, hidden_size=1024, intermediate_size=3072, num_hidden_layers=8,
+                              num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                              max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                              tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+    if name == "gemma3":
+        return tf.Gemma3TextConfig(vocab_size=32000, hidden_size=640, intermediate_size=2048, num_hidden_layers=6,
+                                   num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+                                   sliding_window=64, query_pre_attn_scalar=256, max_position_embeddings=4096,
+                                   rms_norm_eps=1e-6, bos_token_id=2, eos_token_id=1, pad_token_id=0)
+    raise ValueError(name)
+
+
+def build_model(name, path):
+    import transformers as tf
+    cfg = make_config(name)
+    torch.manual_seed(0)
+    t0 = time.time()
+    with torch.device("cuda"):
+        try:
+            model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        except TypeError:
+            model = tf.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
+    model.eval()
+    os.makedirs(path, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    legacy_rope_fields(path)
+    write_tokenizer(path, cfg.vocab_size)
+    print(f"[e2e] {name}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B params, created and saved "
+          f"in {time.time() - t0:.1f} s", flush=True)
+    return model, cfg
+
+
+def prompts_for(name, vocab, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    lengths = [5, 17, 64, 130, 300, 700] if name != "llama8b" else [5, 33, 128, 400, 1000]
+    return [torch.randint(3, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+def run_deepinfer(exe, path, prompts, max_tokens, workdir):
+    inp = os.path.join(workdir, "in.jsonl")
+    out = os.path.join(workdir, "out.jsonl")
+    with open(inp, "w") as f:
+        for p in prompts:
+            f.write(json.dumps({"prompt_token_ids": p, "max_tokens": max_tokens, "temperature": 0,
+                                "ignore_eos": True, "logprobs": 20}) + "\n")
+    cmd = [exe, "generate", "--device", "cuda", "--model", path, "--input", inp, "--output", out,
+           "--max-model-len", "4096", "--kv-cache-memory", str(8 << 30), "--max-num-batched-tokens", "2048"]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise RuntimeError(f"deepinfer failed ({r.returncode}):\n{r.stderr[-4000:]}")
+    rows = [json.loads(l) for l in open(out) if l.strip()]
+    rows.sort(key=lambda j: j["index"])
+    return rows, time.time() - t0, r.stderr[-2000:]
+
+
+@torch.no_grad()
+def compare(model, prompts, rows, max_tokens):
+    agree = total = 0
+    max_diff = 0.0
+    greedy_match = []
+    for p, row in zip(prompts, rows):
+        ours = row["token_ids"]
+        seq = torch.tensor([p + ours], device="cuda")
+        logits = model(seq).logits[0].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        for i, tok in enumerate(ours):
+            pos = len(p) - 1 + i
+            hf_top = int(torch.argmax(logits[pos]))
+            agree += int(hf_top == tok)
+            total += 1
+            for alt in row["logprobs"][i]["top_logprobs"]:
+                max_diff = max(max_diff, abs(alt["logprob"] - float(logp[pos, alt["token_id"]])))
+        hf = model.generate(torch.tensor([p], device="cuda"), max_new_tokens=max_tokens, do_sample=False,
+                            min_new_tokens=max_tokens, pad_token_id=0)[0, len(p):].tolist()
+        n = 0
+        while n < min(len(hf), len(ours)) and hf[n] == ours[n]:
+            n += 1
+        greedy_match.append(n)
+    return {"top1_agree": agree, "positions": total, "top1_rate": agree / max(total, 1),
+            "max_abs_logprob_diff_top20": max_diff, "greedy_prefix_match": greedy_match,
+            "greedy_tokens": max_tokens}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--deepinfer", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--models", default="qwen3,gemma3,llama8b")
+    ap.add_argument("--workdir", default="/tmp/deepinfer_e2e")
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--keep", default="llama8b", help="model folders to keep for the benchmark")
+    args = ap.parse_args()
+    results = {}
+    os.makedirs(args.workdir, exist_ok=True)
+    for name in args.models.split(","):
+        path = os.path.join(args.workdir, name)
+        try:
+            model, cfg = build_model(name, path)
+            prompts = prompts_for(name, cfg.vocab_size)
+            rows, secs, log = run_deepinfer(args.deepinfer, path, prompts, args.max_tokens, path)
+            res = compare(model, prompts, rows, args.max_tokens)
+            res["deepinfer_seconds"] = secs
+            res["prompt_lengths"] = [len(p) for p in prompts]
+            results[name] = res
+            print(f"[e2e] {name}: top-1 {res['top1_agree']}/{res['positions']} ({100 * res['top1_rate']:.1f}%), "
+                  f"max |dlogprob| {res['max_abs_logprob_diff_top20']:.4f}, greedy prefix match "
+                  f"{res['greedy_prefix_match']} of {args.max_tokens}", flush=True)
+        except Exception as e:  # keep going: the report says what failed
+            results[name] = {"error": str(e)[-3000:]}
+            print(f"[e2e] {name}: FAILED: {str(e)[-3000:]}", flush=True)
+        finally:
+            model = None
+            gc.collect()
+            torch.cuda.empty_cache()
+        if name not in args.keep.split(","):
+            subprocess.run(["rm", "-rf", path])
+    json.dump(results, open(os.path.join(args.out, "e2e.json"), "w"), indent=1)
+    with open(os.path.join(args.workdir, "e2e.md"), "w") as f:
+        f.write("| model | top-1 agreement | max abs logprob diff (top-20) | greedy prefix match |\n|---|---|---|---|\n")
+        for name, r in results.items():
+            if "error" in r:
+                f.write(f"| {name} | FAILED: {r['error'][:200]!r} | | |\n")
+            else:
+                f.write(f"| {name} | {r['top1_agree']}/{r['positions']} ({100 * r['top1_rate']:.1f}%) | "
+                        f"{r['max_abs_logprob_diff_top20']:.4f} | {r['greedy_prefix_match']} of {r['greedy_tokens']} |\n")
+    return 0 if all("error" not in r for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds the CUDA-enabled binaries on this (CPU-only) machine and stages them
+# with the shared libraries they need into build-gpu/ (ignored by git), so
+# that the device `run` tool can carry them to a GPU machine whose image has
+# CUDA but not our C++ dependencies (fmt, OpenBLAS, PCRE2, GoogleTest, ...).
+# scripts/gpu_run.sh uses build-gpu/ when it is present and builds otherwise.
+#   BUILD_DIR=/tmp/build-cuda scripts/gpu_prepare.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR="${BUILD_DIR:-/tmp/build-cuda}"
+JOBS="${JOBS:-2}"
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEEPINFER_CUDA=ON >/dev/null
+ninja -C "$BUILD_DIR" -j "$JOBS" test_ops deepinfer_cli
+rm -rf build-gpu
+mkdir -p build-gpu/bin build-gpu/lib
+for exe in test_ops deepinfer; do
+  strip --strip-debug -o "build-gpu/bin/$exe" "$BUILD_DIR/$exe"
+  # Everything but the C library, the driver and the CUDA toolkit's own
+  # libraries (those come from the GPU machine).
+  ldd "$BUILD_DIR/$exe" | awk '/=> \//{print $3}' |
+    grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcublas[^/]*|libcudart)\.so' |
+    while read -r lib; do cp -Ln "$lib" build-gpu/lib/ 2>/dev/null || true; done
+done
+git rev-parse HEAD > build-gpu/COMMIT
+git status --short -- src tests tools CMakeLists.txt > build-gpu/DIRTY || true
+du -sh build-gpu build-gpu/* build-gpu/lib/*

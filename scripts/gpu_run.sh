@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# One command for the GPU machine (device `run` tool), from the repository root:
+#   scripts/gpu_run.sh [stages]     stages: any of build,test,e2e,bench (default all)
+# Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
+# (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
+# (needs the C++ dependencies that build.sh installs). Then runs the op tests
+# (CUDA vs the CPU reference), scripts/gpu_e2e.py (vs transformers) and
+# scripts/gpu_bench.py, and writes report.md plus the JSON/logs into $OUT
+# (at most 7 files: the device tool brings back 8).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/deepinfer_gpu_out}"
+mkdir -p "$OUT"
+STAGES="${1:-build,test,e2e,bench}"
+has() { [[ ",$STAGES," == *",$1,"* ]]; }
+export PYTHONUNBUFFERED=1
+REPORT="$OUT/report.md"
+{
+  echo "# DeepInfer GPU run"
+  echo
+  echo "- date: $(date -u +%FT%TZ)"
+  echo "- commit: $(cat build-gpu/COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "- gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+  echo "- nvcc: $(nvcc --version 2>/dev/null | tail -1)"
+} > "$REPORT"
+
+# libcublas from the CUDA toolkit or from PyTorch's wheels.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+         $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, q, "lib") for p in nvidia.__path__ for q in os.listdir(p)))' 2>/dev/null); do
+  [ -d "$d" ] && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+done
+export LD_LIBRARY_PATH
+
+BIN=""
+if [ -x build-gpu/bin/deepinfer ]; then
+  export LD_LIBRARY_PATH="$PWD/build-gpu/lib:$LD_LIBRARY_PATH"
+  if build-gpu/bin/deepinfer --help >/dev/null 2>/tmp/prebuilt_check.log; then
+    BIN=build-gpu/bin
+    echo "- binaries: prebuilt by scripts/gpu_prepare.sh (build-gpu/)" >> "$REPORT"
+  else
+    echo "- prebuilt binaries do not run here: $(head -c 300 /tmp/prebuilt_check.log)" >> "$REPORT"
+  fi
+fi
+if [ -z "$BIN" ] && has build; then
+  t0=$(date +%s)
+  if cmake -S . -B build-gpu-src -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON > "$OUT/build.log" 2>&1 &&
+     ninja -C build-gpu-src -j16 test_ops deepinfer_cli >> "$OUT/build.log" 2>&1; then
+    BIN=build-gpu-src
+    echo "- binaries: built here in $(( $(date +%s) - t0 )) s" >> "$REPORT"
+  else
+    echo "- build FAILED (tail of build.log below)" >> "$REPORT"
+    tail -30 "$OUT/build.log" | sed 's/^/    /' >> "$REPORT"
+  fi
+fi
+[ -n "$BIN" ] || { cat "$REPORT"; exit 1; }
+
+if has test; then
+  echo -e "\n## Op tests (CUDA vs CPU reference)\n" >> "$REPORT"
+  timeout 300 "$BIN/test_ops" --gtest_brief=1 --gtest_output=json:/tmp/test_ops.json > "$OUT/test_ops.log" 2>&1
+  rc=$?
+  echo "exit code $rc; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test_ops.log" | tr '\n' ' ')" >> "$REPORT"
+  grep -E '^\[  FAILED  \]|Failure|error ratio|Expected' "$OUT/test_ops.log" | head -40 | sed 's/^/    /' >> "$REPORT"
+fi
+if has e2e; then
+  echo -e "\n## End-to-end vs transformers\n" >> "$REPORT"
+  timeout "${E2E_TIMEOUT:-420}" python3 scripts/gpu_e2e.py --deepinfer "$BIN/deepinfer" --out "$OUT" \
+    ${E2E_MODELS:+--models $E2E_MODELS} > "$OUT/e2e.log" 2>&1
+  echo "exit code $?" >> "$REPORT"
+  [ -f /tmp/deepinfer_e2e/e2e.md ] && cat /tmp/deepinfer_e2e/e2e.md >> "$REPORT"
+  grep '^\[e2e\]' "$OUT/e2e.log" | sed 's/^/    /' >> "$REPORT"
+fi
+if has bench; then
+  echo -e "\n## Benchmarks\n" >> "$REPORT"
+  if [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
+    timeout "${BENCH_TIMEOUT:-600}" python3 scripts/gpu_bench.py --deepinfer "$BIN/deepinfer" \
+      --model /tmp/deepinfer_e2e/llama8b --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
+    echo "exit code $?" >> "$REPORT"
+    [ -f /tmp/deepinfer_bench/bench.md ] && cat /tmp/deepinfer_bench/bench.md >> "$REPORT"
+    grep '^\[bench\]' "$OUT/bench.log" | sed 's/^/    /' >> "$REPORT"
+  else
+    echo "no Llama-3-8B-shaped model in /tmp/deepinfer_e2e/llama8b (run the e2e stage first)" >> "$REPORT"
+  fi
+fi
+cat "$REPORT"

@@ -1,0 +1,292 @@
+// Paged attention on the GPU for prefill and decode in one kernel family.
+//
+// A block takes one (sequence, KV head, query tile, KV split): its rows are the
+// q_tile query tokens times the `group` query heads that share the KV head, so
+// each K/V tile read from the cache serves the whole group (GQA). K/V tiles of
+// kBlockN keys are converted to f32 in shared memory; each warp owns some rows
+// and runs the online softmax over a tile with one key per lane (QK) and one
+// head dimension slice per lane (PV). All arithmetic is f32.
+//
+// Split-KV: when there are too few (sequence, head, tile) blocks to fill the
+// GPU (decode at small batch with long contexts), the key range is cut into
+// num_splits chunks whose partial (acc, max, sum) go to a workspace and a
+// second kernel merges them. The host picks the partition (q_tile, q_blocks,
+// num_splits) from the step's hints; the kernels read the CSR metadata on the
+// device, check it and report layout errors through the error word.
+#include <cfloat>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+constexpr int kBlockN = 32;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+
+struct SmemLayout {
+  int rows, ldk;
+  size_t q, acc, m, l, k, v, p, total;
+};
+
+__host__ __device__ inline SmemLayout smem_layout(int rows, int dim) {
+  SmemLayout s{};
+  s.rows = rows;
+  s.ldk = dim + 1;  // one float of padding: lane-per-key reads hit distinct banks
+  s.q = 0;
+  s.acc = s.q + size_t(rows) * dim;
+  s.m = s.acc + size_t(rows) * dim;
+  s.l = s.m + rows;
+  s.k = s.l + rows;
+  s.v = s.k + size_t(kBlockN) * s.ldk;
+  s.p = s.v + size_t(kBlockN) * s.ldk;
+  s.total = (s.p + kWarps * kBlockN) * sizeof(float);
+  return s;
+}
+
+template <typename T, bool kVec>
+__device__ void load_tile(const CacheView& c, const int32_t* pages, int n_pages, int group_head, int kt, int k_end,
+                          float* dst, int ldk, uint32_t* err) {
+  const int dim = static_cast<int>(c.dim);
+  if (kVec) {
+    constexpr int kElems = 16 / sizeof(T);
+    const int per_row = dim / kElems;
+    for (int idx = threadIdx.x; idx < kBlockN * per_row; idx += kThreads) {
+      int key = idx / per_row, part = idx % per_row;
+      int j = kt + key;
+      float* out = dst + key * ldk + part * kElems;
+      int pi = j / static_cast<int>(c.page_size);
+      int page = (j < k_end && pi < n_pages) ? pages[pi] : -1;
+      if (page < 0 || page >= c.pages) {
+        if (j < k_end) atomicOr(err, kErrAttentionPage);
+        for (int e = 0; e < kElems; ++e) out[e] = 0.0f;
+        continue;
+      }
+      const char* src = c.base + page * c.stride0 + (j % c.page_size) * c.stride1 + group_head * c.stride2;
+      uint4 raw = reinterpret_cast<const uint4*>(src)[part];
+      const T* vals = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) out[e] = to_f(vals[e]);
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < kBlockN * dim; idx += kThreads) {
+      int key = idx / dim, d = idx % dim;
+      int j = kt + key;
+      int pi = j / static_cast<int>(c.page_size);
+      int page = (j < k_end && pi < n_pages) ? pages[pi] : -1;
+      if (page < 0 || page >= c.pages) {
+        if (j < k_end) atomicOr(err, kErrAttentionPage);
+        dst[key * ldk + d] = 0.0f;
+        continue;
+      }
+      const char* src = c.base + page * c.stride0 + (j % c.page_size) * c.stride1 + group_head * c.stride2;
+      dst[key * ldk + d] = to_f(reinterpret_cast<const T*>(src)[d]);
+    }
+  }
+}
+
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) {
+  extern __shared__ float smem[];
+  const int dim = static_cast<int>(a.q.dim);
+  const int rows = a.q_tile * a.group;
+  const SmemLayout L = smem_layout(rows, dim);
+  float* q_s = smem + L.q;
+  float* acc_s = smem + L.acc;
+  float* m_s = smem + L.m;
+  float* l_s = smem + L.l;
+  float* k_s = smem + L.k;
+  float* v_s = smem + L.v;
+  float* p_s = smem + L.p;
+
+  const int qb = blockIdx.x, g = blockIdx.y;
+  const int s = blockIdx.z / a.num_splits, split = blockIdx.z % a.num_splits;
+  const bool first_block = qb == 0 && g == 0 && split == 0;
+  if (first_block && s == 0 && threadIdx.x == 0 &&
+      (a.q_indptr[0] != 0 || a.q_indptr[a.num_seqs] != a.q.n || a.kv_indptr[0] != 0)) {
+    atomicOr(a.err, kErrAttentionLayout);
+  }
+  const int q_begin = a.q_indptr[s], q_end = a.q_indptr[s + 1];
+  const int q_len = q_end - q_begin;
+  const int kv_p0 = a.kv_indptr[s], kv_p1 = a.kv_indptr[s + 1];
+  const int n_pages = kv_p1 - kv_p0;
+  const int page_size = static_cast<int>(a.k.page_size);
+  if (q_len == 0 && n_pages >= 0) return;
+  const int last_len = n_pages > 0 ? a.last_len[s] : 0;
+  const int kv_len = (n_pages - 1) * page_size + last_len;
+  if (q_len < 0 || q_begin < 0 || q_end > a.q.n || n_pages <= 0 || kv_p0 < 0 || kv_p1 > a.listed_pages ||
+      last_len < 1 || last_len > page_size || kv_len < q_len || q_len > a.q_tile * a.q_blocks) {
+    if (first_block && threadIdx.x == 0) atomicOr(a.err, kErrAttentionLayout);
+    return;
+  }
+  const int t0 = qb * a.q_tile;
+  if (t0 >= q_len) return;
+  const int t_count = min(a.q_tile, q_len - t0);
+  const int valid_rows = t_count * a.group;
+
+  const int last_lo = kv_len - q_len + t0;
+  const int last_hi = last_lo + t_count - 1;
+  int k_begin = a.window > 0 ? max(0, last_lo - a.window + 1) : 0;
+  int k_end = last_hi + 1;
+  if (a.num_splits > 1) {
+    int chunk = ((kv_len + a.num_splits - 1) / a.num_splits + kBlockN - 1) / kBlockN * kBlockN;
+    k_begin = max(k_begin, split * chunk);
+    k_end = min(k_end, (split + 1) * chunk);
+  }
+
+  for (int idx = threadIdx.x; idx < rows * dim; idx += kThreads) {
+    int r = idx / dim, d = idx % dim;
+    float val = 0.0f;
+    if (r < valid_rows) {
+      int t = q_begin + t0 + r / a.group, h = g * a.group + r % a.group;
+      val = to_f(reinterpret_cast<const T*>(a.q.base + t * a.q.stride0 + h * a.q.stride1)[d]) * a.scale;
+    }
+    q_s[idx] = val;
+    acc_s[idx] = 0.0f;
+  }
+  for (int r = threadIdx.x; r < rows; r += kThreads) {
+    m_s[r] = -INFINITY;
+    l_s[r] = 0.0f;
+  }
+  __syncthreads();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int32_t* pages = a.page_ids + kv_p0;
+  for (int kt = k_begin; kt < k_end; kt += kBlockN) {
+    load_tile<T, kVec>(a.k, pages, n_pages, g, kt, k_end, k_s, L.ldk, a.err);
+    load_tile<T, kVec>(a.v, pages, n_pages, g, kt, k_end, v_s, L.ldk, a.err);
+    __syncthreads();
+    for (int r = warp; r < valid_rows; r += kWarps) {
+      const int last = kv_len - q_len + t0 + r / a.group;
+      const int first = a.window > 0 ? max(0, last - a.window + 1) : 0;
+      const int j = kt + lane;
+      const bool valid = j >= first && j <= last && j < k_end;
+      float score = -INFINITY;
+      if (valid) {
+        const float* qr = q_s + r * dim;
+        const float* kr = k_s + lane * L.ldk;
+        float dot = 0.0f;
+        for (int d = 0; d < dim; ++d) dot = fmaf(qr[d], kr[d], dot);
+        if (a.softcap > 0.0f) dot = a.softcap * tanhf(dot / a.softcap);
+        score = dot;
+      }
+      const float tile_max = warp_max(score);
+      if (tile_max == -INFINITY) continue;  // warp-uniform
+      const float m_old = m_s[r];
+      const float m_new = fmaxf(m_old, tile_max);
+      const float p = valid ? expf(score - m_new) : 0.0f;
+      const float alpha = expf(m_old - m_new);
+      const float psum = warp_sum(p);
+      p_s[warp * kBlockN + lane] = p;
+      __syncwarp();
+      float* ar = acc_s + r * dim;
+      for (int d = lane; d < dim; d += 32) {
+        float o = ar[d] * alpha;
+#pragma unroll 8
+        for (int jj = 0; jj < kBlockN; ++jj) o = fmaf(p_s[warp * kBlockN + jj], v_s[jj * L.ldk + d], o);
+        ar[d] = o;
+      }
+      __syncwarp();
+      if (lane == 0) {
+        m_s[r] = m_new;
+        l_s[r] = l_s[r] * alpha + psum;
+      }
+      __syncwarp();
+    }
+    __syncthreads();
+  }
+
+  const int heads_q = static_cast<int>(a.q.heads);
+  for (int idx = threadIdx.x; idx < valid_rows * dim; idx += kThreads) {
+    int r = idx / dim, d = idx % dim;
+    int t = q_begin + t0 + r / a.group, h = g * a.group + r % a.group;
+    float m = m_s[r], l = l_s[r], o = acc_s[idx];
+    if (a.num_splits == 1) {
+      if (a.sinks) {
+        float sink = a.sinks[h];
+        float mm = fmaxf(m, sink);
+        float scale_old = expf(m - mm);
+        l = l * scale_old + expf(sink - mm);
+        o *= scale_old;
+      }
+      T* out = reinterpret_cast<T*>(a.out.base + t * a.out.stride0 + h * a.out.stride1);
+      out[d] = from_f<T>(l > 0.0f ? o / l : 0.0f);
+    } else {
+      float* part = a.partial + ((int64_t(split) * a.q.n + t) * heads_q + h) * (dim + 2);
+      part[d] = o;
+      if (d == 0) {
+        part[dim] = m;
+        part[dim + 1] = l;
+      }
+    }
+  }
+}
+
+template <typename T>
+__global__ void combine_kernel(AttentionLaunch a) {
+  const int heads_q = static_cast<int>(a.q.heads), dim = static_cast<int>(a.q.dim);
+  const int64_t t = blockIdx.x / heads_q;
+  const int h = blockIdx.x % heads_q;
+  const int64_t split_stride = a.q.n * heads_q * int64_t(dim + 2);
+  const float* part = a.partial + (t * heads_q + h) * (dim + 2);
+  float M = a.sinks ? a.sinks[h] : -INFINITY;
+  for (int sp = 0; sp < a.num_splits; ++sp) M = fmaxf(M, part[sp * split_stride + dim]);
+  T* out = reinterpret_cast<T*>(a.out.base + t * a.out.stride0 + h * a.out.stride1);
+  if (M == -INFINITY) {
+    for (int d = threadIdx.x; d < dim; d += blockDim.x) out[d] = from_f<T>(0.0f);
+    return;
+  }
+  float denom = a.sinks ? expf(a.sinks[h] - M) : 0.0f;
+  for (int sp = 0; sp < a.num_splits; ++sp) {
+    const float* p = part + sp * split_stride;
+    denom += p[dim + 1] * expf(p[dim] - M);
+  }
+  for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+    float o = 0.0f;
+    for (int sp = 0; sp < a.num_splits; ++sp) {
+      const float* p = part + sp * split_stride;
+      o += p[d] * expf(p[dim] - M);
+    }
+    out[d] = from_f<T>(denom > 0.0f ? o / denom : 0.0f);
+  }
+}
+
+template <typename T>
+bool vector_loads_ok(const AttentionLaunch& a) {
+  auto aligned = [](int64_t x) { return x % 16 == 0; };
+  int64_t row_bytes = a.k.dim * int64_t(sizeof(T));
+  return aligned(row_bytes) && aligned(reinterpret_cast<uintptr_t>(a.k.base)) &&
+         aligned(reinterpret_cast<uintptr_t>(a.v.base)) && aligned(a.k.stride0) && aligned(a.k.stride1) &&
+         aligned(a.k.stride2) && aligned(a.v.stride0) && aligned(a.v.stride1) && aligned(a.v.stride2);
+}
+
+template <typename T>
+void launch_typed(const AttentionLaunch& a, cudaStream_t stream) {
+  size_t smem = attention_smem_bytes(a);
+  dim3 grid(static_cast<unsigned>(a.q_blocks), static_cast<unsigned>(a.k.heads),
+            static_cast<unsigned>(a.num_seqs * a.num_splits));
+  if (vector_loads_ok<T>(a)) {
+    cudaFuncSetAttribute(attention_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    attention_kernel<T, true><<<grid, kThreads, smem, stream>>>(a);
+  } else {
+    cudaFuncSetAttribute(attention_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    attention_kernel<T, false><<<grid, kThreads, smem, stream>>>(a);
+  }
+  if (a.num_splits > 1 && a.q.n > 0) {
+    combine_kernel<T><<<static_cast<unsigned>(a.q.n * a.q.heads), 128, 0, stream>>>(a);
+  }
+}
+
+}  // namespace
+
+size_t attention_smem_bytes(const AttentionLaunch& a) {
+  return smem_layout(a.q_tile * a.group, static_cast<int>(a.q.dim)).total;
+}
+
+void launch_attention(const AttentionLaunch& a, Stream stream) {
+  if (a.num_seqs == 0 || a.q.n == 0) return;
+  DI_DISPATCH_ELEM(a.type, T, launch_typed<T>(a, static_cast<cudaStream_t>(stream)));
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,440 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "core/error.h"
+#include "core/logging.h"
+
+#include <fmt/ranges.h>
+
+namespace deepinfer::cuda {
+
+namespace {
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA backend: {} failed: {}", what, cudaGetErrorString(e));
+}
+
+void check_cublas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail("CUDA backend: {} failed: {}", what, cublasGetStatusString(s));
+}
+
+cudaStream_t cu(CUstream_st* s) { return s; }
+
+ElemType elem_type(DType t, const char* op) {
+  switch (t) {
+    case DType::F32: return ElemType::F32;
+    case DType::F16: return ElemType::F16;
+    case DType::BF16: return ElemType::BF16;
+    default: break;
+  }
+  if (is_quantized(t)) {
+    fail("{}: GGUF block-quantised weights ({}) are not supported on CUDA yet; use a bf16 Hugging Face checkpoint",
+         op, dtype_name(t));
+  }
+  fail("{}: dtype {} is not supported by the CUDA backend", op, dtype_name(t));
+}
+
+cudaDataType_t cublas_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::F16: return CUDA_R_16F;
+    default: return CUDA_R_16BF;
+  }
+}
+
+size_t elem_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
+
+RowView rows_of(const Tensor& t) {
+  RowView v;
+  v.base = static_cast<char*>(t.data());
+  v.cols = t.size(-1);
+  v.nouter = t.ndim() - 1;
+  DI_CHECK(v.nouter <= 3, "CUDA backend: tensor {} has too many dimensions", t.describe());
+  v.rows = 1;
+  for (int d = 0; d < v.nouter; ++d) {
+    v.shape[d] = t.size(d);
+    v.stride[d] = t.stride_bytes(d);
+    v.rows *= v.shape[d];
+  }
+  return v;
+}
+
+HeadView heads_of(const Tensor& t) {
+  HeadView v;
+  if (!t.defined()) return v;
+  v.base = static_cast<char*>(t.data());
+  v.n = t.size(0);
+  v.heads = t.size(1);
+  v.dim = t.size(2);
+  v.stride0 = t.stride_bytes(0);
+  v.stride1 = t.stride_bytes(1);
+  return v;
+}
+
+CacheView cache_of(const Tensor& t) {
+  CacheView v;
+  v.base = static_cast<char*>(t.data());
+  v.pages = t.size(0);
+  v.page_size = t.size(1);
+  v.heads = t.size(2);
+  v.dim = t.size(3);
+  v.stride0 = t.stride_bytes(0);
+  v.stride1 = t.stride_bytes(1);
+  v.stride2 = t.stride_bytes(2);
+  return v;
+}
+
+bool on_host(const Tensor& t) { return t.device().type == DeviceType::CPU; }
+
+// Leading dimension in elements of a row-major matrix view, as cuBLAS wants it.
+int ld_of(const Tensor& t, int64_t min_ld) {
+  int64_t es = static_cast<int64_t>(elem_bytes(t.dtype()));
+  DI_CHECK(t.stride_bytes(0) % es == 0, "CUDA linear: row stride of {} is not a whole number of elements",
+           t.describe());
+  int64_t ld = t.size(0) > 1 ? t.stride_bytes(0) / es : min_ld;
+  return static_cast<int>(std::max(ld, min_ld));
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(const BackendOptions& options, int device_index) : device_(device_index) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    fail("CUDA backend: no usable CUDA device ({})",
+         e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+  }
+  DI_CHECK(device_index >= 0 && device_index < count, "CUDA device {} out of range ({} devices)", device_index,
+           count);
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+  num_sms_ = prop.multiProcessorCount;
+  max_smem_per_block_ = prop.sharedMemPerBlockOptin;
+  cudaStream_t s = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  stream_ = s;
+  cublasHandle_t h = nullptr;
+  check_cublas(cublasCreate(&h), "cublasCreate");
+  cublas_ = h;
+  check_cublas(cublasSetStream(h, s), "cublasSetStream");
+  check_cuda(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes), "cudaMalloc(cuBLAS workspace)");
+  check_cublas(cublasSetWorkspace(h, cublas_workspace_, kCublasWorkspaceBytes), "cublasSetWorkspace");
+  // Plain f32 products stay f32: no TF32 shortcuts, so f32 op tests match the CPU.
+  check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  void* ws = nullptr;
+  check_cuda(cudaMalloc(&ws, kAttentionWorkspaceBytes), "cudaMalloc(attention workspace)");
+  attention_workspace_ = static_cast<float*>(ws);
+  void* err = nullptr;
+  check_cuda(cudaMalloc(&err, sizeof(uint32_t)), "cudaMalloc(error word)");
+  error_word_ = static_cast<uint32_t*>(err);
+  check_cuda(cudaMemsetAsync(error_word_, 0, sizeof(uint32_t), s), "cudaMemset");
+  check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  log_info("cuda: {} ({} SMs, {:.1f} GiB), compute capability {}.{}", prop.name, num_sms_,
+           prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor);
+  (void)options;
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(cu(stream_));
+  if (cublas_) cublasDestroy(cublas_);
+  cudaFree(cublas_workspace_);
+  cudaFree(attention_workspace_);
+  cudaFree(error_word_);
+  cudaFree(scratch_);
+  if (stream_) cudaStreamDestroy(cu(stream_));
+}
+
+void* CudaBackend::allocate(size_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, std::max<size_t>(bytes, 1)) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return p;
+}
+
+void CudaBackend::deallocate(void* ptr) {
+  // Pending work may still read the memory; cudaFree waits for the device.
+  cudaFree(ptr);
+}
+
+void* CudaBackend::scratch(size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    check_cuda(cudaStreamSynchronize(cu(stream_)), "cudaStreamSynchronize");
+    cudaFree(scratch_);
+    scratch_ = nullptr;
+    size_t want = std::max(bytes, scratch_bytes_ + scratch_bytes_ / 2);
+    check_cuda(cudaMalloc(&scratch_, want), "cudaMalloc(scratch)");
+    scratch_bytes_ = want;
+  }
+  return scratch_;
+}
+
+void CudaBackend::check_launch(const char* op) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) fail("CUDA backend: {} kernel launch failed: {}", op, cudaGetErrorString(e));
+}
+
+void CudaBackend::copy(Tensor dst, const Tensor& src) {
+  cudaStream_t s = cu(stream_);
+  if (src.numel() == 0) return;
+  if (dst.is_contiguous() && src.is_contiguous()) {
+    check_cuda(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault, s), "cudaMemcpyAsync");
+    if (on_host(dst)) check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    return;
+  }
+  const size_t row = row_bytes(src.dtype(), src.size(-1));
+  RowView d = rows_of(dst), v = rows_of(src);
+  if (dst.ndim() <= 2 && src.ndim() <= 2 && v.rows > 1) {
+    check_cuda(cudaMemcpy2DAsync(dst.data(), static_cast<size_t>(dst.stride_bytes(0)), src.data(),
+                                 static_cast<size_t>(src.stride_bytes(0)), row, static_cast<size_t>(v.rows),
+                                 cudaMemcpyDefault, s),
+               "cudaMemcpy2DAsync");
+  } else {
+    // Rare (rank > 2 and strided): one copy per row.
+    for (int64_t r = 0; r < v.rows; ++r) {
+      auto addr = [](const RowView& rv, int64_t i) {
+        int64_t offset = 0;
+        for (int k = rv.nouter - 1; k >= 0; --k) {
+          offset += (i % rv.shape[k]) * rv.stride[k];
+          i /= rv.shape[k];
+        }
+        return rv.base + offset;
+      };
+      check_cuda(cudaMemcpyAsync(addr(d, r), addr(v, r), row, cudaMemcpyDefault, s), "cudaMemcpyAsync");
+    }
+  }
+  if (on_host(dst)) check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
+void CudaBackend::synchronize() {
+  uint32_t err = 0;
+  cudaStream_t s = cu(stream_);
+  check_cuda(cudaMemcpyAsync(&err, error_word_, sizeof(err), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
+  check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  if (err == 0) return;
+  check_cuda(cudaMemsetAsync(error_word_, 0, sizeof(uint32_t), s), "cudaMemsetAsync");
+  check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  std::vector<const char*> what;
+  if (err & kErrEmbeddingId) what.push_back("embedding: token id out of range");
+  if (err & kErrStoreKvSlot) what.push_back("store_kv: slot out of range for the cache");
+  if (err & kErrGatherRow) what.push_back("gather_rows: row out of range");
+  if (err & kErrAttentionPage) what.push_back("attention: page id out of range");
+  if (err & kErrAttentionLayout) what.push_back("attention: inconsistent q_indptr/kv_indptr/kv_last_page_len");
+  fail("CUDA backend: bad input data detected on the device: {}", fmt::join(what, "; "));
+}
+
+void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor out) {
+  ElemType tt = elem_type(table.dtype(), "embedding");
+  launch_embedding(tt, static_cast<const char*>(table.data()), table.stride_bytes(0), table.size(0),
+                   ids.data_as<const int32_t>(), elem_type(out.dtype(), "embedding"), rows_of(out), error_word_,
+                   stream_);
+  check_launch("embedding");
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset, Tensor out) {
+  launch_rms_norm(elem_type(x.dtype(), "rms_norm"), rows_of(x), RowView{}, weight.data_as<const float>(), eps,
+                  weight_offset, rows_of(out), false, stream_);
+  check_launch("rms_norm");
+}
+
+void CudaBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
+                               float weight_offset, Tensor out) {
+  launch_rms_norm(elem_type(x.dtype(), "add_rms_norm"), rows_of(x), rows_of(residual), weight.data_as<const float>(),
+                  eps, weight_offset, rows_of(out), true, stream_);
+  check_launch("add_rms_norm");
+}
+
+void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) {
+  const int64_t n = x.size(0), k = x.size(1), m = weight.size(0);
+  if (n == 0 || m == 0) return;
+  elem_type(weight.dtype(), "linear");  // rejects quantised weights with a clear message
+  const float* bias_data = bias.defined() ? bias.data_as<const float>() : nullptr;
+
+  DI_CHECK(x.dtype() != DType::F32 || out.dtype() == DType::F32,
+           "linear: f32 activations {} need an f32 output on CUDA, got {}", x.describe(), out.describe());
+  if (x.dtype() == DType::F32 && weight.dtype() != DType::F32) {
+    launch_linear_f32x(rows_of(x), elem_type(weight.dtype(), "linear"), static_cast<const char*>(weight.data()),
+                       weight.stride_bytes(0), m, bias_data, rows_of(out), stream_);
+    check_launch("linear");
+    return;
+  }
+  DI_CHECK(x.dtype() == DType::F32 || weight.dtype() != DType::F32,
+           "linear: f32 weight {} with {} activations is not supported on CUDA; use a bf16 checkpoint",
+           weight.describe(), dtype_name(x.dtype()));
+
+  auto aligned = [](const void* p, int64_t stride) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
+  };
+  const bool out_ok = out.dtype() == DType::F32 || out.dtype() == x.dtype();
+  if (n <= kGemvMaxRows && x.dtype() == weight.dtype() && x.dtype() != DType::F32 && out_ok && k % 8 == 0 &&
+      aligned(x.data(), x.stride_bytes(0)) && aligned(weight.data(), weight.stride_bytes(0))) {
+    launch_gemv(elem_type(x.dtype(), "linear"), static_cast<int>(n), static_cast<const char*>(x.data()),
+                x.stride_bytes(0), static_cast<const char*>(weight.data()), weight.stride_bytes(0), m, k, bias_data,
+                out.dtype() == DType::F32, static_cast<char*>(out.data()), out.stride_bytes(0), stream_);
+    check_launch("linear(gemv)");
+    return;
+  }
+  // cuBLAS is column-major: out^T[m, n] = W[m, k] (read transposed from its
+  // row-major [m, k]) times x^T[k, n].
+  const void* xp = x.data();
+  int ldx = ld_of(x, k);
+  DType x_type = x.dtype();
+  if (x_type != weight.dtype()) {
+    // bf16 activations with f16 weights: convert x once to the weights' dtype.
+    char* buf = static_cast<char*>(scratch(static_cast<size_t>(n * k) * 2 + static_cast<size_t>(n * m) * 4));
+    launch_convert(elem_type(x_type, "linear"), rows_of(x), elem_type(weight.dtype(), "linear"), buf, stream_);
+    check_launch("linear(convert)");
+    xp = buf;
+    ldx = static_cast<int>(k);
+    x_type = weight.dtype();
+  }
+  // cuBLAS has no (f16, f16) -> bf16 product: go through an f32 buffer then.
+  bool via_f32 = out.dtype() != DType::F32 && out.dtype() != x_type;
+  void* op = out.data();
+  int ldo = ld_of(out, m);
+  if (via_f32) {
+    op = static_cast<char*>(scratch(static_cast<size_t>(n * k) * 2 + static_cast<size_t>(n * m) * 4)) +
+         static_cast<size_t>(n * k) * 2;
+    ldo = static_cast<int>(m);
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  const int ldw = ld_of(weight, k);
+  check_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n),
+                            static_cast<int>(k), &alpha, weight.data(), cublas_type(weight.dtype()), ldw, xp,
+                            cublas_type(x_type), ldx, &beta, op, via_f32 ? CUDA_R_32F : cublas_type(out.dtype()),
+                            ldo, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
+  if (via_f32) {
+    RowView tmp;
+    tmp.base = static_cast<char*>(op);
+    tmp.cols = m;
+    tmp.rows = n;
+    tmp.nouter = 1;
+    tmp.shape[0] = n;
+    tmp.stride[0] = m * 4;
+    // Convert row by row into the strided output.
+    Tensor out_rows = out;
+    RowView ov = rows_of(out_rows);
+    if (ov.stride[0] == m * static_cast<int64_t>(elem_bytes(out.dtype()))) {
+      launch_convert(ElemType::F32, tmp, elem_type(out.dtype(), "linear"), ov.base, stream_);
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        RowView one = tmp;
+        one.base = tmp.base + i * tmp.stride[0];
+        one.rows = 1;
+        one.shape[0] = 1;
+        launch_convert(ElemType::F32, one, elem_type(out.dtype(), "linear"), ov.base + i * ov.stride[0], stream_);
+      }
+    }
+    check_launch("linear(convert out)");
+  }
+  if (bias_data) {
+    launch_add_bias(elem_type(out.dtype(), "linear"), rows_of(out), bias_data, stream_);
+    check_launch("linear(bias)");
+  }
+}
+
+void CudaBackend::rope(Tensor q, Tensor k, const Tensor& positions, const RopeParams& params) {
+  HeadView qv = heads_of(q), kv = heads_of(k);
+  if (k.defined()) {
+    DI_CHECK(k.size(2) == q.size(2), "rope: k {} and q {} differ in head size", k.describe(), q.describe());
+  }
+  launch_rope(elem_type(q.dtype(), "rope"), qv, kv, positions.data_as<const int32_t>(),
+              params.inv_freq.data_as<const float>(), params.rotary_dim, params.style == RopeStyle::Neox,
+              params.attention_factor, stream_);
+  check_launch("rope");
+}
+
+void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping, KvCacheLayer cache) {
+  launch_store_kv(elem_type(k.dtype(), "store_kv"), heads_of(k), heads_of(v), slot_mapping.data_as<const int32_t>(),
+                  cache_of(cache.k), cache_of(cache.v), error_word_, stream_);
+  check_launch("store_kv");
+}
+
+void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,
+                            const AttentionParams& params, Tensor out) {
+  AttentionLaunch a;
+  a.type = elem_type(q.dtype(), "attention");
+  a.q = heads_of(q);
+  a.out = heads_of(out);
+  a.k = cache_of(cache.k);
+  a.v = cache_of(cache.v);
+  a.q_indptr = meta.q_indptr.data_as<const int32_t>();
+  a.kv_indptr = meta.kv_indptr.data_as<const int32_t>();
+  a.page_ids = meta.kv_page_indices.data_as<const int32_t>();
+  a.listed_pages = meta.kv_page_indices.size(0);
+  a.last_len = meta.kv_last_page_len.data_as<const int32_t>();
+  a.sinks = params.sinks.defined() ? params.sinks.data_as<const float>() : nullptr;
+  a.num_seqs = meta.num_seqs;
+  a.group = static_cast<int>(q.size(1) / cache.k.size(2));
+  a.scale = params.scale;
+  a.window = params.sliding_window;
+  a.softcap = params.logit_softcap;
+  a.err = error_word_;
+  if (a.num_seqs == 0 || q.size(0) == 0) return;
+
+  // Plan: the partition is chosen on the host from the step's hints. A
+  // missing max_q_len hint falls back to the number of query rows (always an
+  // upper bound); a wrong one is caught on the device as a layout error.
+  const int64_t n = q.size(0);
+  const int max_q = meta.max_q_len > 0 ? meta.max_q_len : static_cast<int>(n);
+  const int dim = static_cast<int>(q.size(2));
+  const int rows_target = dim <= 128 ? 64 : 32;
+  a.q_tile = std::max(1, std::min(max_q, rows_target / std::max(a.group, 1)));
+  a.q_blocks = (max_q + a.q_tile - 1) / a.q_tile;
+  const int64_t blocks = int64_t{a.num_seqs} * cache.k.size(2) * a.q_blocks;
+  constexpr int kMinKeysPerSplit = 256;
+  if (meta.max_kv_len >= 2 * kMinKeysPerSplit && blocks < 2 * num_sms_) {
+    int64_t want = (2 * num_sms_ + blocks - 1) / blocks;
+    want = std::min<int64_t>({want, meta.max_kv_len / kMinKeysPerSplit, 64, 65535 / std::max(a.num_seqs, 1)});
+    const int64_t per_split = n * q.size(1) * (dim + 2) * static_cast<int64_t>(sizeof(float));
+    want = std::min<int64_t>(want, static_cast<int64_t>(kAttentionWorkspaceBytes) / std::max<int64_t>(per_split, 1));
+    a.num_splits = static_cast<int>(std::max<int64_t>(want, 1));
+  }
+  DI_CHECK(int64_t{a.num_seqs} * a.num_splits <= 65535, "attention: {} sequences exceed the CUDA grid limit",
+           a.num_seqs);
+  a.partial = attention_workspace_;
+  size_t smem = attention_smem_bytes(a);
+  DI_CHECK(smem <= max_smem_per_block_,
+           "attention: head size {} with {} query heads per KV head needs {} bytes of shared memory (limit {})", dim,
+           a.group, smem, max_smem_per_block_);
+  launch_attention(a, stream_);
+  check_launch("attention");
+}
+
+void CudaBackend::gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor out) {
+  launch_gated(elem_type(gate.dtype(), "gated_activation"), rows_of(gate), rows_of(up),
+               act == Activation::GeluTanh, rows_of(out), stream_);
+  check_launch("gated_activation");
+}
+
+void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor out) {
+  launch_add(elem_type(a.dtype(), "add"), rows_of(a), rows_of(b), rows_of(out), stream_);
+  check_launch("add");
+}
+
+void CudaBackend::scale(const Tensor& x, float factor, Tensor out) {
+  launch_scale(elem_type(x.dtype(), "scale"), rows_of(x), factor, rows_of(out), stream_);
+  check_launch("scale");
+}
+
+void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
+  const int64_t es = static_cast<int64_t>(row_bytes(x.dtype(), 1));
+  DI_CHECK(es == 2 || es == 4, "gather_rows: dtype {} is not supported on CUDA", dtype_name(x.dtype()));
+  int64_t sub = 1;
+  for (int d = 1; d + 1 < x.ndim(); ++d) sub *= x.size(d);
+  launch_gather_rows(static_cast<int>(es), rows_of(x), x.size(0), sub, rows.data_as<const int32_t>(), rows.size(0),
+                     rows_of(out), error_word_, stream_);
+  check_launch("gather_rows");
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,82 @@
+// CudaBackend: the Backend interface on one NVIDIA GPU (built for sm_90a).
+//
+// Activations and the KV cache are bf16 (activation_dtype); the kernels also
+// accept f32 and f16 activations so the op tests can compare them with the CPU
+// reference at f32 precision. Weights are bf16/f16 (f32 with f32 activations);
+// GGUF block-quantised weights are rejected with a clear error.
+//
+// Everything runs on one stream. Matrix products go to cuBLAS (f32
+// accumulation); the other ops are our own kernels (cuda_elementwise.cu,
+// cuda_attention.cu). Ops never allocate in steady state: cuBLAS gets a fixed
+// workspace, attention a fixed split-KV workspace, and the rare dtype
+// conversions a grow-only scratch buffer. Errors found in the data on the
+// device (token ids, KV slots, page ids out of range) set a device error word
+// that synchronize() turns into a deepinfer::Error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "backend/backend.h"
+
+struct CUstream_st;
+struct cublasContext;
+
+namespace deepinfer::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& options = {}, int device_index = 0);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  Device device() const override { return Device::cuda(device_); }
+  std::string name() const override { return "cuda"; }
+  DType activation_dtype() const override { return DType::BF16; }
+
+  void* allocate(size_t bytes) override;
+  void deallocate(void* ptr) override;
+  void copy(Tensor dst, const Tensor& src) override;
+  void synchronize() override;
+
+  void embedding(const Tensor& table, const Tensor& ids, Tensor out) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset, Tensor out) override;
+  void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps, float weight_offset,
+                    Tensor out) override;
+  void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) override;
+  void rope(Tensor q, Tensor k, const Tensor& positions, const RopeParams& params) override;
+  void store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping, KvCacheLayer cache) override;
+  void attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,
+                 const AttentionParams& params, Tensor out) override;
+  void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor out) override;
+  void add(const Tensor& a, const Tensor& b, Tensor out) override;
+  void scale(const Tensor& x, float factor, Tensor out) override;
+  void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override;
+
+  int num_sms() const { return num_sms_; }
+  CUstream_st* stream() const { return stream_; }
+
+  // Split-KV partials of one attention call must fit here; the plan caps the
+  // number of splits accordingly.
+  static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
+  static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+ private:
+  void check_launch(const char* op);
+  void* scratch(size_t bytes);
+
+  int device_ = 0;
+  int num_sms_ = 0;
+  size_t max_smem_per_block_ = 0;
+  CUstream_st* stream_ = nullptr;
+  cublasContext* cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  float* attention_workspace_ = nullptr;
+  uint32_t* error_word_ = nullptr;  // device
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+};
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,76 @@
+// Device helpers shared by the CUDA backend's kernels: element conversion,
+// strided row addressing and dtype dispatch. All arithmetic is f32.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_kernels.h"
+
+namespace deepinfer::cuda {
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__device__ __forceinline__ T from_f(float x);
+template <>
+__device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+__host__ __device__ __forceinline__ char* row_ptr(const RowView& v, int64_t r) {
+  if (v.nouter <= 1) return v.base + r * v.stride[0];
+  int64_t offset = 0;
+  for (int d = v.nouter - 1; d >= 0; --d) {
+    offset += (r % v.shape[d]) * v.stride[d];
+    r /= v.shape[d];
+  }
+  return v.base + offset;
+}
+
+template <typename T>
+__device__ __forceinline__ T* row_as(const RowView& v, int64_t r) {
+  return reinterpret_cast<T*>(row_ptr(v, r));
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+inline unsigned blocks_for(int64_t items, int threads, int64_t cap = 65535LL * 16) {
+  int64_t b = (items + threads - 1) / threads;
+  if (b < 1) b = 1;
+  return static_cast<unsigned>(b < cap ? b : cap);
+}
+
+}  // namespace deepinfer::cuda
+
+#define DI_DISPATCH_ELEM(type, T, ...)        \
+  switch (type) {                             \
+    case ::deepinfer::cuda::ElemType::F32: {  \
+      using T = float;                        \
+      __VA_ARGS__;                            \
+      break;                                  \
+    }                                         \
+    case ::deepinfer::cuda::ElemType::F16: {  \
+      using T = __half;                       \
+      __VA_ARGS__;                            \
+      break;                                  \
+    }                                         \
+    case ::deepinfer::cuda::ElemType::BF16: { \
+      using T = __nv_bfloat16;                \
+      __VA_ARGS__;                            \
+      break;                                  \
+    }                                         \
+  }

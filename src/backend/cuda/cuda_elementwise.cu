@@ -1,0 +1,297 @@
+// Row-wise and element-wise kernels of the CUDA backend: embedding, RMSNorm
+// (optionally fused with the residual add), RoPE, KV-cache writes, gated
+// activations, add/scale, row gathers, bias add and conversions.
+#include "backend/cuda/cuda_common.cuh"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s); }
+
+template <typename TT, typename TO>
+__global__ void embedding_kernel(const char* table, int64_t table_stride, int64_t vocab, const int32_t* ids,
+                                 RowView out, uint32_t* err) {
+  int64_t i = blockIdx.x;
+  int32_t id = ids[i];
+  TO* o = row_as<TO>(out, i);
+  if (id < 0 || id >= vocab) {
+    if (threadIdx.x == 0) atomicOr(err, kErrEmbeddingId);
+    for (int64_t c = threadIdx.x; c < out.cols; c += blockDim.x) o[c] = from_f<TO>(0.0f);
+    return;
+  }
+  const TT* row = reinterpret_cast<const TT*>(table + id * table_stride);
+  for (int64_t c = threadIdx.x; c < out.cols; c += blockDim.x) o[c] = from_f<TO>(to_f(row[c]));
+}
+
+// One row per warp (short rows) or per block (long rows); sum of squares in f32.
+// With add_residual, residual += x first (rounded to T, as the model keeps it)
+// and the normalised value is taken of the updated residual.
+template <typename T, bool kWarpPerRow>
+__global__ void rms_norm_kernel(RowView x, RowView residual, const float* weight, float eps, float offset,
+                                RowView out, bool add_residual) {
+  __shared__ float partial[32];
+  int64_t r;
+  int lane_count, lane;
+  if (kWarpPerRow) {
+    r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    if (r >= x.rows) return;
+    lane_count = 32;
+    lane = threadIdx.x % 32;
+  } else {
+    r = blockIdx.x;
+    lane_count = blockDim.x;
+    lane = threadIdx.x;
+  }
+  const T* xr = row_as<T>(x, r);
+  T* src = const_cast<T*>(xr);
+  float ss = 0.0f;
+  if (add_residual) {
+    T* res = row_as<T>(residual, r);
+    for (int64_t c = lane; c < x.cols; c += lane_count) {
+      T v = from_f<T>(to_f(res[c]) + to_f(xr[c]));
+      res[c] = v;
+      float f = to_f(v);
+      ss += f * f;
+    }
+    src = res;
+  } else {
+    for (int64_t c = lane; c < x.cols; c += lane_count) {
+      float f = to_f(xr[c]);
+      ss += f * f;
+    }
+  }
+  ss = warp_sum(ss);
+  if (!kWarpPerRow) {
+    if (lane % 32 == 0) partial[lane / 32] = ss;
+    __syncthreads();
+    ss = 0.0f;
+    for (int w = 0; w < lane_count / 32; ++w) ss += partial[w];
+  }
+  float inv = 1.0f / sqrtf(ss / static_cast<float>(x.cols) + eps);
+  T* o = row_as<T>(out, r);
+  for (int64_t c = lane; c < x.cols; c += lane_count) o[c] = from_f<T>(to_f(src[c]) * inv * (weight[c] + offset));
+}
+
+template <typename T>
+__global__ void rope_kernel(HeadView q, HeadView k, const int32_t* positions, const float* inv_freq, int half,
+                            bool neox, float factor) {
+  extern __shared__ float table[];  // cos[half], sin[half]
+  int64_t t = blockIdx.x;
+  float pos = static_cast<float>(positions[t]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float s, c;
+    sincosf(pos * inv_freq[i], &s, &c);
+    table[i] = c * factor;
+    table[half + i] = s * factor;
+  }
+  __syncthreads();
+  int64_t heads_q = q.heads, heads = heads_q + (k.base ? k.heads : 0);
+  for (int64_t item = threadIdx.x; item < heads * half; item += blockDim.x) {
+    int64_t h = item / half;
+    int i = static_cast<int>(item % half);
+    T* v = h < heads_q ? reinterpret_cast<T*>(q.base + t * q.stride0 + h * q.stride1)
+                       : reinterpret_cast<T*>(k.base + t * k.stride0 + (h - heads_q) * k.stride1);
+    int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    float x0 = to_f(v[a]), x1 = to_f(v[b]);
+    float c = table[i], s = table[half + i];
+    v[a] = from_f<T>(x0 * c - x1 * s);
+    v[b] = from_f<T>(x0 * s + x1 * c);
+  }
+}
+
+template <typename T>
+__global__ void store_kv_kernel(HeadView k, HeadView v, const int32_t* slots, CacheView ck, CacheView cv,
+                                uint32_t* err) {
+  int64_t t = blockIdx.x;
+  int64_t slot = slots[t];
+  if (slot < 0) return;  // padding token
+  if (slot >= ck.pages * ck.page_size) {
+    if (threadIdx.x == 0) atomicOr(err, kErrStoreKvSlot);
+    return;
+  }
+  int64_t page = slot / ck.page_size, offset = slot % ck.page_size;
+  for (int64_t item = threadIdx.x; item < k.heads * k.dim; item += blockDim.x) {
+    int64_t h = item / k.dim, d = item % k.dim;
+    const T* ks = reinterpret_cast<const T*>(k.base + t * k.stride0 + h * k.stride1);
+    const T* vs = reinterpret_cast<const T*>(v.base + t * v.stride0 + h * v.stride1);
+    T* kd = reinterpret_cast<T*>(ck.base + page * ck.stride0 + offset * ck.stride1 + h * ck.stride2);
+    T* vd = reinterpret_cast<T*>(cv.base + page * cv.stride0 + offset * cv.stride1 + h * cv.stride2);
+    kd[d] = ks[d];
+    vd[d] = vs[d];
+  }
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+__device__ __forceinline__ float gelu_tanh(float g) {
+  const float k = 0.7978845608028654f;
+  return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
+}
+
+template <typename T>
+__global__ void gated_kernel(RowView gate, RowView up, bool gelu, RowView out) {
+  int64_t total = gate.rows * gate.cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t r = i / gate.cols, c = i % gate.cols;
+    float g = to_f(row_as<T>(gate, r)[c]), u = to_f(row_as<T>(up, r)[c]);
+    row_as<T>(out, r)[c] = from_f<T>((gelu ? gelu_tanh(g) : silu(g)) * u);
+  }
+}
+
+template <typename T>
+__global__ void add_kernel(RowView a, RowView b, RowView out) {
+  int64_t total = a.rows * a.cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t r = i / a.cols, c = i % a.cols;
+    row_as<T>(out, r)[c] = from_f<T>(to_f(row_as<T>(a, r)[c]) + to_f(row_as<T>(b, r)[c]));
+  }
+}
+
+template <typename T>
+__global__ void scale_kernel(RowView x, float factor, RowView out) {
+  int64_t total = x.rows * x.cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t r = i / x.cols, c = i % x.cols;
+    row_as<T>(out, r)[c] = from_f<T>(to_f(row_as<T>(x, r)[c]) * factor);
+  }
+}
+
+template <typename E>
+__global__ void gather_kernel(RowView x, int64_t x_outer, int64_t sub, const int32_t* rows, RowView out,
+                              uint32_t* err) {
+  int64_t i = blockIdx.x / sub, s = blockIdx.x % sub;
+  int32_t src = rows[i];
+  E* o = row_as<E>(out, i * sub + s);
+  if (src < 0 || src >= x_outer) {
+    if (threadIdx.x == 0) atomicOr(err, kErrGatherRow);
+    return;
+  }
+  const E* in = row_as<E>(x, src * sub + s);
+  for (int64_t c = threadIdx.x; c < x.cols; c += blockDim.x) o[c] = in[c];
+}
+
+template <typename T>
+__global__ void bias_kernel(RowView out, const float* bias) {
+  int64_t total = out.rows * out.cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t r = i / out.cols, c = i % out.cols;
+    T* o = row_as<T>(out, r);
+    o[c] = from_f<T>(to_f(o[c]) + bias[c]);
+  }
+}
+
+// One warp per output element: lanes stride over k, then a warp reduction.
+template <typename W>
+__global__ void linear_f32x_kernel(RowView x, const char* w, int64_t w_stride, int64_t m, const float* bias,
+                                   RowView out) {
+  int64_t item = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
+  if (item >= x.rows * m) return;
+  int lane = threadIdx.x % 32;
+  int64_t i = item / m, j = item % m;
+  const float* xr = row_as<float>(x, i);
+  const W* wr = reinterpret_cast<const W*>(w + j * w_stride);
+  float acc = 0.0f;
+  for (int64_t l = lane; l < x.cols; l += 32) acc += xr[l] * to_f(wr[l]);
+  acc = warp_sum(acc);
+  if (lane == 0) row_as<float>(out, i)[j] = acc + (bias ? bias[j] : 0.0f);
+}
+
+template <typename TI, typename TO>
+__global__ void convert_kernel(RowView x, TO* out) {
+  int64_t total = x.rows * x.cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t r = i / x.cols, c = i % x.cols;
+    out[i] = from_f<TO>(to_f(row_as<TI>(x, r)[c]));
+  }
+}
+
+}  // namespace
+
+void launch_embedding(ElemType table_type, const char* table, int64_t table_stride, int64_t vocab,
+                      const int32_t* ids, ElemType out_type, RowView out, uint32_t* err, Stream stream) {
+  if (out.rows == 0) return;
+  DI_DISPATCH_ELEM(table_type, TT, DI_DISPATCH_ELEM(out_type, TO,
+      (embedding_kernel<TT, TO><<<static_cast<unsigned>(out.rows), 256, 0, as_stream(stream)>>>(
+          table, table_stride, vocab, ids, out, err))));
+}
+
+void launch_rms_norm(ElemType type, RowView x, RowView residual, const float* weight, float eps,
+                     float weight_offset, RowView out, bool add_residual, Stream stream) {
+  if (x.rows == 0) return;
+  if (x.cols <= 1024) {
+    unsigned blocks = static_cast<unsigned>((x.rows + 7) / 8);
+    DI_DISPATCH_ELEM(type, T, (rms_norm_kernel<T, true><<<blocks, 256, 0, as_stream(stream)>>>(
+                                  x, residual, weight, eps, weight_offset, out, add_residual)));
+  } else {
+    DI_DISPATCH_ELEM(type, T, (rms_norm_kernel<T, false><<<static_cast<unsigned>(x.rows), 512, 0, as_stream(stream)>>>(
+                                  x, residual, weight, eps, weight_offset, out, add_residual)));
+  }
+}
+
+void launch_rope(ElemType type, HeadView q, HeadView k, const int32_t* positions, const float* inv_freq,
+                 int rotary_dim, bool neox, float attention_factor, Stream stream) {
+  if (q.n == 0) return;
+  int half = rotary_dim / 2;
+  size_t smem = 2 * static_cast<size_t>(half) * sizeof(float);
+  DI_DISPATCH_ELEM(type, T, (rope_kernel<T><<<static_cast<unsigned>(q.n), 256, smem, as_stream(stream)>>>(
+                                q, k, positions, inv_freq, half, neox, attention_factor)));
+}
+
+void launch_store_kv(ElemType type, HeadView k, HeadView v, const int32_t* slots, CacheView ck, CacheView cv,
+                     uint32_t* err, Stream stream) {
+  if (k.n == 0) return;
+  DI_DISPATCH_ELEM(type, T, (store_kv_kernel<T><<<static_cast<unsigned>(k.n), 256, 0, as_stream(stream)>>>(
+                                k, v, slots, ck, cv, err)));
+}
+
+void launch_gated(ElemType type, RowView gate, RowView up, bool gelu, RowView out, Stream stream) {
+  if (gate.rows * gate.cols == 0) return;
+  DI_DISPATCH_ELEM(type, T, (gated_kernel<T><<<blocks_for(gate.rows * gate.cols, 256), 256, 0, as_stream(stream)>>>(
+                                gate, up, gelu, out)));
+}
+
+void launch_add(ElemType type, RowView a, RowView b, RowView out, Stream stream) {
+  if (a.rows * a.cols == 0) return;
+  DI_DISPATCH_ELEM(type, T, (add_kernel<T><<<blocks_for(a.rows * a.cols, 256), 256, 0, as_stream(stream)>>>(a, b, out)));
+}
+
+void launch_scale(ElemType type, RowView x, float factor, RowView out, Stream stream) {
+  if (x.rows * x.cols == 0) return;
+  DI_DISPATCH_ELEM(type, T, (scale_kernel<T><<<blocks_for(x.rows * x.cols, 256), 256, 0, as_stream(stream)>>>(
+                                x, factor, out)));
+}
+
+void launch_gather_rows(int elem_bytes, RowView x, int64_t x_outer, int64_t sub, const int32_t* rows, int64_t n,
+                        RowView out, uint32_t* err, Stream stream) {
+  if (n * sub == 0) return;
+  unsigned blocks = static_cast<unsigned>(n * sub);
+  if (elem_bytes == 2) {
+    gather_kernel<uint16_t><<<blocks, 128, 0, as_stream(stream)>>>(x, x_outer, sub, rows, out, err);
+  } else {
+    gather_kernel<uint32_t><<<blocks, 128, 0, as_stream(stream)>>>(x, x_outer, sub, rows, out, err);
+  }
+}
+
+void launch_add_bias(ElemType type, RowView out, const float* bias, Stream stream) {
+  if (out.rows * out.cols == 0) return;
+  DI_DISPATCH_ELEM(type, T, (bias_kernel<T><<<blocks_for(out.rows * out.cols, 256), 256, 0, as_stream(stream)>>>(
+                                out, bias)));
+}
+
+void launch_linear_f32x(RowView x, ElemType w_type, const char* w, int64_t w_stride, int64_t m, const float* bias,
+                        RowView out, Stream stream) {
+  int64_t items = x.rows * m;
+  if (items == 0) return;
+  unsigned blocks = static_cast<unsigned>((items + 7) / 8);
+  DI_DISPATCH_ELEM(w_type, W, (linear_f32x_kernel<W><<<blocks, 256, 0, as_stream(stream)>>>(
+                                  x, w, w_stride, m, bias, out)));
+}
+
+void launch_convert(ElemType from, RowView x, ElemType to, char* out, Stream stream) {
+  if (x.rows * x.cols == 0) return;
+  DI_DISPATCH_ELEM(from, TI, DI_DISPATCH_ELEM(to, TO,
+      (convert_kernel<TI, TO><<<blocks_for(x.rows * x.cols, 256), 256, 0, as_stream(stream)>>>(
+          x, reinterpret_cast<TO*>(out)))));
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,107 @@
+// Launchers of the CUDA backend's own kernels. This header is shared by the
+// host code (compiled by the C++ compiler) and the .cu files, so it holds only
+// plain structs: no CUDA or fmt types. Every launcher enqueues on `stream` and
+// never allocates; errors in the data (ids, slots, pages out of range) are
+// written to the device-side error word `err` and raised by the host at the
+// next synchronisation.
+#pragma once
+
+#include <cstdint>
+
+namespace deepinfer::cuda {
+
+enum class ElemType : uint8_t { F32, F16, BF16 };
+
+// Device error codes (bit flags so that several can be reported at once).
+enum ErrorBits : uint32_t {
+  kErrEmbeddingId = 1u << 0,
+  kErrStoreKvSlot = 1u << 1,
+  kErrGatherRow = 1u << 2,
+  kErrAttentionPage = 1u << 3,
+  kErrAttentionLayout = 1u << 4,
+};
+
+// A tensor seen as rows of `cols` contiguous elements; the outer dimensions
+// (at most 3) may have any byte stride, as in the CPU backend's Rows.
+struct RowView {
+  char* base = nullptr;
+  int64_t cols = 0;
+  int64_t rows = 1;
+  int nouter = 0;
+  int64_t shape[3] = {1, 1, 1};
+  int64_t stride[3] = {0, 0, 0};
+};
+
+// A rank-3 view [n, heads, dim] with byte strides for the outer two dimensions.
+struct HeadView {
+  char* base = nullptr;
+  int64_t n = 0, heads = 0, dim = 0;
+  int64_t stride0 = 0, stride1 = 0;
+};
+
+// A paged cache layer [pages, page_size, heads, dim] with byte strides.
+struct CacheView {
+  char* base = nullptr;
+  int64_t pages = 0, page_size = 0, heads = 0, dim = 0;
+  int64_t stride0 = 0, stride1 = 0, stride2 = 0;
+};
+
+using Stream = void*;  // cudaStream_t
+
+void launch_embedding(ElemType table_type, const char* table, int64_t table_stride, int64_t vocab,
+                      const int32_t* ids, ElemType out_type, RowView out, uint32_t* err, Stream stream);
+void launch_rms_norm(ElemType type, RowView x, RowView residual_or_null, const float* weight, float eps,
+                     float weight_offset, RowView out, bool add_residual, Stream stream);
+void launch_rope(ElemType type, HeadView q, HeadView k, const int32_t* positions, const float* inv_freq,
+                 int rotary_dim, bool neox, float attention_factor, Stream stream);
+void launch_store_kv(ElemType type, HeadView k, HeadView v, const int32_t* slots, CacheView ck,
+                     CacheView cv, uint32_t* err, Stream stream);
+void launch_gated(ElemType type, RowView gate, RowView up, bool gelu, RowView out, Stream stream);
+void launch_add(ElemType type, RowView a, RowView b, RowView out, Stream stream);
+void launch_scale(ElemType type, RowView x, float factor, RowView out, Stream stream);
+// out row i (with `sub` inner rows) = x row rows[i]; elem_bytes 2 or 4.
+void launch_gather_rows(int elem_bytes, RowView x, int64_t x_outer, int64_t sub, const int32_t* rows,
+                        int64_t n, RowView out, uint32_t* err, Stream stream);
+// out[n, m] (+)= bias; out of type `type`, bias f32.
+void launch_add_bias(ElemType type, RowView out, const float* bias, Stream stream);
+// Linear with f32 activations and f16/bf16 weights (f32 accumulation); a
+// simple kernel for the f32 activations the op tests use.
+void launch_linear_f32x(RowView x, ElemType w_type, const char* w, int64_t w_stride, int64_t m,
+                        const float* bias, RowView out, Stream stream);
+// Decode-sized linear (1 <= n <= kGemvMaxRows) with bf16/f16 x and weights of
+// the same type; needs k % 8 == 0 and 16-byte aligned rows.
+constexpr int kGemvMaxRows = 4;
+void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride, int64_t m,
+                 int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride, Stream stream);
+// Element-type conversion of a row view into a contiguous buffer.
+void launch_convert(ElemType from, RowView x, ElemType to, char* out, Stream stream);
+
+// Paged attention. The host computes the partition (q_tile, number of
+// q blocks, num_splits) once per call; the kernels read the CSR metadata on
+// the device.
+struct AttentionLaunch {
+  ElemType type = ElemType::BF16;
+  HeadView q, out;
+  CacheView k, v;
+  const int32_t* q_indptr = nullptr;
+  const int32_t* kv_indptr = nullptr;
+  const int32_t* page_ids = nullptr;
+  int64_t listed_pages = 0;
+  const int32_t* last_len = nullptr;
+  const float* sinks = nullptr;
+  int num_seqs = 0;
+  int group = 1;
+  float scale = 1.0f;
+  int window = 0;
+  float softcap = 0.0f;
+  int q_tile = 1;       // query tokens per block (rows = q_tile * group)
+  int q_blocks = 1;     // blocks along the query axis per sequence
+  int num_splits = 1;   // KV splits per (sequence, head); >1 needs the workspace
+  float* partial = nullptr;  // [num_splits, n, heads_q, dim + 2] when num_splits > 1
+  uint32_t* err = nullptr;
+};
+// Shared memory bytes one attention block needs; 0 if the shape is unsupported.
+size_t attention_smem_bytes(const AttentionLaunch& a);
+void launch_attention(const AttentionLaunch& a, Stream stream);
+
+}  // namespace deepinfer::cuda
