@@ -21,6 +21,8 @@ for exe in test_ops deepinfer; do
     grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcublas[^/]*|libcudart)\.so' |
     while read -r lib; do cp -Ln "$lib" build-gpu/lib/ 2>/dev/null || true; done
 done
+# Compressed: the device tool carries at most 64 MiB with the working tree.
+tar -C build-gpu -czf build-gpu/lib.tar.gz lib && rm -rf build-gpu/lib
 git rev-parse HEAD > build-gpu/COMMIT
 git status --short -- src tests tools CMakeLists.txt > build-gpu/DIRTY || true
-du -sh build-gpu build-gpu/* build-gpu/lib/*
+du -sh build-gpu build-gpu/*
