@@ -63,6 +63,12 @@ OutputParser::OutputParser(ToolCallFormat tools, bool reasoning)
 ParsedDelta OutputParser::push(std::string_view text) {
   ParsedDelta out;
   if (think_ == Think::Done) {
+    if (after_think_) {
+      // The reply usually starts after a blank line; that is not content.
+      text.remove_prefix(skip_space(text));
+      if (text.empty()) return out;
+      after_think_ = false;
+    }
     push_content(text, out, false);
     return out;
   }
@@ -88,9 +94,10 @@ ParsedDelta OutputParser::push(std::string_view text) {
     std::string rest = think_buf_.substr(close + kThinkClose.size());
     think_buf_.clear();
     think_ = Think::Done;
-    // The reply usually starts after a blank line; it is not content.
-    rest.erase(0, skip_space(rest));
-    push_content(rest, out, false);
+    after_think_ = true;
+    ParsedDelta tail = push(rest);
+    out.content = std::move(tail.content);
+    out.tool_calls = std::move(tail.tool_calls);
     return out;
   }
   const size_t hold = partial_marker_suffix(think_buf_, kThinkClose);

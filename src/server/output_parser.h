@@ -51,6 +51,7 @@ class OutputParser {
 
   ToolCallFormat format_;
   Think think_;
+  bool after_think_ = false;  // strip whitespace between </think> and the reply
   Tool tool_;
   std::string think_buf_;
   std::string tool_buf_;
