@@ -168,6 +168,7 @@ def main():
     ap.add_argument("--batch-timeout", type=int, default=240)
     ap.add_argument("--workdir", default="/tmp/deepinfer_bench", help="inputs and outputs of the runs")
     ap.add_argument("--peer-timeout", type=int, default=300)
+    ap.add_argument("--small-model", default="", help="a small model to measure per-step overhead with")
     ap.add_argument("--peer-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.peer_only:
@@ -199,6 +200,17 @@ def main():
         res["decode_b1_error"] = str(e)[-2000:]
         print("[bench] decode failed:", str(e)[-2000:], flush=True)
     save()
+    if args.small_model and "small" not in skip:
+        # A model whose weights take microseconds to read: its ms/token is the
+        # engine's per-step overhead (launches, host work, copies).
+        try:
+            ms_small, _ = deepinfer_decode_b1(args.deepinfer, args.small_model, args.prompt_len, args.gen, 1)
+            res.update(small_model_decode_ms_per_token=ms_small)
+            print(f"[bench] small model ({os.path.basename(args.small_model)}) batch-1 decode {ms_small:.2f} ms/token",
+                  flush=True)
+        except Exception as e:
+            res["small_model_error"] = str(e)[-1000:]
+        save()
     if "peer" not in skip:
         try:
             # In a child process, so that its CUDA graphs and caches are gone before our runs.

@@ -121,7 +121,7 @@ def build_model(name, path):
 
 def prompts_for(name, vocab, seed=1):
     g = torch.Generator().manual_seed(seed)
-    lengths = [5, 17, 64, 130, 300, 700] if name != "llama8b" else [5, 33, 128, 400, 1000]
+    lengths = [5, 17, 64, 130, 300, 700, 1500, 40] if name != "llama8b" else [5, 33, 128, 400, 1000, 60]
     return [torch.randint(3, vocab, (n,), generator=g).tolist() for n in lengths]
 
 
@@ -145,30 +145,45 @@ def run_deepinfer(exe, path, prompts, max_tokens, workdir):
 
 @torch.no_grad()
 def compare(model, prompts, rows, max_tokens):
-    agree = total = 0
-    max_diff = 0.0
-    greedy_match = []
+    """Teacher-forced on DeepInfer's own continuation: at each generated
+    position, DeepInfer's greedy token and top-20 logprobs against
+    transformers in bf16 and in f32 (the model upcast), and transformers bf16
+    against f32 as the noise floor of bf16 inference itself."""
+    seqs, bf16_rows, greedy_match = [], [], []
     for p, row in zip(prompts, rows):
         ours = row["token_ids"]
         seq = torch.tensor([p + ours], device="cuda")
-        logits = model(seq).logits[0].float()
-        logp = torch.log_softmax(logits, dim=-1)
-        for i, tok in enumerate(ours):
-            pos = len(p) - 1 + i
-            hf_top = int(torch.argmax(logits[pos]))
-            agree += int(hf_top == tok)
-            total += 1
-            for alt in row["logprobs"][i]["top_logprobs"]:
-                max_diff = max(max_diff, abs(alt["logprob"] - float(logp[pos, alt["token_id"]])))
+        pos = torch.arange(len(p) - 1, len(p) - 1 + len(ours), device="cuda")
+        bf16_rows.append(torch.log_softmax(model(seq).logits[0].float()[pos], dim=-1))
+        seqs.append((seq, pos))
         hf = model.generate(torch.tensor([p], device="cuda"), max_new_tokens=max_tokens, do_sample=False,
                             min_new_tokens=max_tokens, pad_token_id=0)[0, len(p):].tolist()
         n = 0
         while n < min(len(hf), len(ours)) and hf[n] == ours[n]:
             n += 1
         greedy_match.append(n)
-    return {"top1_agree": agree, "positions": total, "top1_rate": agree / max(total, 1),
-            "max_abs_logprob_diff_top20": max_diff, "greedy_prefix_match": greedy_match,
-            "greedy_tokens": max_tokens}
+    model.float()
+    f32_rows = [torch.log_softmax(model(seq).logits[0][pos].float(), dim=-1) for seq, pos in seqs]
+    stats = {k: 0 for k in ("ours_vs_bf16", "ours_vs_f32", "bf16_vs_f32")}
+    diffs = {k: 0.0 for k in stats}
+    total = 0
+    for row, lb, lf in zip(rows, bf16_rows, f32_rows):
+        for i, tok in enumerate(row["token_ids"]):
+            total += 1
+            stats["ours_vs_bf16"] += int(int(torch.argmax(lb[i])) == tok)
+            stats["ours_vs_f32"] += int(int(torch.argmax(lf[i])) == tok)
+            stats["bf16_vs_f32"] += int(int(torch.argmax(lb[i])) == int(torch.argmax(lf[i])))
+            ids = [a["token_id"] for a in row["logprobs"][i]["top_logprobs"]]
+            ours_lp = torch.tensor([a["logprob"] for a in row["logprobs"][i]["top_logprobs"]], device="cuda")
+            diffs["ours_vs_bf16"] = max(diffs["ours_vs_bf16"], float((ours_lp - lb[i][ids]).abs().max()))
+            diffs["ours_vs_f32"] = max(diffs["ours_vs_f32"], float((ours_lp - lf[i][ids]).abs().max()))
+            diffs["bf16_vs_f32"] = max(diffs["bf16_vs_f32"], float((lb[i][ids] - lf[i][ids]).abs().max()))
+    res = {"positions": total, "greedy_prefix_match": greedy_match, "greedy_tokens": max_tokens}
+    for k in stats:
+        res[f"top1_{k}"] = stats[k] / max(total, 1)
+        res[f"max_abs_logprob_diff_{k}"] = diffs[k]
+    res["top1_agree"], res["top1_rate"] = stats["ours_vs_bf16"], stats["ours_vs_bf16"] / max(total, 1)
+    return res
 
 
 def main():
@@ -178,7 +193,7 @@ def main():
     ap.add_argument("--models", default="qwen3,gemma3,llama8b")
     ap.add_argument("--workdir", default="/tmp/deepinfer_e2e")
     ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--keep", default="llama8b", help="model folders to keep for the benchmark")
+    ap.add_argument("--keep", default="llama8b,qwen3", help="model folders to keep for the benchmark")
     args = ap.parse_args()
     results = {}
     os.makedirs(args.workdir, exist_ok=True)
@@ -192,8 +207,11 @@ def main():
             res["deepinfer_seconds"] = secs
             res["prompt_lengths"] = [len(p) for p in prompts]
             results[name] = res
-            print(f"[e2e] {name}: top-1 {res['top1_agree']}/{res['positions']} ({100 * res['top1_rate']:.1f}%), "
-                  f"max |dlogprob| {res['max_abs_logprob_diff_top20']:.4f}, greedy prefix match "
+            print(f"[e2e] {name}: {res['positions']} positions; top-1 agreement ours/hf-bf16 "
+                  f"{100 * res['top1_ours_vs_bf16']:.1f}%, ours/hf-f32 {100 * res['top1_ours_vs_f32']:.1f}%, "
+                  f"hf-bf16/hf-f32 {100 * res['top1_bf16_vs_f32']:.1f}%; max |dlogprob| (top-20) ours/bf16 "
+                  f"{res['max_abs_logprob_diff_ours_vs_bf16']:.4f}, ours/f32 {res['max_abs_logprob_diff_ours_vs_f32']:.4f}, "
+                  f"bf16/f32 {res['max_abs_logprob_diff_bf16_vs_f32']:.4f}; greedy prefix match "
                   f"{res['greedy_prefix_match']} of {args.max_tokens}", flush=True)
         except Exception as e:  # keep going: the report says what failed
             results[name] = {"error": str(e)[-3000:]}
@@ -206,13 +224,16 @@ def main():
             subprocess.run(["rm", "-rf", path])
     json.dump(results, open(os.path.join(args.out, "e2e.json"), "w"), indent=1)
     with open(os.path.join(args.workdir, "e2e.md"), "w") as f:
-        f.write("| model | top-1 agreement | max abs logprob diff (top-20) | greedy prefix match |\n|---|---|---|---|\n")
+        f.write("| model | positions | top-1 ours vs HF bf16 / HF f32 (HF bf16 vs f32) | max abs logprob diff "
+                "ours vs bf16 / f32 (bf16 vs f32) | greedy prefix match vs HF bf16 |\n|---|---|---|---|---|\n")
         for name, r in results.items():
             if "error" in r:
                 f.write(f"| {name} | FAILED: {r['error'][:200]!r} | | |\n")
             else:
-                f.write(f"| {name} | {r['top1_agree']}/{r['positions']} ({100 * r['top1_rate']:.1f}%) | "
-                        f"{r['max_abs_logprob_diff_top20']:.4f} | {r['greedy_prefix_match']} of {r['greedy_tokens']} |\n")
+                f.write(f"| {name} | {r['positions']} | {100 * r['top1_ours_vs_bf16']:.1f}% / "
+                        f"{100 * r['top1_ours_vs_f32']:.1f}% ({100 * r['top1_bf16_vs_f32']:.1f}%) | "
+                        f"{r['max_abs_logprob_diff_ours_vs_bf16']:.3f} / {r['max_abs_logprob_diff_ours_vs_f32']:.3f} "
+                        f"({r['max_abs_logprob_diff_bf16_vs_f32']:.3f}) | {r['greedy_prefix_match']} of {r['greedy_tokens']} |\n")
     return 0 if all("error" not in r for r in results.values()) else 1
 
 

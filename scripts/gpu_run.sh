@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,test,e2e,bench (default all)
+#   scripts/gpu_run.sh [stages]     stages: any of build,test,e2e,bench,profile (default: all but profile)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
 # (needs the C++ dependencies that build.sh installs). Then runs the op tests
@@ -53,7 +53,16 @@ if [ -z "$BIN" ] && has build; then
     tail -30 "$OUT/build.log" | sed 's/^/    /' >> "$REPORT"
   fi
 fi
-[ -n "$BIN" ] || { cat "$REPORT"; exit 1; }
+[ -n "$BIN" ] || { if has profile && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
+  # Per-kernel GPU time of a short run (prefill of 64 tokens + 3 decode steps).
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  echo -e "\n## Kernel times (ncu, llama8b, 64-token prompt + 3 decode steps)\n" >> "$REPORT"
+  timeout "${PROFILE_TIMEOUT:-150}" "$NCU" --clock-control none --metrics gpu__time_duration.sum \
+    --print-summary per-kernel "$BIN/deepinfer" generate --device cuda --model /tmp/deepinfer_e2e/llama8b \
+    --prompt "$(printf 'a%.0s' $(seq 64))" -n 4 --kv-cache-memory 4294967296 > "$OUT/ncu.txt" 2>&1
+  echo "exit code $? (full summary in ncu.txt)" >> "$REPORT"
+fi
+cat "$REPORT"; exit 1; }
 
 if has test; then
   echo -e "\n## Op tests (CUDA vs CPU reference)\n" >> "$REPORT"
@@ -80,12 +89,23 @@ if has bench; then
   fi
   if [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
     timeout "${BENCH_TIMEOUT:-600}" python3 scripts/gpu_bench.py --deepinfer "$BIN/deepinfer" \
-      --model /tmp/deepinfer_e2e/llama8b --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
+      --model /tmp/deepinfer_e2e/llama8b --out "$OUT" ${BENCH_ARGS:-} \
+      $( [ -f /tmp/deepinfer_e2e/qwen3/config.json ] && echo --small-model /tmp/deepinfer_e2e/qwen3 ) \
+      > "$OUT/bench.log" 2>&1
     echo "exit code $?" >> "$REPORT"
     [ -f /tmp/deepinfer_bench/bench.md ] && cat /tmp/deepinfer_bench/bench.md >> "$REPORT"
     grep '^\[bench\]' "$OUT/bench.log" | sed 's/^/    /' >> "$REPORT"
   else
     echo "could not create the Llama-3-8B-shaped model (see e2e_llama8b.log)" >> "$REPORT"
   fi
+fi
+if has profile && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
+  # Per-kernel GPU time of a short run (prefill of 64 tokens + 3 decode steps).
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  echo -e "\n## Kernel times (ncu, llama8b, 64-token prompt + 3 decode steps)\n" >> "$REPORT"
+  timeout "${PROFILE_TIMEOUT:-150}" "$NCU" --clock-control none --metrics gpu__time_duration.sum \
+    --print-summary per-kernel "$BIN/deepinfer" generate --device cuda --model /tmp/deepinfer_e2e/llama8b \
+    --prompt "$(printf 'a%.0s' $(seq 64))" -n 4 --kv-cache-memory 4294967296 > "$OUT/ncu.txt" 2>&1
+  echo "exit code $? (full summary in ncu.txt)" >> "$REPORT"
 fi
 cat "$REPORT"
