@@ -99,3 +99,26 @@ def refused(url):
         return False
     except httpx.ConnectError:
         return True
+
+
+def test_kv_exhaustion_preempts_and_never_fails():
+    s = Server("--kv-cache-tokens", "256", "--max-model-len", "256", "--max-num-seqs", "8", "--api-key", API_KEY)
+    try:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key=API_KEY, max_retries=0, timeout=300)
+        results = [None] * 8
+
+        def run(i):
+            results[i] = client.completions.create(model=MODEL_NAME, prompt=f"Story number {i}: once upon a time",
+                                                   max_tokens=40, temperature=0, extra_body={"ignore_eos": True})
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        assert all(r is not None and r.choices[0].finish_reason == "length" for r in results)
+        assert all(r.usage.completion_tokens == 40 for r in results)
+        assert s.metric("deepinfer:num_preemptions_total") > 0
+        assert s.metric("deepinfer:kv_cache_usage_perc") == 0
+    finally:
+        s.stop()
