@@ -103,6 +103,10 @@ uint64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams par
   }
   params.validate(vocab);
   DI_CHECK(params.n == 1, "Engine::add_request takes one sequence; fan out n = {} in the caller", params.n);
+  if (params.prompt_logprobs) {
+    // Rejected rather than silently ignored until the runner returns per-position logits.
+    throw ParamError("prompt_logprobs", "prompt logprobs are not supported yet");
+  }
   const int32_t prompt_len = static_cast<int32_t>(prompt_ids.size());
   if (prompt_len >= max_model_len_) {
     throw ParamError("prompt", fmt::format("the prompt has {} tokens, but the maximum context length "
