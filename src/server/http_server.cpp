@@ -171,6 +171,16 @@ class Session : public std::enable_shared_from_this<Session>, public ResponseCha
   void on_watch(beast::error_code ec, size_t n) {
     watching_ = false;
     if (closed_) return;
+    if (resume_after_watch_) {
+      resume_after_watch_ = false;
+      if (ec == asio::error::operation_aborted || !ec) {
+        auto dst = buffer_.prepare(n);
+        asio::buffer_copy(dst, asio::buffer(watch_buf_.data(), n));
+        buffer_.commit(n);
+        read_request();
+        return;
+      }
+    }
     if (ec) {
       close();
       return;
@@ -178,16 +188,11 @@ class Session : public std::enable_shared_from_this<Session>, public ResponseCha
     auto dst = buffer_.prepare(n);
     asio::buffer_copy(dst, asio::buffer(watch_buf_.data(), n));
     buffer_.commit(n);
-    if (buffer_.size() > options_.header_limit + options_.body_limit) {
-      close();
-      return;
-    }
-    if (busy_) {
-      watch();
-    } else {
-      timer_.cancel();
-      read_request();
-    }
+    // Bytes of a pipelined request: watching stops (one read at a time) and the
+    // request is parsed once the current response is done.
+    if (busy_) return;
+    timer_.cancel();
+    read_request();
   }
 
   void enqueue(std::string data) {
@@ -228,10 +233,16 @@ class Session : public std::enable_shared_from_this<Session>, public ResponseCha
       close();
       return;
     }
-    if (watching_) {
-      arm_timer(options_.keep_alive_timeout_s);  // the pending watch read picks up the next request
-    } else {
+    if (!watching_) {
       read_request();
+    } else if (buffer_.size() > 0) {
+      // A pipelined request is already buffered: stop the watch read, whose
+      // completion then starts parsing it.
+      resume_after_watch_ = true;
+      beast::error_code ec;
+      socket_.cancel(ec);
+    } else {
+      arm_timer(options_.keep_alive_timeout_s);  // the pending watch read picks up the next request
     }
   }
 
@@ -269,6 +280,7 @@ class Session : public std::enable_shared_from_this<Session>, public ResponseCha
   bool end_pending_ = false;
   bool writing_ = false;
   bool watching_ = false;
+  bool resume_after_watch_ = false;
   bool closed_ = false;
 };
 
