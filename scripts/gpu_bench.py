@@ -96,8 +96,14 @@ def torch_compile_decode_b1(model_dir, prompt_len, gen):
     import transformers as tf
     model = tf.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, device_map="cuda")
     model.eval()
+    # generate() compiles the decoding forward itself when the cache is static
+    # (and marks CUDA-graph steps correctly, which a hand-compiled forward does not).
     model.generation_config.cache_implementation = "static"
-    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    try:
+        from transformers import CompileConfig
+        model.generation_config.compile_config = CompileConfig(fullgraph=True, mode="reduce-overhead")
+    except ImportError:
+        pass
     ids = torch.full((1, prompt_len), 97, dtype=torch.long, device="cuda")
 
     def gen_n(n):

@@ -392,8 +392,10 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const At
   a.q_tile = std::max(1, std::min(max_q, rows_target / std::max(a.group, 1)));
   a.q_blocks = (max_q + a.q_tile - 1) / a.q_tile;
   const int64_t blocks = int64_t{a.num_seqs} * cache.k.size(2) * a.q_blocks;
-  constexpr int kMinKeysPerSplit = 256;
-  if (meta.max_kv_len >= 2 * kMinKeysPerSplit && blocks < 2 * num_sms_) {
+  // Split the keys when the blocks would leave SMs idle (decode at small
+  // batch); each split keeps at least two key tiles.
+  constexpr int kMinKeysPerSplit = 64;
+  if (meta.max_kv_len >= 2 * kMinKeysPerSplit && blocks < num_sms_) {
     int64_t want = (2 * num_sms_ + blocks - 1) / blocks;
     want = std::min<int64_t>({want, meta.max_kv_len / kMinKeysPerSplit, 64, 65535 / std::max(a.num_seqs, 1)});
     const int64_t per_split = n * q.size(1) * (dim + 2) * static_cast<int64_t>(sizeof(float));

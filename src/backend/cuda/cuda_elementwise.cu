@@ -1,6 +1,8 @@
 // Row-wise and element-wise kernels of the CUDA backend: embedding, RMSNorm
 // (optionally fused with the residual add), RoPE, KV-cache writes, gated
 // activations, add/scale, row gathers, bias add and conversions.
+#include <algorithm>
+
 #include "backend/cuda/cuda_common.cuh"
 
 namespace deepinfer::cuda {
@@ -71,6 +73,67 @@ __global__ void rms_norm_kernel(RowView x, RowView residual, const float* weight
   float inv = 1.0f / sqrtf(ss / static_cast<float>(x.cols) + eps);
   T* o = row_as<T>(out, r);
   for (int64_t c = lane; c < x.cols; c += lane_count) o[c] = from_f<T>(to_f(src[c]) * inv * (weight[c] + offset));
+}
+
+// Long rows of a 16-bit type: one block per row, each thread holds at most
+// kVecPerThread 16-byte chunks in registers, so the row is read once and the
+// residual written once with all loads in flight together.
+constexpr int kVecPerThread = 2;
+
+template <typename T>
+__global__ void __launch_bounds__(1024) rms_norm_vec_kernel(RowView x, RowView residual, const float* weight, float eps,
+                                                             float offset, RowView out, bool add_residual) {
+  __shared__ float partial[32];
+  const int64_t r = blockIdx.x;
+  const int chunks = static_cast<int>(x.cols / 8);
+  const uint4* xr = reinterpret_cast<const uint4*>(row_ptr(x, r));
+  uint4* res = add_residual ? reinterpret_cast<uint4*>(row_ptr(residual, r)) : nullptr;
+  float v[kVecPerThread][8];
+  float ss = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kVecPerThread; ++q) {
+    const int c = threadIdx.x + q * blockDim.x;
+    if (c >= chunks) continue;
+    uint4 a = xr[c];
+    const T* av = reinterpret_cast<const T*>(&a);
+    if (add_residual) {
+      uint4 b = res[c];
+      const T* bv = reinterpret_cast<const T*>(&b);
+      uint4 sum;
+      T* sv = reinterpret_cast<T*>(&sum);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        sv[e] = from_f<T>(to_f(bv[e]) + to_f(av[e]));
+        v[q][e] = to_f(sv[e]);
+      }
+      res[c] = sum;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[q][e] = to_f(av[e]);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss += v[q][e] * v[q][e];
+  }
+  ss = warp_sum(ss);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
+  __syncthreads();
+  ss = 0.0f;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) ss += partial[w];
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(x.cols) + eps);
+  uint4* o = reinterpret_cast<uint4*>(row_ptr(out, r));
+#pragma unroll
+  for (int q = 0; q < kVecPerThread; ++q) {
+    const int c = threadIdx.x + q * blockDim.x;
+    if (c >= chunks) continue;
+    const float4* wv = reinterpret_cast<const float4*>(weight) + 2 * c;
+    float4 w0 = wv[0], w1 = wv[1];
+    const float ws[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+    uint4 packed;
+    T* pv = reinterpret_cast<T*>(&packed);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) pv[e] = from_f<T>(v[q][e] * inv * (ws[e] + offset));
+    o[c] = packed;
+  }
 }
 
 template <typename T>
@@ -218,7 +281,26 @@ void launch_embedding(ElemType table_type, const char* table, int64_t table_stri
 void launch_rms_norm(ElemType type, RowView x, RowView residual, const float* weight, float eps,
                      float weight_offset, RowView out, bool add_residual, Stream stream) {
   if (x.rows == 0) return;
-  if (x.cols <= 1024) {
+  auto aligned = [](const RowView& v) {
+    bool ok = reinterpret_cast<uintptr_t>(v.base) % 16 == 0;
+    for (int d = 0; d < v.nouter; ++d) ok = ok && v.stride[d] % 16 == 0;
+    return ok;
+  };
+  const bool vec = type != ElemType::F32 && x.cols > 1024 && x.cols % 8 == 0 &&
+                   x.cols / 8 <= 1024 * kVecPerThread && reinterpret_cast<uintptr_t>(weight) % 16 == 0 &&
+                   aligned(x) && aligned(out) && (!add_residual || aligned(residual));
+  if (vec) {
+    int64_t chunks = x.cols / 8;
+    int threads = static_cast<int>(std::min<int64_t>(1024, (chunks + 31) / 32 * 32));
+    unsigned blocks = static_cast<unsigned>(x.rows);
+    if (type == ElemType::BF16) {
+      rms_norm_vec_kernel<__nv_bfloat16><<<blocks, threads, 0, as_stream(stream)>>>(x, residual, weight, eps,
+                                                                                    weight_offset, out, add_residual);
+    } else {
+      rms_norm_vec_kernel<__half><<<blocks, threads, 0, as_stream(stream)>>>(x, residual, weight, eps, weight_offset,
+                                                                             out, add_residual);
+    }
+  } else if (x.cols <= 1024) {
     unsigned blocks = static_cast<unsigned>((x.rows + 7) / 8);
     DI_DISPATCH_ELEM(type, T, (rms_norm_kernel<T, true><<<blocks, 256, 0, as_stream(stream)>>>(
                                   x, residual, weight, eps, weight_offset, out, add_residual)));
