@@ -111,8 +111,33 @@ class Session : public std::enable_shared_from_this<Session>, public ResponseCha
     parser_->header_limit(options_.header_limit);
     arm_timer(first_ ? options_.read_timeout_s : options_.keep_alive_timeout_s);
     first_ = false;
-    http::async_read(socket_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    http::async_read_header(socket_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  // Clients such as curl ask before sending a large body; answering saves them a wait.
+  void on_header(beast::error_code ec) {
+    if (ec || closed_) {
+      on_read(ec);
+      return;
+    }
+    auto read_body = [self = shared_from_this()] {
+      http::async_read(self->socket_, self->buffer_, *self->parser_,
+                       [self](beast::error_code ec, size_t) { self->on_read(ec); });
+    };
+    const auto expect = parser_->get()[http::field::expect];
+    if (beast::iequals(expect, "100-continue") && !parser_->is_done()) {
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::async_write(socket_, asio::buffer(kContinue), [self = shared_from_this(), read_body](beast::error_code ec, size_t) {
+        if (ec) {
+          self->close();
+        } else {
+          read_body();
+        }
+      });
+    } else {
+      read_body();
+    }
   }
 
   void on_read(beast::error_code ec) {
