@@ -137,7 +137,7 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index) : devi
   error_word_ = static_cast<uint32_t*>(err);
   check_cuda(cudaMemsetAsync(error_word_, 0, sizeof(uint32_t), s), "cudaMemset");
   check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-  log_info("cuda: {} ({} SMs, {:.1f} GiB), compute capability {}.{}", prop.name, num_sms_,
+  log_debug("cuda: {} ({} SMs, {:.1f} GiB), compute capability {}.{}", prop.name, num_sms_,
            prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor);
   (void)options;
 }
