@@ -82,6 +82,9 @@ Engine::Engine(EngineConfig config) : config_(std::move(config)) {
   sc.planner.max_num_batched_tokens = config_.max_num_batched_tokens;
   sc.planner.cost_model = config_.cost_model;
   sc.planner.step_time_budget_s = config_.step_time_budget_s;
+  // Pages can be released early only when every layer is windowed.
+  const bool all_sliding = std::all_of(mc.layer_window.begin(), mc.layer_window.end(), [](int32_t w) { return w > 0; });
+  sc.sliding_window = all_sliding ? *std::min_element(mc.layer_window.begin(), mc.layer_window.end()) : 0;
   scheduler_ = std::make_unique<Scheduler>(sc, *pool_, prefix_cache_.get());
   RunnerLimits limits;
   limits.max_num_batched_tokens = config_.max_num_batched_tokens;

@@ -122,6 +122,25 @@ T get_required(const nlohmann::json& j, const char* key) {
 
 }  // namespace
 
+void read_rope_scaling(const nlohmann::json& rs, RopeScaling& out) {
+  std::string type = get_or<std::string>(rs, "rope_type", get_or<std::string>(rs, "type", "default"));
+  if (type == "llama3") {
+    out.type = RopeScalingType::Llama3;
+    out.factor = get_required<float>(rs, "factor");
+    out.low_freq_factor = get_or<float>(rs, "low_freq_factor", 1.0f);
+    out.high_freq_factor = get_or<float>(rs, "high_freq_factor", 4.0f);
+    out.original_max_position = get_or<int32_t>(rs, "original_max_position_embeddings", 8192);
+    DI_CHECK(out.factor > 0 && out.high_freq_factor > out.low_freq_factor && out.original_max_position > 0,
+             "config.json: invalid llama3 rope scaling");
+  } else if (type == "linear") {
+    out.type = RopeScalingType::Linear;
+    out.factor = get_required<float>(rs, "factor");
+    DI_CHECK(out.factor > 0, "config.json: rope scaling factor must be positive");
+  } else {
+    DI_CHECK(type == "default", "config.json: unsupported rope scaling type '{}'", type);
+  }
+}
+
 ModelConfig hf_dense_base(const nlohmann::json& cfg, std::string_view arch) {
   DI_CHECK(cfg.is_object(), "config.json must hold a JSON object");
   ModelConfig c;
@@ -142,27 +161,16 @@ ModelConfig hf_dense_base(const nlohmann::json& cfg, std::string_view arch) {
   if (double prf = get_or<double>(cfg, "partial_rotary_factor", 1.0); prf != 1.0) {
     c.rotary_dim = static_cast<int32_t>(c.head_dim * prf);
   }
-  if (auto it = cfg.find("rope_scaling"); it != cfg.end() && it->is_object()) {
-    const nlohmann::json& rs = *it;
-    std::string type = get_or<std::string>(rs, "rope_type", get_or<std::string>(rs, "type", "default"));
-    if (type == "llama3") {
-      c.rope_scaling.type = RopeScalingType::Llama3;
-      c.rope_scaling.factor = get_required<float>(rs, "factor");
-      c.rope_scaling.low_freq_factor = get_or<float>(rs, "low_freq_factor", 1.0f);
-      c.rope_scaling.high_freq_factor = get_or<float>(rs, "high_freq_factor", 4.0f);
-      c.rope_scaling.original_max_position =
-          get_or<int32_t>(rs, "original_max_position_embeddings", 8192);
-      DI_CHECK(c.rope_scaling.factor > 0 &&
-                   c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor &&
-                   c.rope_scaling.original_max_position > 0,
-               "config.json: invalid llama3 rope_scaling");
-    } else if (type == "linear") {
-      c.rope_scaling.type = RopeScalingType::Linear;
-      c.rope_scaling.factor = get_required<float>(rs, "factor");
-      DI_CHECK(c.rope_scaling.factor > 0, "config.json: rope_scaling.factor must be positive");
-    } else {
-      DI_CHECK(type == "default", "config.json: unsupported rope_scaling type '{}'", type);
-    }
+  // transformers >= 5 writes rope settings (base and scaling) into
+  // "rope_parameters"; older configs use top-level rope_theta / rope_scaling.
+  // Models with per-layer-type rotary settings (Gemma 3) nest them by layer type.
+  if (auto it = cfg.find("rope_parameters"); it != cfg.end() && it->is_object()) {
+    const nlohmann::json& rp = it->contains("full_attention") ? (*it)["full_attention"] : *it;
+    DI_CHECK(rp.is_object(), "config.json: rope_parameters.full_attention must be an object");
+    c.rope_theta = get_or<float>(rp, "rope_theta", c.rope_theta);
+    read_rope_scaling(rp, c.rope_scaling);
+  } else if (auto rs = cfg.find("rope_scaling"); rs != cfg.end() && rs->is_object()) {
+    read_rope_scaling(*rs, c.rope_scaling);
   }
   c.layer_window.assign(std::max(c.n_layers, 0), 0);
   if (auto it = cfg.find("bos_token_id"); it != cfg.end() && it->is_number_integer()) {

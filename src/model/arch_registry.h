@@ -36,6 +36,8 @@ std::optional<uint32_t> gguf_find_u32(const GgufFile& f, std::string_view arch, 
 std::optional<float> gguf_find_f32(const GgufFile& f, std::string_view arch, std::string_view key);
 // Common dense-decoder fields from GGUF: sizes, heads, eps, rope base/scaling, vocab.
 ModelConfig gguf_dense_base(const GgufFile& f, std::string_view arch);
+// Rope scaling from a rope_scaling / rope_parameters object.
+void read_rope_scaling(const nlohmann::json& rs, RopeScaling& out);
 // Common dense-decoder fields from a config.json object.
 ModelConfig hf_dense_base(const nlohmann::json& cfg, std::string_view arch);
 }  // namespace arch_util

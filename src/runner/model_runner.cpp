@@ -21,6 +21,7 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLi
   // A page can appear in several sequences' tables (shared prefixes).
   kv_pages_dev_ = Buffer(backend, (P * 2 + S) * 4);
   kv_last_len_dev_ = Buffer(backend, S * 4);
+  kv_start_pos_dev_ = Buffer(backend, S * 4);
   logits_dev_ = Buffer(backend, R * V * 4);
   model.reserve(limits.max_num_batched_tokens, static_cast<int32_t>(R));
 }
@@ -35,6 +36,7 @@ void ModelRunner::build_inputs(const ScheduledBatch& batch) {
   kv_indptr_.assign(1, 0);
   kv_pages_.clear();
   kv_last_len_.clear();
+  kv_start_pos_.clear();
   max_q_len_ = max_kv_len_ = 0;
   for (const ScheduledSeq& s : batch.seqs) {
     const Request& r = *s.request;
@@ -42,6 +44,9 @@ void ModelRunner::build_inputs(const ScheduledBatch& batch) {
     const int32_t n_pages = (kv_len + ps - 1) / ps;
     DI_CHECK(n_pages <= static_cast<int32_t>(r.block_ids.size()),
              "request {} needs {} KV pages but holds {}", r.id(), n_pages, r.block_ids.size());
+    // Pages released by a sliding window are left out; the first listed page
+    // then starts at position kv_start_pos.
+    const int32_t first_page = std::min(r.num_released_blocks, n_pages - 1);
     for (int32_t p = s.start; p < kv_len; ++p) {
       token_ids_.push_back(r.token_at(p));
       positions_.push_back(p);
@@ -49,9 +54,10 @@ void ModelRunner::build_inputs(const ScheduledBatch& batch) {
     }
     if (s.sample) logit_rows_.push_back(static_cast<int32_t>(token_ids_.size()) - 1);
     q_indptr_.push_back(static_cast<int32_t>(token_ids_.size()));
-    kv_pages_.insert(kv_pages_.end(), r.block_ids.begin(), r.block_ids.begin() + n_pages);
+    kv_pages_.insert(kv_pages_.end(), r.block_ids.begin() + first_page, r.block_ids.begin() + n_pages);
     kv_indptr_.push_back(static_cast<int32_t>(kv_pages_.size()));
     kv_last_len_.push_back(kv_len - (n_pages - 1) * ps);
+    kv_start_pos_.push_back(first_page * ps);
     max_q_len_ = std::max(max_q_len_, s.num_tokens);
     max_kv_len_ = std::max(max_kv_len_, kv_len);
   }
@@ -88,6 +94,7 @@ Tensor ModelRunner::execute(const ScheduledBatch& batch) {
   in.attention.kv_indptr = upload(backend_, kv_indptr_dev_, kv_indptr_);
   in.attention.kv_page_indices = upload(backend_, kv_pages_dev_, kv_pages_);
   in.attention.kv_last_page_len = upload(backend_, kv_last_len_dev_, kv_last_len_);
+  in.attention.kv_start_pos = upload(backend_, kv_start_pos_dev_, kv_start_pos_);
 
   const int64_t rows = static_cast<int64_t>(logit_rows_.size());
   const int64_t vocab = model_.config().vocab_size;

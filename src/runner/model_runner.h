@@ -39,12 +39,12 @@ class ModelRunner {
 
   // Host staging, rebuilt each step.
   std::vector<int32_t> token_ids_, positions_, slots_, logit_rows_;
-  std::vector<int32_t> q_indptr_, kv_indptr_, kv_pages_, kv_last_len_;
+  std::vector<int32_t> q_indptr_, kv_indptr_, kv_pages_, kv_last_len_, kv_start_pos_;
   int32_t max_q_len_ = 0, max_kv_len_ = 0;
 
   // Backend copies of the staging arrays, and the logits.
   Buffer token_ids_dev_, positions_dev_, slots_dev_, logit_rows_dev_;
-  Buffer q_indptr_dev_, kv_indptr_dev_, kv_pages_dev_, kv_last_len_dev_;
+  Buffer q_indptr_dev_, kv_indptr_dev_, kv_pages_dev_, kv_last_len_dev_, kv_start_pos_dev_;
   Buffer logits_dev_;
   std::vector<float> logits_host_;
 };

@@ -7,11 +7,15 @@
 namespace deepinfer {
 
 void CapacityScheduler::release(Request& request) {
-  std::vector<int32_t> reversed(request.block_ids.rbegin(), request.block_ids.rend());
+  std::vector<int32_t> reversed;
+  for (auto it = request.block_ids.rbegin(); it != request.block_ids.rend(); ++it) {
+    if (*it != Request::kReleasedBlock) reversed.push_back(*it);
+  }
   pool_.release(reversed);
   request.block_ids.clear();
   request.num_computed_tokens = 0;
   request.num_registered_blocks = 0;
+  request.num_released_blocks = 0;
 }
 
 bool CapacityScheduler::grow(Request& request, int32_t num_tokens) {

@@ -63,6 +63,10 @@ class Request {
   int32_t num_cached_prompt_tokens = 0;  // prompt tokens served by the prefix cache (first admission)
   std::vector<BlockHash> block_hashes;  // chained hashes of full blocks, extended as tokens arrive
   int32_t num_registered_blocks = 0;    // leading blocks already offered to the prefix cache
+  // Leading blocks released because every layer's sliding window has moved past
+  // them; their block_ids entries are kReleasedBlock.
+  int32_t num_released_blocks = 0;
+  static constexpr int32_t kReleasedBlock = -1;
   int32_t num_preemptions = 0;
 
   RequestTimings timings;

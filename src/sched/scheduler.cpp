@@ -48,6 +48,7 @@ void Scheduler::register_full_blocks(Request& r) {
   for (int32_t i = r.num_registered_blocks; i < full; ++i) {
     std::vector<int32_t> block_tokens(bs);
     for (int32_t j = 0; j < bs; ++j) block_tokens[j] = r.token_at(i * bs + j);
+    if (i > 0 && r.block_ids[i - 1] == Request::kReleasedBlock) continue;  // broken chain: unmatchable anyway
     const int32_t parent = i == 0 ? PrefixCache::kNoParent : r.block_ids[i - 1];
     if (!prefix_cache_->is_cached(r.block_ids[i])) {
       prefix_cache_->insert(r.block_hashes[i], r.block_ids[i], block_tokens, parent, r.cache_salt());
@@ -56,11 +57,26 @@ void Scheduler::register_full_blocks(Request& r) {
   r.num_registered_blocks = full;
 }
 
+void Scheduler::release_out_of_window_blocks(Request& r) {
+  const int32_t bs = config_.capacity.block_size;
+  const int32_t window = config_.sliding_window;
+  // The next query sits at position num_computed_tokens and sees keys from
+  // num_computed_tokens - window + 1 on; whole blocks before that are dead.
+  const int32_t first_needed = r.num_computed_tokens - window + 1;
+  const int32_t dead = std::min<int32_t>(std::max(first_needed, 0) / bs, static_cast<int32_t>(r.block_ids.size()));
+  for (int32_t b = r.num_released_blocks; b < dead; ++b) {
+    pool_.release(r.block_ids[b]);
+    r.block_ids[b] = Request::kReleasedBlock;
+  }
+  r.num_released_blocks = std::max(r.num_released_blocks, dead);
+}
+
 void Scheduler::commit(const ScheduledBatch& batch) {
   for (const ScheduledSeq& s : batch.seqs) {
     Request& r = *s.request;
     r.num_computed_tokens = s.start + s.num_tokens;
     register_full_blocks(r);
+    if (config_.sliding_window > 0) release_out_of_window_blocks(r);
   }
 }
 

@@ -15,6 +15,9 @@ namespace deepinfer {
 struct SchedulerConfig {
   CapacityConfig capacity;
   PlannerConfig planner;
+  // When every layer attends within this many tokens (0 = some layer sees the
+  // whole context), blocks that fall out of the window are released early.
+  int32_t sliding_window = 0;
 };
 
 class Scheduler {
@@ -35,6 +38,7 @@ class Scheduler {
 
  private:
   void register_full_blocks(Request& request);
+  void release_out_of_window_blocks(Request& request);
 
   SchedulerConfig config_;
   BlockPool& pool_;

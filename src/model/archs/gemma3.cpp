@@ -55,6 +55,13 @@ ModelConfig gemma3_from_hf(const nlohmann::json& full, std::string_view hf_arch)
   c.tied_embeddings = cfg.value("tie_word_embeddings", true);
   c.norm_weight_offset = 1.0f;
   c.rope_theta_local = cfg.value("rope_local_base_freq", kLocalRopeTheta);
+  // transformers >= 5: {"rope_parameters": {"sliding_attention": {"rope_theta": ...}, ...}}
+  if (auto rp = cfg.find("rope_parameters"); rp != cfg.end() && rp->is_object() && rp->contains("sliding_attention")) {
+    const nlohmann::json& local = (*rp)["sliding_attention"];
+    DI_CHECK(local.is_object() && local.contains("rope_theta") && local["rope_theta"].is_number(),
+             "config.json: rope_parameters.sliding_attention needs a numeric rope_theta");
+    c.rope_theta_local = local["rope_theta"].get<float>();
+  }
   const int32_t window = cfg.value("sliding_window", 4096);
   if (auto it = cfg.find("layer_types"); it != cfg.end() && it->is_array()) {
     DI_CHECK(static_cast<int>(it->size()) == c.n_layers,

@@ -194,7 +194,7 @@ INSTANTIATE_TEST_SUITE_P(V5, HfTinyModel,
 // scaling is dropped (logits off by 0.07-6.7). The cases above pass only
 // because their rope base is 10000. Enable once config.json's
 // rope_parameters are read.
-INSTANTIATE_TEST_SUITE_P(DISABLED_V5RopeParameters, HfTinyModel,
+INSTANTIATE_TEST_SUITE_P(V5RopeParameters, HfTinyModel,
                          ::testing::Combine(::testing::Values("llama31_untied", "mistral_window8", "qwen2_bias",
                                                               "qwen3_qknorm", "gemma3", "qwen2_bf16"),
                                             ::testing::Values("v5")),
