@@ -187,13 +187,8 @@ INSTANTIATE_TEST_SUITE_P(V5, HfTinyModel,
                          ::testing::Combine(::testing::Values("llama", "llama_sharded"), ::testing::Values("v5")),
                          param_name);
 
-// Known bug (reported, not fixed here): arch_util::hf_dense_base and
-// gemma3_from_hf read only the top-level "rope_theta" / "rope_scaling" /
-// "rope_local_base_freq" and ignore "rope_parameters", where transformers >= 5
-// writes them; the rope base silently falls back to 10000 and Llama 3.1
-// scaling is dropped (logits off by 0.07-6.7). The cases above pass only
-// because their rope base is 10000. Enable once config.json's
-// rope_parameters are read.
+// transformers-5 configs whose rope settings live only in "rope_parameters"
+// (rope base other than 10000, Llama 3.1 scaling, Gemma's per-layer-type bases).
 INSTANTIATE_TEST_SUITE_P(V5RopeParameters, HfTinyModel,
                          ::testing::Combine(::testing::Values("llama31_untied", "mistral_window8", "qwen2_bias",
                                                               "qwen3_qknorm", "gemma3", "qwen2_bf16"),
