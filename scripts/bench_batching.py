@@ -21,6 +21,7 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("DEEPINFER_BIN", os.path.join(REPO, "build", "deepinfer"))
 WORDS = ("the river carried silt from the mountains to a wide delta where farmers planted rice and "
          "traders built wooden houses on stilts above the seasonal floods").split()
 
@@ -33,7 +34,7 @@ def run(model, inputs, extra, threads, env_extra=None):
                 f.write(json.dumps(x) + "\n")
         env = dict(os.environ, **(env_extra or {}))
         t0 = time.time()
-        p = subprocess.run([os.path.join(REPO, "build", "deepinfer"), "generate", "-q", "-m", model, "--threads",
+        p = subprocess.run([BIN, "generate", "-q", "-m", model, "--threads",
                             str(threads), "--input", inp, "--output", out, "--max-model-len", "1024"] + extra,
                            check=True, capture_output=True, text=True, env=env)
         wall = time.time() - t0

@@ -19,6 +19,7 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("DEEPINFER_BIN", os.path.join(REPO, "build", "deepinfer"))
 
 
 def gguf_tensor_bytes(path):
@@ -27,7 +28,7 @@ def gguf_tensor_bytes(path):
 
 
 def ours(model, threads, runs):
-    out = subprocess.run([os.path.join(REPO, "build", "deepinfer"), "bench", "-m", model, "--threads", str(threads),
+    out = subprocess.run([BIN, "bench", "-m", model, "--threads", str(threads),
                           "-b", "1", "-p", "128,512", "-g", "128", "-r", str(runs), "--json"],
                          check=True, capture_output=True, text=True).stdout
     rows = json.loads(out)
