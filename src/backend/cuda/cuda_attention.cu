@@ -30,10 +30,17 @@ struct SmemLayout {
   size_t q, acc, m, l, k, v, p, total;
 };
 
-__host__ __device__ inline SmemLayout smem_layout(int rows, int dim) {
+// kBlocked (prefill): each warp takes its rows four at a time, so one read of
+// a key or value from shared memory serves four query rows; rows are padded to
+// a multiple of 16 and K/V rows to 16 bytes for float4 reads.
+constexpr int kRowBlock = 4;
+
+__host__ __device__ inline SmemLayout smem_layout(int rows, int dim, bool blocked) {
   SmemLayout s{};
+  if (blocked) rows = (rows + kWarps * kRowBlock - 1) / (kWarps * kRowBlock) * (kWarps * kRowBlock);
   s.rows = rows;
-  s.ldk = dim + 1;  // one float of padding: lane-per-key reads hit distinct banks
+  // Padding so lane-per-key reads hit distinct banks (one float; four for float4 reads).
+  s.ldk = dim + (blocked ? 4 : 1);
   s.q = 0;
   s.acc = s.q + size_t(rows) * dim;
   s.m = s.acc + size_t(rows) * dim;
@@ -41,7 +48,7 @@ __host__ __device__ inline SmemLayout smem_layout(int rows, int dim) {
   s.k = s.l + rows;
   s.v = s.k + size_t(kBlockN) * s.ldk;
   s.p = s.v + size_t(kBlockN) * s.ldk;
-  s.total = (s.p + kWarps * kBlockN) * sizeof(float);
+  s.total = (s.p + kWarps * kBlockN * (blocked ? kRowBlock : 1)) * sizeof(float);
   return s;
 }
 
@@ -86,12 +93,12 @@ __device__ void load_tile(const CacheView& c, const int32_t* pages, int n_pages,
   }
 }
 
-template <typename T, bool kVec>
+template <typename T, bool kVec, bool kBlocked>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) {
   extern __shared__ float smem[];
   const int dim = static_cast<int>(a.q.dim);
   const int rows = a.q_tile * a.group;
-  const SmemLayout L = smem_layout(rows, dim);
+  const SmemLayout L = smem_layout(rows, dim, kBlocked);
   float* q_s = smem + L.q;
   float* acc_s = smem + L.acc;
   float* m_s = smem + L.m;
@@ -135,7 +142,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
     k_end = min(k_end, (split + 1) * chunk);
   }
 
-  for (int idx = threadIdx.x; idx < rows * dim; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < L.rows * dim; idx += kThreads) {
     int r = idx / dim, d = idx % dim;
     float val = 0.0f;
     if (r < valid_rows) {
@@ -145,7 +152,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
     q_s[idx] = val;
     acc_s[idx] = 0.0f;
   }
-  for (int r = threadIdx.x; r < rows; r += kThreads) {
+  for (int r = threadIdx.x; r < L.rows; r += kThreads) {
     m_s[r] = -INFINITY;
     l_s[r] = 0.0f;
   }
@@ -157,42 +164,114 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
     load_tile<T, kVec>(a.k, pages, n_pages, g, kt, k_end, k_s, L.ldk, a.err);
     load_tile<T, kVec>(a.v, pages, n_pages, g, kt, k_end, v_s, L.ldk, a.err);
     __syncthreads();
-    for (int r = warp; r < valid_rows; r += kWarps) {
-      const int last = kv_len - q_len + t0 + r / a.group;
-      const int first = a.window > 0 ? max(0, last - a.window + 1) : 0;
-      const int j = kt + lane;
-      const bool valid = j >= first && j <= last && j < k_end;
-      float score = -INFINITY;
-      if (valid) {
-        const float* qr = q_s + r * dim;
+    if constexpr (kBlocked) {
+      for (int r0 = warp * kRowBlock; r0 < valid_rows; r0 += kWarps * kRowBlock) {
+        const int j = kt + lane;
+        float sc[kRowBlock];
+        bool valid[kRowBlock];
+#pragma unroll
+        for (int i = 0; i < kRowBlock; ++i) {
+          const int last = kv_len - q_len + t0 + (r0 + i) / a.group;
+          const int first = a.window > 0 ? max(0, last - a.window + 1) : 0;
+          valid[i] = r0 + i < valid_rows && j >= first && j <= last && j < k_end;
+          sc[i] = 0.0f;
+        }
         const float* kr = k_s + lane * L.ldk;
-        float dot = 0.0f;
-        for (int d = 0; d < dim; ++d) dot = fmaf(qr[d], kr[d], dot);
-        if (a.softcap > 0.0f) dot = a.softcap * tanhf(dot / a.softcap);
-        score = dot;
-      }
-      const float tile_max = warp_max(score);
-      if (tile_max == -INFINITY) continue;  // warp-uniform
-      const float m_old = m_s[r];
-      const float m_new = fmaxf(m_old, tile_max);
-      const float p = valid ? expf(score - m_new) : 0.0f;
-      const float alpha = expf(m_old - m_new);
-      const float psum = warp_sum(p);
-      p_s[warp * kBlockN + lane] = p;
-      __syncwarp();
-      float* ar = acc_s + r * dim;
-      for (int d = lane; d < dim; d += 32) {
-        float o = ar[d] * alpha;
+        for (int d = 0; d < dim; d += 4) {
+          const float4 k4 = *reinterpret_cast<const float4*>(kr + d);
+#pragma unroll
+          for (int i = 0; i < kRowBlock; ++i) {
+            const float4 q4 = *reinterpret_cast<const float4*>(q_s + (r0 + i) * dim + d);
+            sc[i] = fmaf(q4.x, k4.x, fmaf(q4.y, k4.y, fmaf(q4.z, k4.z, fmaf(q4.w, k4.w, sc[i]))));
+          }
+        }
+        float alpha[kRowBlock], m_new[kRowBlock], psum[kRowBlock], p[kRowBlock];
+#pragma unroll
+        for (int i = 0; i < kRowBlock; ++i) {
+          float score = -INFINITY;
+          if (valid[i]) score = a.softcap > 0.0f ? a.softcap * tanhf(sc[i] / a.softcap) : sc[i];
+          const float m_old = m_s[r0 + i];
+          m_new[i] = fmaxf(m_old, warp_max(score));
+          const bool any = m_new[i] != -INFINITY;
+          p[i] = valid[i] ? expf(score - m_new[i]) : 0.0f;
+          alpha[i] = any ? expf(m_old - m_new[i]) : 1.0f;
+          psum[i] = warp_sum(p[i]);
+        }
+        *reinterpret_cast<float4*>(p_s + (warp * kBlockN + lane) * kRowBlock) = make_float4(p[0], p[1], p[2], p[3]);
+        __syncwarp();
+        for (int d = lane; d < dim; d += 32) {
+          float o[kRowBlock];
+#pragma unroll
+          for (int i = 0; i < kRowBlock; ++i) o[i] = acc_s[(r0 + i) * dim + d] * alpha[i];
 #pragma unroll 8
-        for (int jj = 0; jj < kBlockN; ++jj) o = fmaf(p_s[warp * kBlockN + jj], v_s[jj * L.ldk + d], o);
-        ar[d] = o;
+          for (int jj = 0; jj < kBlockN; ++jj) {
+            const float v = v_s[jj * L.ldk + d];
+            const float4 p4 = *reinterpret_cast<const float4*>(p_s + (warp * kBlockN + jj) * kRowBlock);
+            o[0] = fmaf(p4.x, v, o[0]);
+            o[1] = fmaf(p4.y, v, o[1]);
+            o[2] = fmaf(p4.z, v, o[2]);
+            o[3] = fmaf(p4.w, v, o[3]);
+          }
+#pragma unroll
+          for (int i = 0; i < kRowBlock; ++i) acc_s[(r0 + i) * dim + d] = o[i];
+        }
+        __syncwarp();
+        if (lane < kRowBlock) {
+          // Lane i owns row r0 + i's running max and sum (values are warp-uniform).
+          float mn = m_new[0], al = alpha[0], ps = psum[0];
+#pragma unroll
+          for (int i = 1; i < kRowBlock; ++i) {
+            if (lane == i) {
+              mn = m_new[i];
+              al = alpha[i];
+              ps = psum[i];
+            }
+          }
+          if (mn != -INFINITY) {
+            m_s[r0 + lane] = mn;
+            l_s[r0 + lane] = l_s[r0 + lane] * al + ps;
+          }
+        }
+        __syncwarp();
       }
-      __syncwarp();
-      if (lane == 0) {
-        m_s[r] = m_new;
-        l_s[r] = l_s[r] * alpha + psum;
+    } else {
+      for (int r = warp; r < valid_rows; r += kWarps) {
+        const int last = kv_len - q_len + t0 + r / a.group;
+        const int first = a.window > 0 ? max(0, last - a.window + 1) : 0;
+        const int j = kt + lane;
+        const bool valid = j >= first && j <= last && j < k_end;
+        float score = -INFINITY;
+        if (valid) {
+          const float* qr = q_s + r * dim;
+          const float* kr = k_s + lane * L.ldk;
+          float dot = 0.0f;
+          for (int d = 0; d < dim; ++d) dot = fmaf(qr[d], kr[d], dot);
+          if (a.softcap > 0.0f) dot = a.softcap * tanhf(dot / a.softcap);
+          score = dot;
+        }
+        const float tile_max = warp_max(score);
+        if (tile_max == -INFINITY) continue;  // warp-uniform
+        const float m_old = m_s[r];
+        const float m_new = fmaxf(m_old, tile_max);
+        const float p = valid ? expf(score - m_new) : 0.0f;
+        const float alpha = expf(m_old - m_new);
+        const float psum = warp_sum(p);
+        p_s[warp * kBlockN + lane] = p;
+        __syncwarp();
+        float* ar = acc_s + r * dim;
+        for (int d = lane; d < dim; d += 32) {
+          float o = ar[d] * alpha;
+  #pragma unroll 8
+          for (int jj = 0; jj < kBlockN; ++jj) o = fmaf(p_s[warp * kBlockN + jj], v_s[jj * L.ldk + d], o);
+          ar[d] = o;
+        }
+        __syncwarp();
+        if (lane == 0) {
+          m_s[r] = m_new;
+          l_s[r] = l_s[r] * alpha + psum;
+        }
+        __syncwarp();
       }
-      __syncwarp();
     }
     __syncthreads();
   }
@@ -261,18 +340,24 @@ bool vector_loads_ok(const AttentionLaunch& a) {
          aligned(a.k.stride2) && aligned(a.v.stride0) && aligned(a.v.stride1) && aligned(a.v.stride2);
 }
 
+bool use_blocked(const AttentionLaunch& a) { return a.q_tile * a.group >= kWarps * kRowBlock && a.q.dim % 4 == 0; }
+
+template <typename T, bool kVec, bool kBlocked>
+void launch_kernel(const AttentionLaunch& a, dim3 grid, size_t smem, cudaStream_t stream) {
+  cudaFuncSetAttribute(attention_kernel<T, kVec, kBlocked>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  attention_kernel<T, kVec, kBlocked><<<grid, kThreads, smem, stream>>>(a);
+}
+
 template <typename T>
 void launch_typed(const AttentionLaunch& a, cudaStream_t stream) {
   size_t smem = attention_smem_bytes(a);
   dim3 grid(static_cast<unsigned>(a.q_blocks), static_cast<unsigned>(a.k.heads),
             static_cast<unsigned>(a.num_seqs * a.num_splits));
-  if (vector_loads_ok<T>(a)) {
-    cudaFuncSetAttribute(attention_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    attention_kernel<T, true><<<grid, kThreads, smem, stream>>>(a);
-  } else {
-    cudaFuncSetAttribute(attention_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    attention_kernel<T, false><<<grid, kThreads, smem, stream>>>(a);
-  }
+  const bool vec = vector_loads_ok<T>(a), blocked = use_blocked(a);
+  if (vec && blocked) launch_kernel<T, true, true>(a, grid, smem, stream);
+  else if (vec) launch_kernel<T, true, false>(a, grid, smem, stream);
+  else if (blocked) launch_kernel<T, false, true>(a, grid, smem, stream);
+  else launch_kernel<T, false, false>(a, grid, smem, stream);
   if (a.num_splits > 1 && a.q.n > 0) {
     combine_kernel<T><<<static_cast<unsigned>(a.q.n * a.q.heads), 128, 0, stream>>>(a);
   }
@@ -281,7 +366,7 @@ void launch_typed(const AttentionLaunch& a, cudaStream_t stream) {
 }  // namespace
 
 size_t attention_smem_bytes(const AttentionLaunch& a) {
-  return smem_layout(a.q_tile * a.group, static_cast<int>(a.q.dim)).total;
+  return smem_layout(a.q_tile * a.group, static_cast<int>(a.q.dim), use_blocked(a)).total;
 }
 
 void launch_attention(const AttentionLaunch& a, Stream stream) {
