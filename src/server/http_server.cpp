@@ -196,6 +196,15 @@ class Session : public std::enable_shared_from_this<Session>, public ResponseCha
   void on_watch(beast::error_code ec, size_t n) {
     watching_ = false;
     if (closed_) return;
+    if (closing_) {
+      lingered_bytes_ += n + 1;
+      if (ec) {
+        close();
+      } else {
+        linger();
+      }
+      return;
+    }
     if (resume_after_watch_) {
       resume_after_watch_ = false;
       if (ec == asio::error::operation_aborted || !ec) {
@@ -255,7 +264,8 @@ class Session : public std::enable_shared_from_this<Session>, public ResponseCha
     if (!keep_alive_) {
       beast::error_code ec;
       socket_.shutdown(tcp::socket::shutdown_send, ec);
-      close();
+      closing_ = true;
+      linger();
       return;
     }
     if (!watching_) {
@@ -269,6 +279,25 @@ class Session : public std::enable_shared_from_this<Session>, public ResponseCha
     } else {
       arm_timer(options_.keep_alive_timeout_s);  // the pending watch read picks up the next request
     }
+  }
+
+  // Closing with unread bytes (a refused giant body) resets the connection and
+  // can destroy the answer in flight; read and discard for a moment first.
+  void linger() {
+    if (watching_) {
+      arm_timer(kLingerSeconds);  // the pending watch read ends at EOF
+      return;
+    }
+    if (closed_) return;
+    if (lingered_bytes_ == 0) arm_timer(kLingerSeconds);
+    socket_.async_read_some(asio::buffer(watch_buf_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->lingered_bytes_ += n;
+      if (ec || self->lingered_bytes_ > kLingerMaxBytes) {
+        self->close();
+      } else {
+        self->linger();
+      }
+    });
   }
 
   void close() {
@@ -306,6 +335,10 @@ class Session : public std::enable_shared_from_this<Session>, public ResponseCha
   bool writing_ = false;
   bool watching_ = false;
   bool resume_after_watch_ = false;
+  bool closing_ = false;
+  size_t lingered_bytes_ = 0;
+  static constexpr double kLingerSeconds = 2.0;
+  static constexpr size_t kLingerMaxBytes = 64u << 20;
   bool closed_ = false;
 };
 
