@@ -43,7 +43,7 @@ fi
 
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DDEEPINFER_FUZZ=ON >/dev/null
+    -DDEEPINFER_FUZZ=ON -DDEEPINFER_CUDA=OFF >/dev/null
 fi
 names=()
 for t in "${targets[@]}"; do names+=("fuzz_$t"); done

@@ -7,12 +7,14 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/utf8.h"
+
 namespace deepinfer::jinja {
 
 // Decodes UTF-8 leniently: an invalid byte becomes a lone surrogate U+DC80..U+DCFF
 // that utf8_encode turns back into that byte, so any byte string round-trips.
 std::vector<char32_t> utf8_decode(std::string_view s);
-void utf8_append(std::string& out, char32_t cp);
+using tok::utf8_append;  // shared with the tokenizer
 std::string utf8_encode(const std::vector<char32_t>& cps, size_t begin, size_t end);
 // Number of code points (Python len()).
 size_t utf8_length(std::string_view s);
