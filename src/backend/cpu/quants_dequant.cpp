@@ -19,29 +19,6 @@
 
 namespace deepinfer::cpu::quants {
 
-namespace {
-
-template <typename Block>
-const Block* blocks_of(const void* p) {
-  return static_cast<const Block*>(p);
-}
-
-// Low and high nibbles of 16 bytes: elements 0..15 and 16..31 of a block.
-inline void unpack_nibbles(const uint8_t* qs, int* q) {
-  for (int l = 0; l < 16; ++l) {
-    q[l] = qs[l] & 0xF;
-    q[l + 16] = qs[l] >> 4;
-  }
-}
-
-inline void add_high_bits(const uint8_t* qh_bytes, int* q) {
-  uint32_t qh;
-  std::memcpy(&qh, qh_bytes, 4);
-  for (int l = 0; l < kQK; ++l) q[l] |= static_cast<int>((qh >> l) & 1u) << 4;
-}
-
-}  // namespace
-
 void dequantize_f32(const void* src, float* dst, int64_t n) {
   std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }

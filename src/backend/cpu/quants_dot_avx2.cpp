@@ -13,11 +13,6 @@ namespace deepinfer::cpu::quants::avx2 {
 
 namespace {
 
-template <typename Block>
-const Block* blocks_of(const void* p) {
-  return static_cast<const Block*>(p);
-}
-
 // 16 packed bytes -> 32 quants: low nibbles are elements 0..15, high 16..31.
 inline __m256i unpack_nibbles(const uint8_t* qs) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));

@@ -15,11 +15,6 @@ namespace deepinfer::cpu::quants::avx2 {
 
 namespace {
 
-template <typename Block>
-const Block* blocks_of(const void* p) {
-  return static_cast<const Block*>(p);
-}
-
 inline __m256i load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }

@@ -11,24 +11,6 @@ namespace deepinfer::cpu::quants::scalar {
 
 namespace {
 
-template <typename Block>
-const Block* blocks_of(const void* p) {
-  return static_cast<const Block*>(p);
-}
-
-inline void unpack_nibbles(const uint8_t* qs, int* q) {
-  for (int l = 0; l < 16; ++l) {
-    q[l] = qs[l] & 0xF;
-    q[l + 16] = qs[l] >> 4;
-  }
-}
-
-inline void add_high_bits(const uint8_t* qh_bytes, int* q) {
-  uint32_t qh;
-  std::memcpy(&qh, qh_bytes, 4);
-  for (int l = 0; l < kQK; ++l) q[l] |= static_cast<int>((qh >> l) & 1u) << 4;
-}
-
 inline int dot_i32(const int* q, const int8_t* a, int len) {
   int sum = 0;
   for (int l = 0; l < len; ++l) sum += q[l] * a[l];

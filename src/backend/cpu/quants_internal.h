@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -121,6 +122,27 @@ void dequantize_q6_k(const void* src, float* dst, int64_t n);
 uint16_t q8_0_scale(float amax);
 
 // Activation quantisers: symmetric 8-bit with one scale per block.
+// Helpers shared by the portable kernels (and blocks_of by all of them).
+template <typename Block>
+const Block* blocks_of(const void* p) {
+  return static_cast<const Block*>(p);
+}
+
+// Low and high nibbles of 16 bytes: elements 0..15 and 16..31 of a block.
+inline void unpack_nibbles(const uint8_t* qs, int* q) {
+  for (int l = 0; l < 16; ++l) {
+    q[l] = qs[l] & 0xF;
+    q[l + 16] = qs[l] >> 4;
+  }
+}
+
+// ORs the fifth bit of each element (Q5 formats) from 4 little-endian bytes.
+inline void add_high_bits(const uint8_t* qh_bytes, int* q) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  for (int l = 0; l < kQK; ++l) q[l] |= static_cast<int>((qh >> l) & 1u) << 4;
+}
+
 namespace scalar {
 void quantize_q8_0(const float* src, void* dst, int64_t n);
 void quantize_q8_k(const float* src, void* dst, int64_t n);
