@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -31,6 +33,35 @@ struct Engine::Live {
     for (const auto& s : request->params().stop) max_stop_len = std::max(max_stop_len, s.size());
   }
 };
+
+// One sampling row of a launched step, and what completing it needs.
+struct StepRow {
+  uint64_t request_id = 0;
+  uint32_t generation = 0;
+  bool host_sample = false;    // sampled on the host from the copied logits
+  int32_t logits_index = -1;   // row in the copied logits, or -1
+};
+
+struct Engine::InflightStep {
+  uint64_t id = 0;
+  int slot = -1;
+  std::vector<StepRow> rows;
+};
+
+namespace {
+
+bool needs_host_sampling(const SamplingParams& p) {
+  return p.min_tokens > 0 || !p.logit_bias.empty() || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
+         p.presence_penalty != 0.0f;
+}
+
+bool env_flag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  return std::string_view(v) != "0" && std::string_view(v) != "false";
+}
+
+}  // namespace
 
 Engine::Engine(EngineConfig config) : config_(std::move(config)) {
   DI_CHECK(config_.block_size > 0 && config_.block_size <= 1024, "--block-size {} out of range", config_.block_size);
@@ -89,7 +120,12 @@ Engine::Engine(EngineConfig config) : config_(std::move(config)) {
   RunnerLimits limits;
   limits.max_num_batched_tokens = config_.max_num_batched_tokens;
   limits.max_num_seqs = config_.max_num_seqs;
+  limits.max_model_len = max_model_len_;
+  limits.use_graphs = !config_.enforce_eager;
   runner_ = std::make_unique<ModelRunner>(model_->model(), *backend_, *kv_, limits);
+  pipelined_ = env_flag("DEEPINFER_ZERO_OVERHEAD_SCHEDULING", config_.zero_overhead_scheduling);
+  log_info("engine: {} step loop{}", pipelined_ ? "pipelined (zero-overhead)" : "synchronous",
+           backend_->supports_graphs() && limits.use_graphs ? ", CUDA graphs for decode" : "");
   sampler_ = std::make_unique<Sampler>(mc.vocab_size);
 }
 
@@ -125,7 +161,10 @@ uint64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams par
   }
   const uint64_t id = next_id_++;
   const uint64_t seed = params.seed ? *params.seed : rng::derive_seed(config_.seed, id);
+  const int32_t token_limit = std::min(max_model_len_, prompt_len + *params.max_tokens);
   auto request = std::make_unique<Request>(id, std::move(prompt_ids), std::move(params), seed, std::move(cache_salt));
+  request->token_limit = token_limit;
+  request->host_sampling = needs_host_sampling(request->params());
   auto live = std::make_unique<Live>(std::move(request), *tokenizer_);
   scheduler_->add(live->request.get());
   stats_.prompt_tokens += prompt_len;
@@ -137,7 +176,7 @@ void Engine::abort(uint64_t request_id) {
   auto it = requests_.find(request_id);
   if (it == requests_.end() || it->second->abort_requested) return;
   it->second->abort_requested = true;
-  scheduler_->finish(it->second->request.get());
+  scheduler_->finish(it->second->request.get(), newest_inflight_step());
   aborted_.push_back(request_id);
 }
 
@@ -152,7 +191,7 @@ void Engine::finish(Live& live, FinishReason reason, RequestOutput& out) {
   r.state = reason == FinishReason::Abort ? RequestState::Aborted : RequestState::Finished;
   r.finish_reason = reason;
   r.timings.finished = Clock::now();
-  if (reason != FinishReason::Abort) scheduler_->finish(&r);
+  if (reason != FinishReason::Abort) scheduler_->finish(&r, newest_inflight_step());
   out.finished = true;
   out.finish_reason = reason;
   finished_summaries_[r.id()] = RequestSummary{r.num_prompt_tokens(), r.num_cached_prompt_tokens,
@@ -222,6 +261,100 @@ void Engine::process_sample(Live& live, const SampleResult& result, RequestOutpu
   }
 }
 
+std::optional<uint64_t> Engine::newest_inflight_step() const {
+  if (!inflight_) return std::nullopt;
+  return inflight_->id;
+}
+
+Engine::InflightStep Engine::launch(const ScheduledBatch& batch) {
+  InflightStep step;
+  step.id = next_step_id_++;
+  std::vector<RowSampling> rows;
+  int32_t copied = 0;
+  for (const ScheduledSeq& s : batch.seqs) {
+    if (!s.sample) continue;
+    const Request& r = *s.request;
+    const SamplingParams& p = r.params();
+    RowSampling rs;
+    rs.params.temperature = p.temperature;
+    rs.params.top_p = p.top_p;
+    rs.params.min_p = p.min_p;
+    rs.params.top_k = p.top_k;
+    rs.params.seed = r.seed();
+    // Index of the sampled token within the output, counting tokens still in flight.
+    rs.params.position = r.num_output_tokens() + r.num_inflight_tokens;
+    rs.copy_logits = r.host_sampling || p.logprobs.has_value();
+    StepRow row;
+    row.request_id = r.id();
+    row.generation = r.generation;
+    row.host_sample = r.host_sampling;
+    row.logits_index = rs.copy_logits ? copied++ : -1;
+    rows.push_back(rs);
+    step.rows.push_back(row);
+  }
+  step.slot = runner_->launch(batch, rows);
+  int32_t j = 0;
+  for (const ScheduledSeq& s : batch.seqs) {
+    if (!s.sample) continue;
+    Request& r = *s.request;
+    ++r.num_inflight_tokens;
+    r.inflight_slot = step.slot;
+    r.inflight_row = j++;
+  }
+  scheduler_->commit(batch);
+  ++stats_.steps;
+  return step;
+}
+
+void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outputs) {
+  const StepResults res = runner_->wait(step.slot);
+  // The device is done with this step: blocks held for it can be reused.
+  scheduler_->release_deferred(step.id);
+  stats_.device_busy_ms += res.device_ms;
+  ++stats_.timed_steps;
+  if (res.graph) ++stats_.graph_steps;
+  if (res.idle_ms_before >= 0) {
+    stats_.device_idle_ms += res.idle_ms_before;
+    stats_.device_idle_max_ms = std::max(stats_.device_idle_max_ms, res.idle_ms_before);
+  }
+  const size_t vocab = static_cast<size_t>(vocab_size());
+  for (size_t i = 0; i < step.rows.size(); ++i) {
+    const StepRow& row = step.rows[i];
+    auto it = requests_.find(row.request_id);
+    if (it == requests_.end()) continue;  // finished or aborted meanwhile
+    Live& live = *it->second;
+    Request& r = *live.request;
+    if (live.abort_requested || r.is_finished() || r.generation != row.generation) continue;  // late result
+    DI_CHECK(r.num_inflight_tokens > 0, "request {} receives a token it did not wait for", r.id());
+    if (--r.num_inflight_tokens == 0) r.inflight_slot = r.inflight_row = -1;
+    std::span<const float> logits;
+    if (row.logits_index >= 0) logits = res.logits.subspan(static_cast<size_t>(row.logits_index) * vocab, vocab);
+    SampleResult result;
+    if (row.host_sample) {
+      SamplingRow srow;
+      srow.params = &r.params();
+      srow.prompt_ids = r.prompt_ids();
+      srow.output_ids = r.output_ids();
+      srow.seed = r.seed();
+      srow.position = r.num_output_tokens();
+      srow.eos_masked = r.num_output_tokens() < r.params().min_tokens;
+      srow.eos_ids = tokenizer_->eos_ids();
+      result = sampler_->sample_row(logits, srow);
+    } else {
+      result.token = res.tokens[i];
+      DI_CHECK(result.token >= 0 && result.token < vocab_size(), "device sampler returned token {} (vocabulary {})",
+               result.token, vocab_size());
+      if (r.params().logprobs) Sampler::compute_logprobs(logits, result.token, *r.params().logprobs, result);
+    }
+    RequestOutput out;
+    out.request_id = r.id();
+    process_sample(live, result, out);
+    const bool done = out.finished;
+    outputs.push_back(std::move(out));
+    if (done) requests_.erase(it);
+  }
+}
+
 std::vector<RequestOutput> Engine::step() {
   finished_summaries_.clear();
   std::vector<RequestOutput> outputs;
@@ -238,40 +371,18 @@ std::vector<RequestOutput> Engine::step() {
 
   ScheduledBatch batch = scheduler_->schedule();
   stats_.num_preemptions += static_cast<int64_t>(batch.preempted.size());
-  if (batch.empty()) return outputs;
-  Tensor logits = runner_->execute(batch);
-  scheduler_->commit(batch);
-  ++stats_.steps;
-
-  std::vector<SamplingRow> rows;
-  std::vector<Live*> owners;
-  for (const ScheduledSeq& s : batch.seqs) {
-    if (!s.sample) continue;
-    Request& r = *s.request;
-    Live& live = *requests_.at(r.id());
-    SamplingRow row;
-    row.params = &r.params();
-    row.prompt_ids = r.prompt_ids();
-    row.output_ids = r.output_ids();
-    row.seed = r.seed();
-    row.position = r.num_output_tokens();
-    row.eos_masked = r.num_output_tokens() < r.params().min_tokens;
-    row.eos_ids = tokenizer_->eos_ids();
-    rows.push_back(row);
-    owners.push_back(&live);
+  // Launch this step before finishing the previous one: the device works on
+  // it while the host reads the previous step's tokens.
+  std::unique_ptr<InflightStep> previous = std::move(inflight_);
+  if (!batch.empty()) inflight_ = std::make_unique<InflightStep>(launch(batch));
+  if (previous) complete(*previous, outputs);
+  // Synchronous loop, or nothing left that the step in flight could serve
+  // (flush at the end of the pipeline): finish it now.
+  if (inflight_ && (!pipelined_ || requests_.empty())) {
+    std::unique_ptr<InflightStep> current = std::move(inflight_);
+    complete(*current, outputs);
   }
-  std::vector<SampleResult> results(rows.size());
-  const size_t vocab = static_cast<size_t>(vocab_size());
-  sampler_->sample(std::span<const float>(logits.data_as<const float>(), rows.size() * vocab), rows, results);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    RequestOutput out;
-    out.request_id = owners[i]->request->id();
-    process_sample(*owners[i], results[i], out);
-    const bool done = out.finished;
-    const uint64_t id = out.request_id;
-    outputs.push_back(std::move(out));
-    if (done) requests_.erase(id);
-  }
+  if (!inflight_) backend_->synchronize();  // surfaces device-side input errors while idle
   return outputs;
 }
 
@@ -314,8 +425,10 @@ double Engine::time_prefill_step(int32_t num_new_tokens, int32_t num_cached_toke
   ScheduledBatch batch;
   batch.seqs.push_back({&r, num_cached_tokens, num_new_tokens, true});
   batch.num_tokens = num_new_tokens;
+  RowSampling greedy;
+  greedy.params.temperature = 0.0f;
   const auto t0 = std::chrono::steady_clock::now();
-  runner_->execute(batch);
+  runner_->wait(runner_->launch(batch, std::span(&greedy, 1)));
   backend_->synchronize();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   pool_->release(r.block_ids);

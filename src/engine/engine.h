@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "engine/engine_config.h"
 #include "model/model_config.h"
 #include "sched/request.h"
+#include "sched/scheduled_batch.h"
 #include "runner/sampler.h"
 
 namespace deepinfer {
@@ -53,6 +55,13 @@ struct EngineStats {
   int64_t prompt_tokens = 0;
   int64_t generation_tokens = 0;
   int64_t steps = 0;
+  // Device timeline (from events around every step): time the device spent
+  // on steps, and idle between the end of one step and the start of the next.
+  int64_t timed_steps = 0;
+  int64_t graph_steps = 0;
+  double device_busy_ms = 0.0;
+  double device_idle_ms = 0.0;
+  double device_idle_max_ms = 0.0;
 };
 
 // Finished-request facts for callers that report timings.
@@ -80,8 +89,12 @@ class Engine {
   // Stops a request now, freeing its KV; its final output comes from the next step().
   void abort(uint64_t request_id);
 
+  // One scheduling step. With the pipelined loop (the default; config
+  // zero_overhead_scheduling) it launches step N and then finishes step N-1,
+  // whose outputs it returns, so the device never waits for the host.
   std::vector<RequestOutput> step();
   bool has_unfinished() const { return !requests_.empty(); }
+  bool pipelined() const { return pipelined_; }
 
   // Summary of a request that finished in the last step() (valid until the next step).
   std::optional<RequestSummary> summary(uint64_t request_id) const;
@@ -95,6 +108,14 @@ class Engine {
 
  private:
   struct Live;  // a request plus its detokenizer and stop-string state
+  // WorkerStepState: a launched step waiting for its results.
+  struct InflightStep;
+  InflightStep launch(const ScheduledBatch& batch);
+  // Waits for the step's results and turns them into outputs; rows of
+  // requests that finished, were aborted or were preempted meanwhile are dropped.
+  void complete(const InflightStep& step, std::vector<RequestOutput>& outputs);
+  // The step that still uses a finishing request's KV blocks, if any.
+  std::optional<uint64_t> newest_inflight_step() const;
   void process_sample(Live& live, const SampleResult& result, RequestOutput& out);
   void finish(Live& live, FinishReason reason, RequestOutput& out);
 
@@ -115,6 +136,9 @@ class Engine {
   std::vector<uint64_t> aborted_;
   std::unordered_map<uint64_t, RequestSummary> finished_summaries_;
   EngineStats stats_;
+  bool pipelined_ = true;
+  uint64_t next_step_id_ = 1;
+  std::unique_ptr<InflightStep> inflight_;  // the launched step not yet completed (pipelined loop)
 };
 
 }  // namespace deepinfer

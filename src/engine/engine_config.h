@@ -27,6 +27,13 @@ struct EngineConfig {
   double step_time_budget_s = 0.25;
   bool batch_invariant = false;  // DEEPINFER_BATCH_INVARIANT=1
   uint64_t seed = 0;  // derives per-request seeds for requests without one
+  // Pipelined step loop: the host schedules and launches step N+1 while the
+  // device runs step N (DEEPINFER_ZERO_OVERHEAD_SCHEDULING=0 turns it off).
+  bool zero_overhead_scheduling = true;
+  bool enforce_eager = false;  // --enforce-eager: no CUDA graphs
+  // --gpu-memory-utilization: share of the device's memory this engine may
+  // use (weights, activations, KV cache); sizes the KV cache on GPUs.
+  double gpu_memory_utilization = 0.9;
 };
 
 }  // namespace deepinfer

@@ -25,7 +25,11 @@ class KvStorage {
   KvStorage(Backend& backend, const KvCacheSpec& spec, int32_t num_pages);
 
   const KvCacheSpec& spec() const { return spec_; }
+  // Pages handed out by the BlockPool: [0, num_pages()).
   int32_t num_pages() const { return num_pages_; }
+  // One extra zero-filled page that padding rows of a fixed-size (graph) step
+  // attend to and write nothing into; never owned by a sequence.
+  int32_t padding_page() const { return num_pages_; }
   int32_t page_size() const { return spec_.page_size; }
   KvCacheLayer layer(int32_t index) const;
   size_t bytes() const { return buffer_.size(); }

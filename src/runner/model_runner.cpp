@@ -1,111 +1,327 @@
 #include "runner/model_runner.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "core/error.h"
+#include "ops/ops.h"
 #include "sched/request.h"
 
 namespace deepinfer {
 
-ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLimits limits)
-    : model_(model), backend_(backend), kv_(kv), limits_(limits) {
-  const size_t T = static_cast<size_t>(limits.max_num_batched_tokens);
-  const size_t S = static_cast<size_t>(limits.max_num_seqs);
-  const size_t P = static_cast<size_t>(kv.num_pages());
-  const size_t V = static_cast<size_t>(model.config().vocab_size);
-  const size_t R = std::min(T, S);
-  token_ids_dev_ = Buffer(backend, T * 4);
-  positions_dev_ = Buffer(backend, T * 4);
-  slots_dev_ = Buffer(backend, T * 4);
-  logit_rows_dev_ = Buffer(backend, R * 4);
-  q_indptr_dev_ = Buffer(backend, (S + 1) * 4);
-  kv_indptr_dev_ = Buffer(backend, (S + 1) * 4);
-  // A page can appear in several sequences' tables (shared prefixes).
-  kv_pages_dev_ = Buffer(backend, (P * 2 + S) * 4);
-  kv_last_len_dev_ = Buffer(backend, S * 4);
-  kv_start_pos_dev_ = Buffer(backend, S * 4);
-  logits_dev_ = Buffer(backend, R * V * 4);
-  model.reserve(limits.max_num_batched_tokens, static_cast<int32_t>(R));
-}
-
-void ModelRunner::build_inputs(const ScheduledBatch& batch) {
-  const int32_t ps = kv_.page_size();
-  token_ids_.clear();
-  positions_.clear();
-  slots_.clear();
-  logit_rows_.clear();
-  q_indptr_.assign(1, 0);
-  kv_indptr_.assign(1, 0);
-  kv_pages_.clear();
-  kv_last_len_.clear();
-  kv_start_pos_.clear();
-  max_q_len_ = max_kv_len_ = 0;
-  for (const ScheduledSeq& s : batch.seqs) {
-    const Request& r = *s.request;
-    const int32_t kv_len = s.start + s.num_tokens;
-    const int32_t n_pages = (kv_len + ps - 1) / ps;
-    DI_CHECK(n_pages <= static_cast<int32_t>(r.block_ids.size()),
-             "request {} needs {} KV pages but holds {}", r.id(), n_pages, r.block_ids.size());
-    // Pages released by a sliding window are left out; the first listed page
-    // then starts at position kv_start_pos.
-    const int32_t first_page = std::min(r.num_released_blocks, n_pages - 1);
-    for (int32_t p = s.start; p < kv_len; ++p) {
-      token_ids_.push_back(r.token_at(p));
-      positions_.push_back(p);
-      slots_.push_back(r.block_ids[p / ps] * ps + p % ps);
-    }
-    if (s.sample) logit_rows_.push_back(static_cast<int32_t>(token_ids_.size()) - 1);
-    q_indptr_.push_back(static_cast<int32_t>(token_ids_.size()));
-    kv_pages_.insert(kv_pages_.end(), r.block_ids.begin() + first_page, r.block_ids.begin() + n_pages);
-    kv_indptr_.push_back(static_cast<int32_t>(kv_pages_.size()));
-    kv_last_len_.push_back(kv_len - (n_pages - 1) * ps);
-    kv_start_pos_.push_back(first_page * ps);
-    max_q_len_ = std::max(max_q_len_, s.num_tokens);
-    max_kv_len_ = std::max(max_kv_len_, kv_len);
-  }
-}
-
 namespace {
 
-Tensor upload(Backend& backend, const Buffer& dev, std::vector<int32_t>& host) {
-  const int64_t n = static_cast<int64_t>(host.size());
-  DI_CHECK(static_cast<size_t>(n) * 4 <= dev.size(), "step input of {} entries exceeds its buffer", n);
-  Tensor d = dev.view(DType::I32, {n});
-  if (n > 0) backend.copy(d, Tensor(host.data(), DType::I32, {n}));
-  return d;
+constexpr int64_t kParamInts = static_cast<int64_t>(sizeof(SamplingRowParams) / sizeof(int32_t));
+static_assert(sizeof(SamplingRowParams) % sizeof(int32_t) == 0);
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// Padded batch sizes captured as graphs: fine steps where batches are small,
+// coarser ones above (a padded row costs little next to the weight reads).
+std::vector<int32_t> graph_sizes_up_to(int32_t limit) {
+  std::vector<int32_t> sizes;
+  for (int32_t b : {1, 2, 4}) sizes.push_back(b);
+  for (int32_t b = 8; b <= 64; b += 8) sizes.push_back(b);
+  for (int32_t b = 80; b <= 256; b += 16) sizes.push_back(b);
+  for (int32_t b = 288; b <= 512; b += 32) sizes.push_back(b);
+  std::erase_if(sizes, [&](int32_t b) { return b > limit; });
+  return sizes;
 }
 
 }  // namespace
 
-Tensor ModelRunner::execute(const ScheduledBatch& batch) {
-  DI_CHECK(batch.num_tokens <= limits_.max_num_batched_tokens &&
-               static_cast<int32_t>(batch.seqs.size()) <= limits_.max_num_seqs,
-           "batch of {} tokens / {} sequences exceeds the runner's limits", batch.num_tokens,
-           batch.seqs.size());
-  build_inputs(batch);
-  ForwardInputs in;
-  in.num_tokens = static_cast<int32_t>(token_ids_.size());
-  in.token_ids = upload(backend_, token_ids_dev_, token_ids_);
-  in.positions = upload(backend_, positions_dev_, positions_);
-  in.slot_mapping = upload(backend_, slots_dev_, slots_);
-  in.logit_rows = upload(backend_, logit_rows_dev_, logit_rows_);
-  in.attention.num_seqs = static_cast<int32_t>(batch.seqs.size());
-  in.attention.max_q_len = max_q_len_;
-  in.attention.max_kv_len = max_kv_len_;
-  in.attention.q_indptr = upload(backend_, q_indptr_dev_, q_indptr_);
-  in.attention.kv_indptr = upload(backend_, kv_indptr_dev_, kv_indptr_);
-  in.attention.kv_page_indices = upload(backend_, kv_pages_dev_, kv_pages_);
-  in.attention.kv_last_page_len = upload(backend_, kv_last_len_dev_, kv_last_len_);
-  in.attention.kv_start_pos = upload(backend_, kv_start_pos_dev_, kv_start_pos_);
+struct ModelRunner::Staged {
+  Layout l;
+  int32_t tokens = 0, seqs = 0, rows = 0, pages = 0;
+  int32_t max_q = 0, max_kv = 0;
+};
 
-  const int64_t rows = static_cast<int64_t>(logit_rows_.size());
+ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLimits limits)
+    : model_(model), backend_(backend), kv_(kv), limits_(limits) {
+  DI_CHECK(limits.max_num_batched_tokens > 0 && limits.max_num_seqs > 0 && limits.max_model_len > 0,
+           "ModelRunner: invalid limits");
+  const int32_t T = limits.max_num_batched_tokens, S = limits.max_num_seqs;
+  max_rows_ = std::min(T, S);
+  // A page can appear in several sequences' tables (shared prefixes); padding
+  // sequences list the padding page once each.
+  max_kv_pages_ = kv.num_pages() * 2 + 2 * S;
+  sampled_ints_ = round_up(int64_t{kSlots} * max_rows_, 16);
+  staging_ints_ = layout(T, S, max_rows_).kv_pages + max_kv_pages_;
+  const int64_t vocab = model.config().vocab_size;
+  step_dev_ = Buffer(backend, static_cast<size_t>(sampled_ints_ + staging_ints_) * 4);
+  token_ids_dev_ = Buffer(backend, static_cast<size_t>(T) * 4);
+  logits_dev_ = Buffer(backend, static_cast<size_t>(max_rows_) * static_cast<size_t>(vocab) * 4);
+  model.reserve(T, max_rows_);
+  for (Slot& s : slots_) {
+    s.staging = static_cast<int32_t*>(backend.allocate_host(static_cast<size_t>(staging_ints_) * 4));
+    s.tokens_host = static_cast<int32_t*>(backend.allocate_host(static_cast<size_t>(max_rows_) * 4));
+    s.start = backend.create_event();
+    s.end = backend.create_event();
+  }
+  if (limits.use_graphs && backend.supports_graphs()) graph_sizes_ = graph_sizes_up_to(max_rows_);
+}
+
+ModelRunner::~ModelRunner() {
+  try {
+    backend_.synchronize();
+  } catch (...) {
+    // Destruction must not throw; a device error here has nobody left to report to.
+  }
+  graphs_.clear();
+  for (Slot& s : slots_) {
+    backend_.deallocate_host(s.staging);
+    backend_.deallocate_host(s.tokens_host);
+    backend_.deallocate_host(s.logits_host);
+  }
+}
+
+ModelRunner::Layout ModelRunner::layout(int32_t tokens, int32_t seqs, int32_t rows) const {
+  Layout l{};
+  int64_t at = 0;
+  auto take = [&](int64_t count, int64_t align_ints) {
+    at = round_up(at, align_ints);
+    const int64_t offset = at;
+    at += count;
+    return offset;
+  };
+  l.host_tokens = take(tokens, 4);
+  l.gather = take(tokens, 4);
+  l.positions = take(tokens, 4);
+  l.slots = take(tokens, 4);
+  l.logit_rows = take(rows, 4);
+  l.q_indptr = take(seqs + 1, 4);
+  l.kv_indptr = take(seqs + 1, 4);
+  l.last_len = take(seqs, 4);
+  l.start_pos = take(seqs, 4);
+  l.params = take(rows * kParamInts, 4);
+  l.kv_pages = take(0, 4);
+  return l;
+}
+
+int32_t ModelRunner::graph_batch_size(const ScheduledBatch& batch) const {
+  if (graph_sizes_.empty()) return 0;
+  for (const ScheduledSeq& s : batch.seqs) {
+    if (s.num_tokens != 1 || !s.sample) return 0;
+  }
+  const auto n = static_cast<int32_t>(batch.seqs.size());
+  auto it = std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), n);
+  return it == graph_sizes_.end() ? 0 : *it;
+}
+
+ModelRunner::Staged ModelRunner::stage(int slot, const ScheduledBatch& batch, std::span<const RowSampling> rows,
+                                       int32_t padded) {
+  const int32_t ps = kv_.page_size();
+  const auto real_seqs = static_cast<int32_t>(batch.seqs.size());
+  Staged st;
+  st.seqs = padded > 0 ? padded : real_seqs;
+  st.tokens = padded > 0 ? padded : batch.num_tokens;
+  st.rows = padded > 0 ? padded : static_cast<int32_t>(rows.size());
+  st.l = layout(st.tokens, st.seqs, st.rows);
+  const Layout& l = st.l;
+  int32_t* base = slots_[slot].staging;
+  int32_t* host_tokens = base + l.host_tokens;
+  int32_t* gather = base + l.gather;
+  int32_t* positions = base + l.positions;
+  int32_t* kv_slots = base + l.slots;
+  int32_t* logit_rows = base + l.logit_rows;
+  int32_t* q_indptr = base + l.q_indptr;
+  int32_t* kv_indptr = base + l.kv_indptr;
+  int32_t* last_len = base + l.last_len;
+  int32_t* start_pos = base + l.start_pos;
+  int32_t* pages = base + l.kv_pages;
+  // Index of host token i in the device array the gather reads from.
+  const int64_t host_source = sampled_ints_ + l.host_tokens;
+
+  int32_t t = 0, r = 0, np = 0;
+  q_indptr[0] = kv_indptr[0] = 0;
+  auto add_page = [&](int32_t page) {
+    DI_CHECK(np < max_kv_pages_, "step page table exceeds its {} entries", max_kv_pages_);
+    pages[np++] = page;
+  };
+  for (int32_t si = 0; si < real_seqs; ++si) {
+    const ScheduledSeq& s = batch.seqs[static_cast<size_t>(si)];
+    const Request& req = *s.request;
+    const int32_t kv_len = s.start + s.num_tokens;
+    const int32_t n_pages = (kv_len + ps - 1) / ps;
+    DI_CHECK(n_pages <= static_cast<int32_t>(req.block_ids.size()), "request {} needs {} KV pages but holds {}",
+             req.id(), n_pages, req.block_ids.size());
+    DI_CHECK(t + s.num_tokens <= st.tokens, "batch holds more tokens than its stated {}", st.tokens);
+    // Pages released by a sliding window are left out; the first listed page
+    // then starts at position kv_start_pos.
+    const int32_t first_page = std::min(req.num_released_blocks, n_pages - 1);
+    for (int32_t p = s.start; p < kv_len; ++p, ++t) {
+      if (p < req.num_tokens()) {
+        host_tokens[t] = req.token_at(p);
+        gather[t] = static_cast<int32_t>(host_source + t);
+      } else {
+        // The token the previous step sampled for this request, still on the device.
+        DI_CHECK(p == req.num_tokens() && req.num_inflight_tokens == 1 && req.inflight_slot >= 0 &&
+                     req.inflight_row >= 0 && req.inflight_row < max_rows_,
+                 "request {}: token {} is neither known nor in flight", req.id(), p);
+        host_tokens[t] = 0;
+        gather[t] = req.inflight_slot * max_rows_ + req.inflight_row;
+      }
+      positions[t] = p;
+      kv_slots[t] = req.block_ids[static_cast<size_t>(p / ps)] * ps + p % ps;
+    }
+    if (s.sample) logit_rows[r++] = t - 1;
+    q_indptr[si + 1] = t;
+    for (int32_t pg = first_page; pg < n_pages; ++pg) add_page(req.block_ids[static_cast<size_t>(pg)]);
+    kv_indptr[si + 1] = np;
+    last_len[si] = kv_len - (n_pages - 1) * ps;
+    start_pos[si] = first_page * ps;
+    st.max_q = std::max(st.max_q, s.num_tokens);
+    st.max_kv = std::max(st.max_kv, kv_len);
+  }
+  DI_CHECK(r == static_cast<int32_t>(rows.size()), "{} sampling rows given for {} sampling sequences", rows.size(), r);
+  // Padding sequences: one token each, attending to the zeroed padding page
+  // and storing nothing (negative slot).
+  for (int32_t si = real_seqs; si < st.seqs; ++si, ++t) {
+    host_tokens[t] = 0;
+    gather[t] = static_cast<int32_t>(host_source + t);
+    positions[t] = 0;
+    kv_slots[t] = -1;
+    logit_rows[r++] = t;
+    q_indptr[si + 1] = t + 1;
+    add_page(kv_.padding_page());
+    kv_indptr[si + 1] = np;
+    last_len[si] = 1;
+    start_pos[si] = 0;
+  }
+  DI_CHECK(t == st.tokens, "batch states {} tokens but its sequences hold {}", st.tokens, t);
+  for (size_t j = 0; j < rows.size(); ++j) {
+    std::memcpy(base + l.params + static_cast<int64_t>(j) * kParamInts, &rows[j].params, sizeof(SamplingRowParams));
+  }
+  st.pages = np;
+  return st;
+}
+
+ForwardInputs ModelRunner::device_inputs(const Staged& st, bool graph) const {
+  auto view = [&](int64_t offset_ints, int64_t count) {
+    return step_dev_.view(DType::I32, {count}, static_cast<size_t>(sampled_ints_ + offset_ints) * 4);
+  };
+  const Layout& l = st.l;
+  ForwardInputs in;
+  in.num_tokens = st.tokens;
+  in.token_ids = token_ids_dev_.view(DType::I32, {st.tokens});
+  in.positions = view(l.positions, st.tokens);
+  in.slot_mapping = view(l.slots, st.tokens);
+  in.logit_rows = view(l.logit_rows, st.rows);
+  AttentionMetadata& a = in.attention;
+  a.num_seqs = st.seqs;
+  // A graph is replayed for any context length: its plan must hold for the longest.
+  a.max_q_len = graph ? 1 : st.max_q;
+  a.max_kv_len = graph ? limits_.max_model_len : st.max_kv;
+  a.q_indptr = view(l.q_indptr, st.seqs + 1);
+  a.kv_indptr = view(l.kv_indptr, st.seqs + 1);
+  a.kv_page_indices = view(l.kv_pages, graph ? max_kv_pages_ : st.pages);
+  a.kv_last_page_len = view(l.last_len, st.seqs);
+  a.kv_start_pos = view(l.start_pos, st.seqs);
+  return in;
+}
+
+void ModelRunner::ensure_logits_capacity(int slot, int64_t rows) {
+  Slot& s = slots_[slot];
+  if (rows <= s.logits_rows_capacity) return;
   const int64_t vocab = model_.config().vocab_size;
-  Tensor logits = logits_dev_.view(DType::F32, {std::max<int64_t>(rows, 1), vocab}).slice_rows(0, rows);
-  model_.forward(in, kv_, logits);
-  if (backend_.device().type == DeviceType::CPU) return logits;
-  logits_host_.resize(static_cast<size_t>(rows * vocab));
-  Tensor host(logits_host_.data(), DType::F32, {rows, vocab});
-  backend_.copy(host, logits);
-  backend_.synchronize();
-  return host;
+  const int64_t want = std::min<int64_t>(max_rows_, std::max(rows, s.logits_rows_capacity * 2));
+  backend_.deallocate_host(s.logits_host);
+  s.logits_host = nullptr;
+  s.logits_host = static_cast<float*>(backend_.allocate_host(static_cast<size_t>(want * vocab) * 4));
+  s.logits_rows_capacity = want;
+}
+
+int ModelRunner::launch(const ScheduledBatch& batch, std::span<const RowSampling> rows) {
+  DI_CHECK(!batch.empty() && batch.num_tokens <= limits_.max_num_batched_tokens &&
+               static_cast<int32_t>(batch.seqs.size()) <= limits_.max_num_seqs,
+           "batch of {} tokens / {} sequences exceeds the runner's limits", batch.num_tokens, batch.seqs.size());
+  const int slot = next_slot_;
+  Slot& s = slots_[slot];
+  DI_CHECK(!s.in_flight, "ModelRunner: more than {} steps in flight; wait() for the oldest first", kSlots);
+  const int32_t padded = graph_batch_size(batch);
+  const Staged st = stage(slot, batch, rows, padded);
+  const int64_t vocab = model_.config().vocab_size;
+  const auto n_rows = static_cast<int64_t>(rows.size());
+  int64_t n_copied = 0;
+  for (const RowSampling& r : rows) n_copied += r.copy_logits ? 1 : 0;
+  ensure_logits_capacity(slot, n_copied);
+
+  s.start->record();
+  const int64_t used_ints = st.l.kv_pages + st.pages;
+  backend_.copy_async(step_dev_.view(DType::I32, {used_ints}, static_cast<size_t>(sampled_ints_) * 4),
+                      Tensor(s.staging, DType::I32, {used_ints}));
+  // Input ids: host-known tokens and in-flight ones from earlier steps' samples.
+  const Tensor sources = step_dev_.view(DType::I32, {sampled_ints_ + used_ints, 1});
+  const Tensor gather_index =
+      step_dev_.view(DType::I32, {st.tokens}, static_cast<size_t>(sampled_ints_ + st.l.gather) * 4);
+  ops::gather_rows(backend_, sources, gather_index, token_ids_dev_.view(DType::I32, {st.tokens, 1}));
+
+  const ForwardInputs in = device_inputs(st, padded > 0);
+  const Tensor logits = logits_dev_.view(DType::F32, {st.rows, vocab});
+  if (padded > 0) {
+    auto it = graphs_.find(padded);
+    if (it == graphs_.end()) {
+      backend_.begin_capture();
+      try {
+        model_.forward(in, kv_, logits);
+      } catch (...) {
+        try {
+          backend_.end_capture();
+        } catch (...) {
+          // The original error is the one worth reporting.
+        }
+        throw;
+      }
+      it = graphs_.emplace(padded, backend_.end_capture()).first;
+    }
+    it->second->replay();
+  } else {
+    model_.forward(in, kv_, logits);
+  }
+
+  if (n_rows > 0) {
+    const Tensor sampled = step_dev_.view(DType::I32, {n_rows}, static_cast<size_t>(slot) * max_rows_ * 4);
+    const Tensor params = step_dev_.view(DType::U8, {n_rows, static_cast<int64_t>(sizeof(SamplingRowParams))},
+                                         static_cast<size_t>(sampled_ints_ + st.l.params) * 4);
+    ops::sample(backend_, logits.slice_rows(0, n_rows), params, sampled);
+    backend_.copy_async(Tensor(s.tokens_host, DType::I32, {n_rows}), sampled);
+    int64_t k = 0;
+    for (int64_t j = 0; j < n_rows; ++j) {
+      if (!rows[static_cast<size_t>(j)].copy_logits) continue;
+      backend_.copy_async(Tensor(s.logits_host + k * vocab, DType::F32, {1, vocab}), logits.slice_rows(j, 1));
+      ++k;
+    }
+  }
+  s.end->record();
+
+  s.in_flight = true;
+  s.graph = padded > 0;
+  s.num_rows = static_cast<int32_t>(n_rows);
+  s.num_copied = static_cast<int32_t>(n_copied);
+  s.sequence = ++launches_;
+  s.prev_slot = last_launched_slot_;
+  last_launched_slot_ = slot;
+  next_slot_ = (slot + 1) % kSlots;
+  return slot;
+}
+
+StepResults ModelRunner::wait(int slot) {
+  DI_CHECK(slot >= 0 && slot < kSlots && slots_[slot].in_flight, "ModelRunner: slot {} has no step in flight", slot);
+  Slot& s = slots_[slot];
+  s.end->synchronize();
+  s.in_flight = false;
+  StepResults r;
+  r.tokens = std::span<const int32_t>(s.tokens_host, static_cast<size_t>(s.num_rows));
+  const auto vocab = static_cast<size_t>(model_.config().vocab_size);
+  r.logits = std::span<const float>(s.logits_host, static_cast<size_t>(s.num_copied) * vocab);
+  r.graph = s.graph;
+  r.device_ms = s.end->elapsed_ms_since(*s.start);
+  if (s.prev_slot >= 0) {
+    const Slot& prev = slots_[s.prev_slot];
+    // Still the step launched just before (not yet reused): it ended before this one started.
+    if (prev.sequence + 1 == s.sequence && !prev.in_flight) r.idle_ms_before = s.start->elapsed_ms_since(*prev.end);
+  }
+  return r;
 }
 
 }  // namespace deepinfer

@@ -1,9 +1,25 @@
 // ModelRunner: turns a scheduled batch into the model's inputs (flat token
-// ids, positions, KV slots, CSR page tables), runs the forward pass and returns
-// the logits of the rows that sample. Input buffers are sized once; a step
-// only writes host staging arrays and copies them to the backend.
+// ids, positions, KV slots, CSR page tables), runs the forward pass and the
+// device-side sampling, and brings the sampled tokens (and the logits rows the
+// host asked for) back — without waiting: launch() only enqueues work, wait()
+// blocks until a launched step's results are on the host.
+//
+// Steps rotate through kSlots slots of pinned staging memory, so the host can
+// build and launch step N+1 while step N still runs (Engine's pipelined loop).
+// A token sampled by step N that step N+1 consumes never visits the host on
+// the way: its row in step N's device-side sampled-token array is the source
+// of a device gather that fills step N+1's input ids (the Remap; see
+// Request::inflight_row).
+//
+// Decode-only steps run as CUDA graphs captured per padded batch size when the
+// backend supports them; padding rows attend to the KV storage's padding page
+// and store nothing.
 #pragma once
 
+#include <array>
+#include <map>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -16,37 +32,97 @@ namespace deepinfer {
 struct RunnerLimits {
   int32_t max_num_batched_tokens = 2048;
   int32_t max_num_seqs = 256;
+  int32_t max_model_len = 8192;
+  bool use_graphs = true;  // when the backend supports them (--enforce-eager turns this off)
+};
+
+// How one sampling row (a sequence with `sample` set) of a step is sampled.
+struct RowSampling {
+  SamplingRowParams params;  // the device sampler's parameters for this row
+  bool copy_logits = false;  // the host needs the row's logits (host sampling, logprobs)
+};
+
+// A launched step's results, valid after wait() until the slot is reused.
+struct StepResults {
+  std::span<const int32_t> tokens;  // device-sampled token per sampling row, in batch order
+  std::span<const float> logits;    // [rows with copy_logits, vocab], in batch order
+  // Device time of the step, and the device's idle time between the end of
+  // the previous step and the start of this one (negative when unknown).
+  double device_ms = 0.0;
+  double idle_ms_before = -1.0;
+  bool graph = false;  // ran as a captured graph
 };
 
 class ModelRunner {
  public:
-  ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLimits limits);
+  static constexpr int kSlots = 3;
 
-  // Logits f32[rows, vocab] on the host, one row per sequence with `sample`
-  // set, in batch order. The view stays valid until the next execute().
-  Tensor execute(const ScheduledBatch& batch);
+  ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLimits limits);
+  ~ModelRunner();
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
+
+  // Enqueues the step and returns its slot. rows: one per sequence with
+  // `sample`, in batch order. A sequence whose last token is in flight names
+  // its source with Request::inflight_slot/inflight_row.
+  int launch(const ScheduledBatch& batch, std::span<const RowSampling> rows);
+  // Blocks until the step in `slot` has finished and its results are on the host.
+  StepResults wait(int slot);
 
   Model& model() { return model_; }
   const RunnerLimits& limits() const { return limits_; }
+  int num_graphs() const { return static_cast<int>(graphs_.size()); }
 
  private:
-  void build_inputs(const ScheduledBatch& batch);
+  // Offsets (in int32 units) of the step inputs inside a slot's staging
+  // memory, which mirrors the device-side input area byte for byte. They
+  // depend only on the counts, so a padded graph batch always finds its
+  // inputs at the same device addresses.
+  struct Layout {
+    int64_t host_tokens, gather, positions, slots, logit_rows, q_indptr, kv_indptr, last_len, start_pos, params,
+        kv_pages;
+  };
+  struct Staged;
+  Layout layout(int32_t tokens, int32_t seqs, int32_t rows) const;
+  // Fills the slot's staging with the batch (padded to `padded` sequences of
+  // one token each for a graph; 0 = no padding).
+  Staged stage(int slot, const ScheduledBatch& batch, std::span<const RowSampling> rows, int32_t padded);
+  ForwardInputs device_inputs(const Staged& staged, bool graph) const;
+  int32_t graph_batch_size(const ScheduledBatch& batch) const;
+  void ensure_logits_capacity(int slot, int64_t rows);
 
   Model& model_;
   Backend& backend_;
   KvStorage& kv_;
   RunnerLimits limits_;
+  int32_t max_rows_ = 0;          // logit rows per step
+  int64_t staging_ints_ = 0;      // capacity of one slot's staging, in int32s
+  int64_t sampled_ints_ = 0;      // kSlots * max_rows_, rounded up
+  int32_t max_kv_pages_ = 0;      // page-table entries per step
 
-  // Host staging, rebuilt each step.
-  std::vector<int32_t> token_ids_, positions_, slots_, logit_rows_;
-  std::vector<int32_t> q_indptr_, kv_indptr_, kv_pages_, kv_last_len_, kv_start_pos_;
-  int32_t max_q_len_ = 0, max_kv_len_ = 0;
+  // Device: [kSlots * max_rows_ sampled tokens][step inputs (staging image)].
+  Buffer step_dev_;
+  Buffer token_ids_dev_;  // i32[max tokens]: the gathered input ids
+  Buffer logits_dev_;     // f32[max_rows_, vocab]
 
-  // Backend copies of the staging arrays, and the logits.
-  Buffer token_ids_dev_, positions_dev_, slots_dev_, logit_rows_dev_;
-  Buffer q_indptr_dev_, kv_indptr_dev_, kv_pages_dev_, kv_last_len_dev_, kv_start_pos_dev_;
-  Buffer logits_dev_;
-  std::vector<float> logits_host_;
+  struct Slot {
+    int32_t* staging = nullptr;      // pinned
+    int32_t* tokens_host = nullptr;  // pinned i32[max_rows_]
+    float* logits_host = nullptr;    // pinned, grown on demand
+    int64_t logits_rows_capacity = 0;
+    std::unique_ptr<DeviceEvent> start, end;
+    int32_t num_rows = 0, num_copied = 0;
+    bool in_flight = false, graph = false;
+    uint64_t sequence = 0;  // launch order
+    int prev_slot = -1;     // slot of the step launched just before
+  };
+  std::array<Slot, kSlots> slots_;
+  int next_slot_ = 0;
+  uint64_t launches_ = 0;
+  int last_launched_slot_ = -1;
+
+  std::map<int32_t, std::unique_ptr<OpGraph>> graphs_;  // by padded batch size
+  std::vector<int32_t> graph_sizes_;
 };
 
 }  // namespace deepinfer

@@ -12,14 +12,15 @@ ScheduledBatch BatchPlanner::plan(const std::vector<Request*>& running) const {
   double time_left = config_.step_time_budget_s;
   auto add = [&](Request* r, int32_t q) {
     const int32_t start = r->num_computed_tokens;
-    batch.seqs.push_back({r, start, q, start + q == r->num_tokens()});
+    batch.seqs.push_back({r, start, q, start + q == r->total_tokens()});
     batch.num_tokens += q;
     budget -= q;
   };
   // Decodes: a single remaining token.
   for (Request* r : running) {
     if (budget <= 0) break;
-    if (r->num_tokens() - r->num_computed_tokens == 1) {
+    if (!r->schedulable()) continue;
+    if (r->total_tokens() - r->num_computed_tokens == 1) {
       add(r, 1);
       if (config_.cost_model) time_left -= config_.cost_model->cost(1, r->num_computed_tokens);
     }
@@ -27,7 +28,8 @@ ScheduledBatch BatchPlanner::plan(const std::vector<Request*>& running) const {
   // Prompt chunks (first admission, chunked continuation, or recompute after preemption).
   for (Request* r : running) {
     if (budget <= 0) break;
-    const int32_t remaining = r->num_tokens() - r->num_computed_tokens;
+    if (!r->schedulable()) continue;
+    const int32_t remaining = r->total_tokens() - r->num_computed_tokens;
     if (remaining <= 1) continue;
     int32_t q = std::min(remaining, budget);
     if (config_.cost_model) {

@@ -6,17 +6,19 @@
 
 namespace deepinfer {
 
-void CapacityScheduler::release(Request& request) {
+std::vector<int32_t> CapacityScheduler::detach(Request& request) {
   std::vector<int32_t> reversed;
   for (auto it = request.block_ids.rbegin(); it != request.block_ids.rend(); ++it) {
     if (*it != Request::kReleasedBlock) reversed.push_back(*it);
   }
-  pool_.release(reversed);
   request.block_ids.clear();
   request.num_computed_tokens = 0;
   request.num_registered_blocks = 0;
   request.num_released_blocks = 0;
+  return reversed;
 }
+
+void CapacityScheduler::release(Request& request) { pool_.release(detach(request)); }
 
 bool CapacityScheduler::grow(Request& request, int32_t num_tokens) {
   const int32_t need = blocks_needed(num_tokens) - static_cast<int32_t>(request.block_ids.size());
@@ -28,7 +30,13 @@ bool CapacityScheduler::grow(Request& request, int32_t num_tokens) {
 }
 
 void CapacityScheduler::preempt(Request& request) {
+  // Blocks go back to the pool at once, even with a step in flight that still
+  // writes them: the backend runs steps in order on one stream, so a later
+  // step reusing them writes after it. A token in flight is dropped (its
+  // result is ignored by generation) and recomputed after readmission.
   release(request);
+  request.num_inflight_tokens = 0;
+  ++request.generation;
   request.state = RequestState::Preempted;
   ++request.num_preemptions;
 }
@@ -67,7 +75,7 @@ CapacityDecision CapacityScheduler::run(const std::vector<Request*>& running,
   // (one for a decode; already allocated for a prompt being chunked).
   for (size_t i = 0; i < d.running.size(); ++i) {
     Request* r = d.running[i];
-    while (!grow(*r, r->num_tokens())) {
+    while (!grow(*r, r->total_tokens())) {
       Request* victim = d.running.back();
       d.running.pop_back();
       preempt(*victim);

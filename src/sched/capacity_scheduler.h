@@ -35,6 +35,9 @@ class CapacityScheduler {
   // Frees every block of a request (finish, abort, preemption), last block first
   // so shared prefix blocks stay cached longest.
   void release(Request& request);
+  // Detaches a request's blocks without freeing them, in the order release()
+  // would free them; the caller returns them to the pool later.
+  std::vector<int32_t> detach(Request& request);
 
   int32_t blocks_needed(int32_t num_tokens) const {
     return (num_tokens + config_.block_size - 1) / config_.block_size;

@@ -69,6 +69,30 @@ class Request {
   static constexpr int32_t kReleasedBlock = -1;
   int32_t num_preemptions = 0;
 
+  // Asynchronous scheduling (Engine with the pipelined step loop). Tokens
+  // sampled by a step whose results the host has not read yet are "in
+  // flight": they count towards the sequence length for scheduling and KV
+  // capacity (total_tokens), and the runner takes their ids from the device
+  // (the previous step's sampling row inflight_row in ring slot inflight_slot).
+  int32_t num_inflight_tokens = 0;
+  int32_t inflight_slot = -1;
+  int32_t inflight_row = -1;
+  // Bumped whenever the request loses its place (preemption): results of steps
+  // launched before that carry the old value and are ignored when they arrive.
+  uint32_t generation = 0;
+  // The sequence ends by length at this many tokens (prompt + max_tokens,
+  // capped by the model length); a request that has reached it with tokens in
+  // flight is not scheduled again.
+  int32_t token_limit = 0;
+  // Sampling needs per-request host state (penalties, logit bias, min_tokens,
+  // a logits processor): such a request is never scheduled with a token in
+  // flight, because its next input is only known after host sampling.
+  bool host_sampling = false;
+  int32_t total_tokens() const { return num_tokens() + num_inflight_tokens; }
+  bool schedulable() const {
+    return num_inflight_tokens == 0 || (!host_sampling && (token_limit <= 0 || total_tokens() < token_limit));
+  }
+
   RequestTimings timings;
 
   void append_output(int32_t token) { output_ids_.push_back(token); }

@@ -38,7 +38,9 @@ ScheduledBatch Scheduler::schedule() {
 void Scheduler::register_full_blocks(Request& r) {
   if (!prefix_cache_) return;
   const int32_t bs = config_.capacity.block_size;
-  const int32_t full = std::min<int32_t>(r.num_computed_tokens / bs, static_cast<int32_t>(r.block_ids.size()));
+  // Only blocks whose token ids are all known on the host (not in flight).
+  const int32_t known = std::min(r.num_computed_tokens, r.num_tokens());
+  const int32_t full = std::min<int32_t>(known / bs, static_cast<int32_t>(r.block_ids.size()));
   if (full <= r.num_registered_blocks) return;
   if (static_cast<int32_t>(r.block_hashes.size()) < full) {
     std::vector<int32_t> tokens = r.all_tokens();
@@ -80,12 +82,31 @@ void Scheduler::commit(const ScheduledBatch& batch) {
   }
 }
 
-void Scheduler::finish(Request* request) {
+void Scheduler::finish(Request* request, std::optional<uint64_t> hold_until_step) {
   auto it = std::find(running_.begin(), running_.end(), request);
   if (it != running_.end()) running_.erase(it);
   auto wt = std::find(waiting_.begin(), waiting_.end(), request);
   if (wt != waiting_.end()) waiting_.erase(wt);
-  capacity_.release(*request);
+  request->num_inflight_tokens = 0;
+  if (!hold_until_step) {
+    capacity_.release(*request);
+    return;
+  }
+  std::vector<int32_t> blocks = capacity_.detach(*request);
+  if (!blocks.empty()) deferred_.push_back({*hold_until_step, std::move(blocks)});
+}
+
+void Scheduler::release_deferred(uint64_t completed_step) {
+  auto keep = std::stable_partition(deferred_.begin(), deferred_.end(),
+                                    [&](const DeferredBlocks& d) { return d.step > completed_step; });
+  for (auto it = keep; it != deferred_.end(); ++it) pool_.release(it->blocks);
+  deferred_.erase(keep, deferred_.end());
+}
+
+size_t Scheduler::num_deferred_blocks() const {
+  size_t n = 0;
+  for (const DeferredBlocks& d : deferred_) n += d.blocks.size();
+  return n;
 }
 
 }  // namespace deepinfer

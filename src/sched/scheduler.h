@@ -5,6 +5,7 @@
 #pragma once
 
 #include <deque>
+#include <optional>
 #include <vector>
 
 #include "sched/batch_planner.h"
@@ -29,7 +30,12 @@ class Scheduler {
   // After the step ran: advance num_computed_tokens and cache full blocks.
   void commit(const ScheduledBatch& batch);
   // Removes a request from the queues and frees its blocks (finish or abort).
-  void finish(Request* request);
+  // DeferredRelease: when a step still in flight uses the blocks
+  // (hold_until_step), they return to the pool only once
+  // release_deferred() reports that step complete.
+  void finish(Request* request, std::optional<uint64_t> hold_until_step = std::nullopt);
+  void release_deferred(uint64_t completed_step);
+  size_t num_deferred_blocks() const;
 
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
@@ -47,6 +53,11 @@ class Scheduler {
   BatchPlanner planner_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;
+  struct DeferredBlocks {
+    uint64_t step;
+    std::vector<int32_t> blocks;
+  };
+  std::vector<DeferredBlocks> deferred_;
 };
 
 }  // namespace deepinfer

@@ -1,0 +1,51 @@
+// Default implementations of the asynchronous-step hooks for backends whose
+// ops complete before they return (the CPU backend).
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <new>
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+namespace deepinfer {
+
+namespace {
+
+// Always complete; its time is the host clock when it was recorded, which on
+// a synchronous backend is when the preceding ops finished.
+class HostEvent final : public DeviceEvent {
+ public:
+  void record() override { time_ = std::chrono::steady_clock::now(); }
+  void synchronize() override {}
+  bool ready() override { return true; }
+  double elapsed_ms_since(const DeviceEvent& earlier) const override {
+    const auto* e = dynamic_cast<const HostEvent*>(&earlier);
+    DI_CHECK(e != nullptr, "events of different backends cannot be compared");
+    return std::chrono::duration<double, std::milli>(time_ - e->time_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point time_{};
+};
+
+constexpr size_t kHostAlignment = 64;
+
+}  // namespace
+
+void* Backend::allocate_host(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+  void* p = std::aligned_alloc(kHostAlignment, rounded);
+  DI_CHECK(p != nullptr, "could not allocate {} bytes of host memory", bytes);
+  return p;
+}
+
+void Backend::deallocate_host(void* ptr) { std::free(ptr); }
+
+std::unique_ptr<DeviceEvent> Backend::create_event() { return std::make_unique<HostEvent>(); }
+
+void Backend::begin_capture() { fail("{} backend: graph capture is not supported", name()); }
+
+std::unique_ptr<OpGraph> Backend::end_capture() { fail("{} backend: graph capture is not supported", name()); }
+
+}  // namespace deepinfer

@@ -1,0 +1,119 @@
+// CudaBackend's asynchronous-step hooks: pinned host memory, copies that do
+// not wait, events on the backend's stream and CUDA-graph capture/replay.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA backend: {} failed: {}", what, cudaGetErrorString(e));
+}
+
+class CudaEvent final : public DeviceEvent {
+ public:
+  explicit CudaEvent(cudaStream_t stream) : stream_(stream) {
+    check(cudaEventCreateWithFlags(&event_, cudaEventDefault), "cudaEventCreate");
+  }
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  void record() override {
+    check(cudaEventRecord(event_, stream_), "cudaEventRecord");
+    recorded_ = true;
+  }
+  void synchronize() override {
+    if (recorded_) check(cudaEventSynchronize(event_), "cudaEventSynchronize");
+  }
+  bool ready() override {
+    if (!recorded_) return true;
+    cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaErrorNotReady) return false;
+    check(e, "cudaEventQuery");
+    return true;
+  }
+  double elapsed_ms_since(const DeviceEvent& earlier) const override {
+    const auto* e = dynamic_cast<const CudaEvent*>(&earlier);
+    DI_CHECK(e != nullptr && e->recorded_ && recorded_, "elapsed time needs two recorded CUDA events");
+    float ms = 0.0f;
+    check(cudaEventElapsedTime(&ms, e->event_, event_), "cudaEventElapsedTime");
+    return ms;
+  }
+
+ private:
+  cudaStream_t stream_;
+  cudaEvent_t event_ = nullptr;
+  bool recorded_ = false;
+};
+
+class CudaGraph final : public OpGraph {
+ public:
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  void replay() override { check(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch"); }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+void* CudaBackend::allocate_host(size_t bytes) {
+  void* p = nullptr;
+  check(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault), "cudaHostAlloc");
+  return p;
+}
+
+void CudaBackend::deallocate_host(void* ptr) {
+  if (ptr) cudaFreeHost(ptr);
+}
+
+void CudaBackend::copy_async(Tensor dst, const Tensor& src) {
+  DI_CHECK(dst.is_contiguous() && src.is_contiguous() && dst.nbytes() == src.nbytes(),
+           "copy_async needs contiguous tensors of equal size, got {} and {}", dst.describe(), src.describe());
+  if (src.nbytes() == 0) return;
+  check(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault, static_cast<cudaStream_t>(stream_)),
+        "cudaMemcpyAsync");
+}
+
+std::unique_ptr<DeviceEvent> CudaBackend::create_event() {
+  return std::make_unique<CudaEvent>(static_cast<cudaStream_t>(stream_));
+}
+
+void CudaBackend::begin_capture() {
+  DI_CHECK(!capturing_, "CUDA backend: a graph capture is already in progress");
+  // Thread-local mode: other threads (the server's I/O) may use the CUDA API
+  // meanwhile without invalidating the capture.
+  check(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream_), cudaStreamCaptureModeThreadLocal),
+        "cudaStreamBeginCapture");
+  capturing_ = true;
+}
+
+std::unique_ptr<OpGraph> CudaBackend::end_capture() {
+  DI_CHECK(capturing_, "CUDA backend: end_capture without begin_capture");
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamEndCapture(static_cast<cudaStream_t>(stream_), &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check(e, "cudaGraphInstantiate");
+  return std::make_unique<CudaGraph>(exec, static_cast<cudaStream_t>(stream_));
+}
+
+std::optional<DeviceMemoryInfo> CudaBackend::memory_info() const {
+  DeviceMemoryInfo info;
+  check(cudaMemGetInfo(&info.free_bytes, &info.total_bytes), "cudaMemGetInfo");
+  return info;
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,198 @@
+// The pipelined (zero-overhead) step loop against the synchronous one on the
+// real default model: the same scripted workload — requests joining at
+// different steps, finishing by length, EOS and stop strings, aborted
+// mid-flight, preempted under a small KV cache, seeded sampling, host-side
+// penalties and logprobs — must give every request the same tokens, text and
+// finish reason, with the pool consistent after every step and nothing leaked.
+// Batch-invariant mode makes a request's tokens independent of its batch, so
+// equality is exact by construction.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer {
+namespace {
+
+std::string model_path() {
+  return std::string(DEEPINFER_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+#define REQUIRE_MODEL()                                                          \
+  if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "model not fetched: run ./build.sh"
+
+EngineConfig config(bool pipelined, int64_t kv_tokens) {
+  EngineConfig c;
+  c.model_path = model_path();
+  c.batch_invariant = true;
+  c.max_model_len = 256;
+  c.max_num_seqs = 16;
+  c.max_num_batched_tokens = 64;  // prompts arrive in chunks
+  c.kv_cache_tokens = kv_tokens;
+  c.zero_overhead_scheduling = pipelined;
+  return c;
+}
+
+struct Job {
+  int join_step;  // step() call before which the request is added
+  std::string prompt;
+  SamplingParams params;
+  int abort_after = -1;  // abort once this many tokens have arrived
+};
+
+struct Result {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::string text;
+  FinishReason reason = FinishReason::None;
+  std::string stop_reason;
+};
+
+SamplingParams params(int32_t max_tokens, float temperature = 0.0f) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+std::vector<Job> workload() {
+  std::vector<Job> jobs;
+  const std::vector<std::string> prompts = {
+      "The history of the printing press begins", "Water boils at", "def add(a, b):\n    return",
+      "In a small village by the sea, there lived an old fisherman who", "1, 2, 3, 5, 8, 13,",
+      "The best way to learn a language is", "Photosynthesis converts light into", "Once upon a time, a dragon"};
+  for (int i = 0; i < 14; ++i) {
+    Job j;
+    j.join_step = (i * 3) % 11;
+    j.prompt = prompts[i % prompts.size()] + " (" + std::to_string(i) + ")";
+    j.params = params(6 + (i * 7) % 23);
+    switch (i % 7) {
+      case 1: j.params = params(20, 0.8f), j.params.seed = 1000 + i; break;  // seeded sampling
+      case 2: j.abort_after = 3 + i % 4; break;                                 // aborted mid-flight
+      case 3: j.params.stop = {","}, j.params.max_tokens = 30; break;           // stop string
+      case 4: j.params.ignore_eos = false, j.params.max_tokens = 40; break;     // may end by EOS
+      case 5: j.params.repetition_penalty = 1.3f, j.params.temperature = 0.7f, j.params.seed = 7; break;  // host sampling
+      case 6: j.params.logprobs = 3; break;
+      default: break;
+    }
+    jobs.push_back(j);
+  }
+  return jobs;
+}
+
+std::vector<Result> run(Engine& engine, const std::vector<Job>& jobs) {
+  std::vector<Result> results(jobs.size());
+  std::map<uint64_t, size_t> index;
+  std::map<size_t, uint64_t> id_of;
+  for (int step = 0; step < 10000; ++step) {
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (jobs[i].join_step == step) {
+        const uint64_t id = engine.add_request(engine.tokenizer().encode(jobs[i].prompt, true), jobs[i].params);
+        index[id] = i;
+        id_of[i] = id;
+      }
+    }
+    if (step > 20 && !engine.has_unfinished()) break;
+    for (RequestOutput& o : engine.step()) {
+      const size_t i = index.at(o.request_id);
+      Result& r = results[i];
+      for (const TokenOutput& t : o.new_tokens) {
+        r.tokens.push_back(t.token);
+        r.logprobs.push_back(t.logprob);
+      }
+      r.text += o.new_text;
+      if (o.finished) {
+        r.reason = o.finish_reason;
+        r.stop_reason = o.stop_reason;
+      }
+      const int abort_after = jobs[i].abort_after;
+      if (!o.finished && abort_after >= 0 && static_cast<int>(r.tokens.size()) >= abort_after) {
+        engine.abort(o.request_id);
+      }
+    }
+    engine.check_integrity();
+  }
+  EXPECT_FALSE(engine.has_unfinished());
+  engine.check_integrity();  // nothing in flight: every block is back in the pool
+  EXPECT_EQ(engine.stats().kv_usage, 0.0);
+  return results;
+}
+
+void expect_same(const std::vector<Result>& a, const std::vector<Result>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
+    EXPECT_EQ(a[i].text, b[i].text) << "request " << i;
+    EXPECT_EQ(a[i].reason, b[i].reason) << "request " << i;
+    EXPECT_EQ(a[i].stop_reason, b[i].stop_reason) << "request " << i;
+    ASSERT_EQ(a[i].logprobs.size(), b[i].logprobs.size());
+    for (size_t t = 0; t < a[i].logprobs.size(); ++t) EXPECT_EQ(a[i].logprobs[t], b[i].logprobs[t]);
+  }
+}
+
+TEST(Pipeline, SameOutputsAsTheSynchronousLoopWithJoinsFinishesAbortsAndStops) {
+  REQUIRE_MODEL();
+  const auto jobs = workload();
+  Engine sync_engine(config(false, 4096));
+  ASSERT_FALSE(sync_engine.pipelined());
+  Engine pipe_engine(config(true, 4096));
+  ASSERT_TRUE(pipe_engine.pipelined());
+  const auto expected = run(sync_engine, jobs);
+  const auto got = run(pipe_engine, jobs);
+  expect_same(expected, got);
+  int aborted = 0, stopped = 0, by_length = 0;
+  for (const Result& r : got) {
+    aborted += r.reason == FinishReason::Abort;
+    stopped += r.reason == FinishReason::Stop;
+    by_length += r.reason == FinishReason::Length;
+  }
+  EXPECT_EQ(aborted, 2) << "the workload must abort requests mid-flight";
+  EXPECT_GT(stopped, 0) << "the workload must stop on stop strings";
+  EXPECT_GT(by_length, 0);
+}
+
+TEST(Pipeline, SameOutputsUnderPreemption) {
+  REQUIRE_MODEL();
+  auto jobs = workload();
+  for (Job& j : jobs) j.join_step = 0;  // everyone at once into a small cache
+  Engine sync_engine(config(false, 16 * 12));
+  Engine pipe_engine(config(true, 16 * 12));
+  const auto expected = run(sync_engine, jobs);
+  const auto got = run(pipe_engine, jobs);
+  EXPECT_GT(pipe_engine.stats().num_preemptions, 0) << "the test must exercise preemption";
+  expect_same(expected, got);
+}
+
+TEST(Pipeline, ResultsArriveOneStepLaterAndTheDeviceTimelineIsRecorded) {
+  REQUIRE_MODEL();
+  Engine engine(config(true, 4096));
+  engine.add_request(engine.tokenizer().encode("Water boils at", true), params(4));
+  EXPECT_TRUE(engine.step().empty()) << "step 1 only launches the prefill";
+  auto second = engine.step();
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].new_tokens.size(), 1u);
+  while (engine.has_unfinished()) engine.step();
+  const EngineStats s = engine.stats();
+  EXPECT_EQ(s.timed_steps, s.steps);
+  EXPECT_GT(s.device_busy_ms, 0.0);
+  engine.check_integrity();
+}
+
+TEST(Pipeline, EnvironmentSwitchesItOff) {
+  REQUIRE_MODEL();
+  ::setenv("DEEPINFER_ZERO_OVERHEAD_SCHEDULING", "0", 1);
+  Engine engine(config(true, 1024));
+  ::unsetenv("DEEPINFER_ZERO_OVERHEAD_SCHEDULING");
+  EXPECT_FALSE(engine.pipelined());
+  engine.add_request(engine.tokenizer().encode("Water boils at", true), params(2));
+  auto first = engine.step();
+  ASSERT_EQ(first.size(), 1u) << "the synchronous loop returns the first token at once";
+}
+
+}  // namespace
+}  // namespace deepinfer
