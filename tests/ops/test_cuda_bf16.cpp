@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 
 #include "op_test_util.h"
 #include "ops/ops.h"
@@ -28,6 +29,12 @@ DeviceTensor upload_bf16(Backend& b, std::initializer_list<int64_t> shape, const
   std::vector<uint16_t> h(v.size());
   for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
   return upload(b, DType::BF16, shape, h.data());
+}
+
+DeviceTensor upload_f16(Backend& b, std::initializer_list<int64_t> shape, const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]);
+  return upload(b, DType::F16, shape, h.data());
 }
 
 std::vector<float> download_any(Backend& b, const Tensor& t) {
@@ -168,12 +175,17 @@ struct Seq {
   int q_len, kv_len;
 };
 
-// store_kv of every sequence's keys into a bf16 paged cache, then attention,
-// against the CPU backend on f32 copies of the same values.
+// store_kv of every sequence's keys into a bf16 (or f16) paged cache, then
+// attention, against the CPU backend on f32 copies of the same values. The
+// inputs are bf16-rounded, so f16 holds them too. f16 is not an activation
+// dtype of the CUDA backend, so that case calls the backend directly.
 void compare_attention(Backend& gpu, Backend& cpu, Rng& rng, const std::vector<Seq>& seqs, int hkv, int group,
-                       int d, int page_size, const AttentionParams& base, bool sinks) {
-  SCOPED_TRACE(fmt::format("hkv={} group={} d={} page={} window={} softcap={} sinks={} seqs={}", hkv, group, d,
-                           page_size, base.sliding_window, base.logit_softcap, sinks, seqs.size()));
+                       int d, int page_size, const AttentionParams& base, bool sinks,
+                       DType gpu_type = DType::BF16) {
+  std::string lens;
+  for (const Seq& s : seqs) lens += fmt::format(" {}/{}", s.q_len, s.kv_len);
+  SCOPED_TRACE(fmt::format("hkv={} group={} d={} page={} window={} softcap={} sinks={} type={} q/kv:{}", hkv, group,
+                           d, page_size, base.sliding_window, base.logit_softcap, sinks, dtype_name(gpu_type), lens));
   const int64_t hq = int64_t{hkv} * group;
   int64_t pages_needed = 0, kv_total = 0;
   for (const Seq& s : seqs) {
@@ -205,13 +217,15 @@ void compare_attention(Backend& gpu, Backend& cpu, Rng& rng, const std::vector<S
 
   auto run = [&](Backend& b, DType act) {
     auto up = [&](std::initializer_list<int64_t> shape, const std::vector<float>& x) {
+      if (act == DType::F16) return upload_f16(b, shape, x);
       return act == DType::BF16 ? upload_bf16(b, shape, x) : upload_f32(b, shape, x);
     };
     DeviceTensor dk = up({kv_total, hkv, d}, k), dv = up({kv_total, hkv, d}, v), dq = up({n, hq, d}, q);
     DeviceTensor ck = zeros(b, act, {num_pages, page_size, hkv, d}), cv = zeros(b, act, {num_pages, page_size, hkv, d});
     DeviceTensor dslots = upload_i32(b, slots);
     KvCacheLayer cache{ck.t, cv.t};
-    ops::store_kv(b, dk.t, dv.t, dslots.t, cache);
+    if (act == DType::F16) b.store_kv(dk.t, dv.t, dslots.t, cache);
+    else ops::store_kv(b, dk.t, dv.t, dslots.t, cache);
     DeviceTensor dqi = upload_i32(b, q_indptr), dki = upload_i32(b, kv_indptr), dp = upload_i32(b, pages);
     DeviceTensor dl = upload_i32(b, last), ds = upload_f32(b, {hq}, sink_values);
     AttentionMetadata meta;
@@ -225,10 +239,11 @@ void compare_attention(Backend& gpu, Backend& cpu, Rng& rng, const std::vector<S
     AttentionParams params = base;
     if (sinks) params.sinks = ds.t;
     DeviceTensor out = zeros(b, act, {n, hq, d});
-    ops::attention(b, dq.t, cache, meta, params, out.t);
+    if (act == DType::F16) b.attention(dq.t, cache, meta, params, out.t);
+    else ops::attention(b, dq.t, cache, meta, params, out.t);
     return download_any(b, out.t);
   };
-  std::vector<float> got = run(gpu, DType::BF16);
+  std::vector<float> got = run(gpu, gpu_type);
   std::vector<float> want = run(cpu, DType::F32);
   EXPECT_TRUE(all_close(got, to_double(want), 2e-2, 2e-2));
 }
@@ -259,6 +274,108 @@ TEST_F(CudaBf16Test, AttentionPrefillAndMixed) {
   w.sliding_window = 64;
   w.logit_softcap = 30.0f;
   compare_attention(gpu(), cpu(), rng, {{200, 230}, {5, 9}}, 1, 8, 256, 32, w, false);
+}
+
+// The tensor-core kernels (bf16/f16, head 64/128/256): a batch that mixes
+// decode rows, a short chunk, a block-sized chunk and a long prefill over
+// the head sizes, GQA groups and page sizes (1 and 7 make a key tile span
+// many pages, and pages that do not divide the tile).
+TEST_F(CudaBf16Test, AttentionMmaSweep) {
+  Rng rng(105);
+  const std::vector<Seq> mixed = {{1, 1}, {15, 40}, {64, 64}, {300, 333}, {1, 257}};
+  for (int d : {64, 128, 256}) {
+    for (int group : {1, 4, 8}) {
+      for (int page : {16, 1, 7}) {
+        AttentionParams p;
+        p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+        compare_attention(gpu(), cpu(), rng, mixed, 2, group, d, page, p, group == 4);
+      }
+    }
+  }
+}
+
+TEST_F(CudaBf16Test, AttentionMmaWindowSoftcapSinks) {
+  Rng rng(106);
+  const std::vector<Seq> mixed = {{1, 90}, {15, 40}, {200, 260}, {3, 3}};
+  for (int window : {0, 1, 37, 200}) {
+    for (float softcap : {0.0f, 30.0f}) {
+      for (bool sinks : {false, true}) {
+        AttentionParams p;
+        p.scale = 1.0f / std::sqrt(128.0f);
+        p.sliding_window = window;
+        p.logit_softcap = softcap;
+        compare_attention(gpu(), cpu(), rng, mixed, 2, 4, 128, 16, p, sinks);
+      }
+    }
+  }
+}
+
+// Few sequences with long contexts: the plan splits the keys, and the
+// combine kernel merges the tensor-core kernel's partials. q_len * group up
+// to 16 keeps the decode kernel (several query tokens in one block).
+TEST_F(CudaBf16Test, AttentionMmaSplitKv) {
+  Rng rng(107);
+  AttentionParams p;
+  p.scale = 1.0f / std::sqrt(128.0f);
+  compare_attention(gpu(), cpu(), rng, {{1, 5000}}, 8, 4, 128, 16, p, false);
+  compare_attention(gpu(), cpu(), rng, {{2, 3000}, {1, 100}}, 2, 8, 64, 7, p, true);
+  compare_attention(gpu(), cpu(), rng, {{4, 2500}, {1, 1}}, 1, 1, 128, 1, p, false);
+  AttentionParams w = p;
+  w.sliding_window = 1000;
+  compare_attention(gpu(), cpu(), rng, {{1, 4000}, {3, 2500}}, 2, 4, 128, 16, w, true);
+  AttentionParams g;
+  g.scale = 1.0f / 16.0f;
+  g.logit_softcap = 50.0f;
+  compare_attention(gpu(), cpu(), rng, {{1, 4000}}, 1, 2, 256, 16, g, true);
+  // Prefill-shaped blocks with splits (one sequence, few heads).
+  compare_attention(gpu(), cpu(), rng, {{40, 3000}}, 1, 4, 128, 16, p, false);
+}
+
+TEST_F(CudaBf16Test, AttentionF16) {
+  Rng rng(108);
+  AttentionParams p;
+  p.scale = 1.0f / std::sqrt(128.0f);
+  compare_attention(gpu(), cpu(), rng, {{1, 700}, {100, 150}, {7, 7}}, 2, 4, 128, 16, p, true, DType::F16);
+  compare_attention(gpu(), cpu(), rng, {{1, 3000}}, 2, 4, 64, 16, p, false, DType::F16);
+  AttentionParams w = p;
+  w.sliding_window = 50;
+  compare_attention(gpu(), cpu(), rng, {{120, 120}}, 1, 2, 256, 7, w, false, DType::F16);
+}
+
+// Head sizes the tensor-core kernels do not cover stay on the SIMT kernel in bf16.
+TEST_F(CudaBf16Test, AttentionSimtFallback) {
+  Rng rng(109);
+  AttentionParams p;
+  p.scale = 1.0f / std::sqrt(80.0f);
+  compare_attention(gpu(), cpu(), rng, {{1, 300}, {20, 50}}, 2, 4, 80, 16, p, true);
+}
+
+// Bad metadata reaches the tensor-core kernel (bf16, head 64) and is reported
+// at the next synchronize, without reading outside the cache.
+TEST_F(CudaBf16Test, AttentionMmaRejectsBadMetadata) {
+  DeviceTensor q = upload_bf16(gpu(), {2, 4, 64}, std::vector<float>(2 * 4 * 64, 0.5f));
+  DeviceTensor out = zeros(gpu(), DType::BF16, {2, 4, 64});
+  DeviceTensor k = zeros(gpu(), DType::BF16, {3, 16, 2, 64}), v = zeros(gpu(), DType::BF16, {3, 16, 2, 64});
+  DeviceTensor q_indptr = upload_i32(gpu(), {0, 2}), kv_indptr = upload_i32(gpu(), {0, 1});
+  DeviceTensor bad_page = upload_i32(gpu(), {7}), good_page = upload_i32(gpu(), {1});
+  DeviceTensor last = upload_i32(gpu(), {5}), too_short = upload_i32(gpu(), {1});
+  AttentionMetadata meta;
+  meta.num_seqs = 1;
+  meta.max_q_len = 2;
+  meta.max_kv_len = 5;
+  meta.q_indptr = q_indptr.t;
+  meta.kv_indptr = kv_indptr.t;
+  meta.kv_page_indices = bad_page.t;
+  meta.kv_last_page_len = last.t;
+  auto run = [&] {
+    ops::attention(gpu(), q.t, KvCacheLayer{k.t, v.t}, meta, {}, out.t);
+    gpu().synchronize();
+  };
+  EXPECT_THROW(run(), Error);
+  meta.kv_page_indices = good_page.t;
+  EXPECT_NO_THROW(run());
+  meta.kv_last_page_len = too_short.t;  // two queries but one key
+  EXPECT_THROW(run(), Error);
 }
 
 }  // namespace

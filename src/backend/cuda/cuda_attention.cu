@@ -13,6 +13,7 @@
 // second kernel merges them. The host picks the partition (q_tile, q_blocks,
 // num_splits) from the step's hints; the kernels read the CSR metadata on the
 // device, check it and report layout errors through the error word.
+#include <algorithm>
 #include <cfloat>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -358,20 +359,60 @@ void launch_typed(const AttentionLaunch& a, cudaStream_t stream) {
   else if (vec) launch_kernel<T, true, false>(a, grid, smem, stream);
   else if (blocked) launch_kernel<T, false, true>(a, grid, smem, stream);
   else launch_kernel<T, false, false>(a, grid, smem, stream);
-  if (a.num_splits > 1 && a.q.n > 0) {
-    combine_kernel<T><<<static_cast<unsigned>(a.q.n * a.q.heads), 128, 0, stream>>>(a);
-  }
 }
 
 }  // namespace
 
+void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
+  // A missing max_q_len hint falls back to the number of query rows (always
+  // an upper bound); a wrong one is caught on the device as a layout error.
+  const int64_t n = a.q.n;
+  const int max_q = hints.max_q_len > 0 ? hints.max_q_len : static_cast<int>(n);
+  const int dim = static_cast<int>(a.q.dim);
+  int min_keys_per_split = 64;  // two SIMT key tiles
+  if (hints.allow_mma && attention_mma_supported(a)) {
+    const int64_t rows = int64_t{max_q} * a.group;
+    a.kernel = rows <= attention_mma_rows(AttentionKernel::MmaDecode, dim) ? AttentionKernel::MmaDecode
+                                                                           : AttentionKernel::MmaPrefill;
+    const int block_rows = attention_mma_rows(a.kernel, dim);
+    a.q_blocks = static_cast<int>((rows + block_rows - 1) / block_rows);
+    min_keys_per_split = 128;  // two tensor-core key tiles
+  } else {
+    a.kernel = AttentionKernel::Simt;
+    const int rows_target = dim <= 128 ? 64 : 32;
+    a.q_tile = std::max(1, std::min(max_q, rows_target / std::max(a.group, 1)));
+    a.q_blocks = (max_q + a.q_tile - 1) / a.q_tile;
+  }
+  // Split the keys when the blocks would leave SMs idle (decode at small
+  // batch); each split keeps at least two key tiles.
+  const int64_t blocks = int64_t{a.num_seqs} * a.k.heads * a.q_blocks;
+  a.num_splits = 1;
+  if (hints.max_kv_len >= 2 * min_keys_per_split && blocks < hints.num_sms) {
+    int64_t want = (2 * int64_t{hints.num_sms} + blocks - 1) / blocks;
+    want = std::min<int64_t>({want, hints.max_kv_len / min_keys_per_split, 64, 65535 / std::max(a.num_seqs, 1)});
+    const int64_t per_split = n * a.q.heads * (dim + 2) * static_cast<int64_t>(sizeof(float));
+    want = std::min<int64_t>(want, static_cast<int64_t>(hints.workspace_bytes) / std::max<int64_t>(per_split, 1));
+    a.num_splits = static_cast<int>(std::max<int64_t>(want, 1));
+  }
+}
+
 size_t attention_smem_bytes(const AttentionLaunch& a) {
+  if (a.kernel != AttentionKernel::Simt) return attention_mma_smem_bytes(a);
   return smem_layout(a.q_tile * a.group, static_cast<int>(a.q.dim), use_blocked(a)).total;
 }
 
 void launch_attention(const AttentionLaunch& a, Stream stream) {
   if (a.num_seqs == 0 || a.q.n == 0) return;
-  DI_DISPATCH_ELEM(a.type, T, launch_typed<T>(a, static_cast<cudaStream_t>(stream)));
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (a.kernel == AttentionKernel::Simt) {
+    DI_DISPATCH_ELEM(a.type, T, launch_typed<T>(a, s));
+  } else {
+    launch_attention_mma(a, stream);
+  }
+  if (a.num_splits > 1) {
+    DI_DISPATCH_ELEM(a.type, T,
+                     combine_kernel<T><<<static_cast<unsigned>(a.q.n * a.q.heads), 128, 0, s>>>(a));
+  }
 }
 
 }  // namespace deepinfer::cuda

@@ -382,33 +382,19 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const At
   a.err = error_word_;
   if (a.num_seqs == 0 || q.size(0) == 0) return;
 
-  // Plan: the partition is chosen on the host from the step's hints. A
-  // missing max_q_len hint falls back to the number of query rows (always an
-  // upper bound); a wrong one is caught on the device as a layout error.
-  const int64_t n = q.size(0);
-  const int max_q = meta.max_q_len > 0 ? meta.max_q_len : static_cast<int>(n);
-  const int dim = static_cast<int>(q.size(2));
-  const int rows_target = dim <= 128 ? 64 : 32;
-  a.q_tile = std::max(1, std::min(max_q, rows_target / std::max(a.group, 1)));
-  a.q_blocks = (max_q + a.q_tile - 1) / a.q_tile;
-  const int64_t blocks = int64_t{a.num_seqs} * cache.k.size(2) * a.q_blocks;
-  // Split the keys when the blocks would leave SMs idle (decode at small
-  // batch); each split keeps at least two key tiles.
-  constexpr int kMinKeysPerSplit = 64;
-  if (meta.max_kv_len >= 2 * kMinKeysPerSplit && blocks < num_sms_) {
-    int64_t want = (2 * num_sms_ + blocks - 1) / blocks;
-    want = std::min<int64_t>({want, meta.max_kv_len / kMinKeysPerSplit, 64, 65535 / std::max(a.num_seqs, 1)});
-    const int64_t per_split = n * q.size(1) * (dim + 2) * static_cast<int64_t>(sizeof(float));
-    want = std::min<int64_t>(want, static_cast<int64_t>(kAttentionWorkspaceBytes) / std::max<int64_t>(per_split, 1));
-    a.num_splits = static_cast<int>(std::max<int64_t>(want, 1));
-  }
+  AttentionHints hints;
+  hints.max_q_len = meta.max_q_len;
+  hints.max_kv_len = meta.max_kv_len;
+  hints.num_sms = num_sms_;
+  hints.workspace_bytes = kAttentionWorkspaceBytes;
+  plan_attention(a, hints);
   DI_CHECK(int64_t{a.num_seqs} * a.num_splits <= 65535, "attention: {} sequences exceed the CUDA grid limit",
            a.num_seqs);
   a.partial = attention_workspace_;
   size_t smem = attention_smem_bytes(a);
   DI_CHECK(smem <= max_smem_per_block_,
-           "attention: head size {} with {} query heads per KV head needs {} bytes of shared memory (limit {})", dim,
-           a.group, smem, max_smem_per_block_);
+           "attention: head size {} with {} query heads per KV head needs {} bytes of shared memory (limit {})",
+           q.size(2), a.group, smem, max_smem_per_block_);
   launch_attention(a, stream_);
   check_launch("attention");
 }

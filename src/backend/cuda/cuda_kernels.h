@@ -76,11 +76,18 @@ void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const ch
 // Element-type conversion of a row view into a contiguous buffer.
 void launch_convert(ElemType from, RowView x, ElemType to, char* out, Stream stream);
 
-// Paged attention. The host computes the partition (q_tile, number of
-// q blocks, num_splits) once per call; the kernels read the CSR metadata on
-// the device.
+// Paged attention. plan_attention() picks the kernel and the partition
+// (q_tile or row blocks, q_blocks, num_splits) on the host from shapes and
+// hints only, so a captured CUDA graph stays valid; the kernels read the CSR
+// metadata on the device.
+enum class AttentionKernel : uint8_t {
+  Simt,        // f32 arithmetic, any dtype and head size (cuda_attention.cu)
+  MmaPrefill,  // tensor cores, bf16/f16, head 64/128/256; each warp owns 16 rows
+  MmaDecode,   // tensor cores, at most 16 rows per sequence; warps split the keys
+};
 struct AttentionLaunch {
   ElemType type = ElemType::BF16;
+  AttentionKernel kernel = AttentionKernel::Simt;
   HeadView q, out;
   CacheView k, v;
   const int32_t* q_indptr = nullptr;
@@ -94,14 +101,31 @@ struct AttentionLaunch {
   float scale = 1.0f;
   int window = 0;
   float softcap = 0.0f;
-  int q_tile = 1;       // query tokens per block (rows = q_tile * group)
+  // Simt: query tokens per block (rows = q_tile * group). Mma: unused; a
+  // block takes attention_mma_rows() consecutive (token, head) rows.
+  int q_tile = 1;
   int q_blocks = 1;     // blocks along the query axis per sequence
   int num_splits = 1;   // KV splits per (sequence, head); >1 needs the workspace
   float* partial = nullptr;  // [num_splits, n, heads_q, dim + 2] when num_splits > 1
   uint32_t* err = nullptr;
 };
-// Shared memory bytes one attention block needs; 0 if the shape is unsupported.
+struct AttentionHints {
+  int max_q_len = 0;   // 0: unknown, the number of query rows is used
+  int max_kv_len = 0;
+  int num_sms = 1;
+  size_t workspace_bytes = 0;  // room for split-KV partials
+  bool allow_mma = true;       // false keeps the SIMT kernel (benchmarks compare the two)
+};
+void plan_attention(AttentionLaunch& a, const AttentionHints& hints);
+// Shared memory bytes one attention block needs for the planned kernel.
 size_t attention_smem_bytes(const AttentionLaunch& a);
 void launch_attention(const AttentionLaunch& a, Stream stream);
+
+// The tensor-core kernels (cuda_attention_mma.cu). launch_attention_mma runs
+// the main kernel only; launch_attention adds the split-KV combine.
+bool attention_mma_supported(const AttentionLaunch& a);
+int attention_mma_rows(AttentionKernel kernel, int dim);
+size_t attention_mma_smem_bytes(const AttentionLaunch& a);
+void launch_attention_mma(const AttentionLaunch& a, Stream stream);
 
 }  // namespace deepinfer::cuda

@@ -1,0 +1,227 @@
+// CUDA paged attention: the SIMT kernel against the tensor-core kernels, each
+// with the plan the backend would choose. Prefill is compute-bound and is
+// reported in TFLOP/s (4 * d * heads_q * n^2 / 2 for one causal sequence);
+// decode is memory-bound and is reported in GB/s of K/V cache read. Each case
+// also prints the largest difference between the two kernels' outputs and
+// any device error, so a fast but wrong kernel shows.
+// Usage: bench_attention_cuda [reps=10]
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#ifdef DEEPINFER_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "core/half.h"
+
+using namespace deepinfer;
+using namespace deepinfer::cuda;
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  fmt::print(stderr, "{}: {}\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+
+struct Case {
+  std::string name;
+  int num_seqs, q_len, kv_len, heads_kv, group, dim, page_size;
+};
+
+class DeviceMemory {
+ public:
+  ~DeviceMemory() {
+    for (void* p : blocks_) cudaFree(p);
+  }
+  template <typename T>
+  T* alloc(size_t count) {
+    void* p = nullptr;
+    check(cudaMalloc(&p, count * sizeof(T)), "cudaMalloc");
+    blocks_.push_back(p);
+    return static_cast<T*>(p);
+  }
+  template <typename T>
+  T* upload(const std::vector<T>& host) {
+    T* p = alloc<T>(host.size());
+    check(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+    return p;
+  }
+
+ private:
+  std::vector<void*> blocks_;
+};
+
+std::vector<uint16_t> random_bf16(size_t n, std::mt19937& gen) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = f32_to_bf16(dist(gen));
+  return v;
+}
+
+// Fills a large device buffer by repeating one random block (fast set-up for the multi-GB decode cache).
+void fill_random(uint16_t* dst, size_t n, std::mt19937& gen) {
+  const size_t block = std::min<size_t>(n, size_t{8} << 20);
+  std::vector<uint16_t> host = random_bf16(block, gen);
+  for (size_t off = 0; off < n; off += block) {
+    check(cudaMemcpy(dst + off, host.data(), std::min(block, n - off) * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Result {
+  double ms = 0;
+  std::string plan;
+  std::vector<uint16_t> out;
+  uint32_t err = 0;
+};
+
+Result run(AttentionLaunch a, const Case& c, bool allow_mma, int num_sms, size_t workspace_bytes, int reps,
+           uint32_t* err) {
+  AttentionHints hints;
+  hints.max_q_len = c.q_len;
+  hints.max_kv_len = c.kv_len;
+  hints.num_sms = num_sms;
+  hints.workspace_bytes = workspace_bytes;
+  hints.allow_mma = allow_mma;
+  plan_attention(a, hints);
+  const char* kind = a.kernel == AttentionKernel::Simt ? "simt" : a.kernel == AttentionKernel::MmaDecode ? "mma-decode"
+                                                                                                         : "mma-prefill";
+  Result r;
+  r.plan = fmt::format("{} q_blocks={} splits={} smem={}KiB", kind, a.q_blocks, a.num_splits,
+                       attention_smem_bytes(a) / 1024);
+  check(cudaMemset(err, 0, 4), "cudaMemset");
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  launch_attention(a, nullptr);  // warm-up (and the one-time shared memory attribute)
+  check(cudaGetLastError(), "attention launch");
+  check(cudaDeviceSynchronize(), "attention");
+  std::vector<double> samples;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(start);
+    launch_attention(a, nullptr);
+    cudaEventRecord(stop);
+    check(cudaEventSynchronize(stop), "attention");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    samples.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  r.ms = median(samples);
+  r.out.resize(static_cast<size_t>(a.out.n * a.out.heads * a.out.dim));
+  check(cudaMemcpy(r.out.data(), a.out.base, r.out.size() * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check(cudaMemcpy(&r.err, err, 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return r;
+}
+
+void bench_case(const Case& c, int num_sms, int reps, std::mt19937& gen) {
+  DeviceMemory mem;
+  const int64_t hq = int64_t{c.heads_kv} * c.group, d = c.dim, n = int64_t{c.num_seqs} * c.q_len;
+  const int pages_per_seq = (c.kv_len + c.page_size - 1) / c.page_size;
+  const int64_t num_pages = int64_t{pages_per_seq} * c.num_seqs;
+  const size_t cache_elems = static_cast<size_t>(num_pages * c.page_size * c.heads_kv * d);
+  uint16_t* k = mem.alloc<uint16_t>(cache_elems);
+  uint16_t* v = mem.alloc<uint16_t>(cache_elems);
+  fill_random(k, cache_elems, gen);
+  fill_random(v, cache_elems, gen);
+  uint16_t* q = mem.upload(random_bf16(static_cast<size_t>(n * hq * d), gen));
+  // Pages in a shuffled order, as a long-running cache hands them out.
+  std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
+  std::iota(page_ids.begin(), page_ids.end(), 0);
+  std::shuffle(page_ids.begin(), page_ids.end(), gen);
+  std::vector<int32_t> q_indptr{0}, kv_indptr{0}, last_len;
+  for (int s = 0; s < c.num_seqs; ++s) {
+    q_indptr.push_back(q_indptr.back() + c.q_len);
+    kv_indptr.push_back(kv_indptr.back() + pages_per_seq);
+    last_len.push_back(c.kv_len - (pages_per_seq - 1) * c.page_size);
+  }
+  const size_t workspace_bytes = size_t{64} << 20;
+
+  AttentionLaunch a;
+  a.type = ElemType::BF16;
+  a.q = HeadView{reinterpret_cast<char*>(q), n, hq, d, hq * d * 2, d * 2};
+  a.out = HeadView{reinterpret_cast<char*>(mem.alloc<uint16_t>(static_cast<size_t>(n * hq * d))), n, hq, d,
+                   hq * d * 2, d * 2};
+  const int64_t row = c.heads_kv * d * 2;
+  a.k = CacheView{reinterpret_cast<char*>(k), num_pages, c.page_size, c.heads_kv, d, c.page_size * row, row, d * 2};
+  a.v = CacheView{reinterpret_cast<char*>(v), num_pages, c.page_size, c.heads_kv, d, c.page_size * row, row, d * 2};
+  a.q_indptr = mem.upload(q_indptr);
+  a.kv_indptr = mem.upload(kv_indptr);
+  a.page_ids = mem.upload(page_ids);
+  a.listed_pages = num_pages;
+  a.last_len = mem.upload(last_len);
+  a.num_seqs = c.num_seqs;
+  a.group = c.group;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  a.partial = mem.alloc<float>(workspace_bytes / sizeof(float));
+  uint32_t* err = mem.alloc<uint32_t>(1);
+  a.err = err;
+
+  Result old_r = run(a, c, false, num_sms, workspace_bytes, reps, err);
+  Result new_r = run(a, c, true, num_sms, workspace_bytes, reps, err);
+  double max_diff = 0;
+  for (size_t i = 0; i < old_r.out.size(); ++i) {
+    max_diff = std::max<double>(max_diff, std::abs(bf16_to_f32(old_r.out[i]) - bf16_to_f32(new_r.out[i])));
+  }
+  const bool prefill = c.q_len > 1;
+  // Causal prefill FLOPs (QK and PV, half the square); decode bytes of K and V read.
+  const double flops = 4.0 * double(d) * double(hq) * double(c.q_len) * double(c.q_len) / 2.0 * c.num_seqs;
+  const double bytes = 2.0 * double(c.num_seqs) * c.kv_len * c.heads_kv * d * 2;
+  auto figure = [&](double ms) {
+    return prefill ? fmt::format("{:7.1f} TFLOP/s", flops / (ms * 1e-3) / 1e12)
+                   : fmt::format("{:7.1f} GB/s", bytes / (ms * 1e-3) / 1e9);
+  };
+  fmt::print("{}\n", c.name);
+  fmt::print("  old: {:9.3f} ms  {}  [{}] err={}\n", old_r.ms, figure(old_r.ms), old_r.plan, old_r.err);
+  fmt::print("  new: {:9.3f} ms  {}  [{}] err={}\n", new_r.ms, figure(new_r.ms), new_r.plan, new_r.err);
+  fmt::print("  speed-up {:.2f}x, max |old - new| = {:.4g}\n", old_r.ms / new_r.ms, max_diff);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 10;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    fmt::print("no CUDA\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  fmt::print("{} ({} SMs), bf16, median of {} runs\n", prop.name, prop.multiProcessorCount, reps);
+  std::mt19937 gen(7);
+  const std::vector<Case> cases = {
+      {"prefill 1 x 8192 causal, 32 q / 8 kv heads, d 128, page 16", 1, 8192, 8192, 8, 4, 128, 16},
+      {"decode 256 x 1500, 8 kv heads, group 4, d 128, page 16", 256, 1, 1500, 8, 4, 128, 16},
+      {"decode 4 x 32768 (split-KV), 8 kv heads, group 4, d 128, page 16", 4, 1, 32768, 8, 4, 128, 16},
+      {"prefill 4 x 2048 causal, 32 q / 8 kv heads, d 128, page 16", 4, 2048, 2048, 8, 4, 128, 16},
+  };
+  for (const Case& c : cases) bench_case(c, prop.multiProcessorCount, reps, gen);
+  return 0;
+}
+
+#else
+
+int main() {
+  std::printf("no CUDA\n");
+  return 0;
+}
+
+#endif

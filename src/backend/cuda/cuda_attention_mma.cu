@@ -1,0 +1,530 @@
+// Tensor-core paged attention for bf16/f16 Q and KV cache (f32 accumulation).
+//
+// Same partition and semantics as the SIMT kernel in cuda_attention.cu: a
+// block takes one (sequence, KV head, row block, KV split), where the rows are
+// the sequence's (query token, query head of the group) pairs flattened as
+// token * group + head, so each K/V tile read from the cache serves the whole
+// GQA group. Blocks of kRows flattened rows replace the SIMT kernel's q_tile.
+//
+// Per key tile: warps compute S = Q K^T with mma.sync m16n8k16 on fragments
+// read by ldmatrix from XOR-swizzled shared memory, run the online softmax in
+// registers in log2 units (exp2 with log2(e) folded into the scale), convert
+// P to bf16/f16 in registers and accumulate O += P V. K/V tiles arrive through
+// a cp.async ring of kStages buffers; every key row's address comes from the
+// page table, whose entries are read one tile ahead so the lookup latency
+// hides behind the previous tile's math.
+//
+// Two shapes of block:
+//  - prefill: each warp owns 16 rows and all keys of a tile;
+//  - decode (at most 16 rows: q_len * group <= 16): all warps share the 16
+//    rows and split each tile's keys, so a block streams the cache with four
+//    warps of loads and math in flight; their (m, l, O) merge at the end.
+// Both end by staging (m, l, O) in shared memory and merging per row there,
+// which also yields the split-KV partials [num_splits, n, heads_q, dim + 2]
+// that combine_kernel in cuda_attention.cu reduces.
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <int D, bool kDecode>
+struct MmaConfig {
+  static constexpr int kRowWarps = kDecode ? 1 : (D <= 128 ? 8 : 4);
+  static constexpr int kKeyWarps = kDecode ? 4 : 1;
+  static constexpr int kThreads = kRowWarps * kKeyWarps * 32;
+  static constexpr int kRows = kRowWarps * 16;
+  static constexpr int kBlockN = kDecode ? 64 : (D <= 128 ? 64 : 32);
+  static constexpr int kWarpN = kBlockN / kKeyWarps;  // keys of a tile one warp multiplies
+  static constexpr int kStages = D <= 128 ? 3 : 2;
+  // Q fragments stay in registers unless the f32 accumulator of a 256-wide
+  // head already takes most of them.
+  static constexpr bool kQInRegs = D <= 128;
+  static constexpr int kMinBlocks = (kDecode && D <= 128) || (!kDecode && D > 128) ? 2 : 1;
+  // f32 staging row stride: the +8 puts rows g and g + 4 of a fragment on different banks.
+  static constexpr int kLdo = D + 8;
+  static constexpr size_t kQBytes = size_t(kRows) * D * 2;
+  static constexpr size_t kTileBytes = size_t(kBlockN) * D * 2;
+  static constexpr size_t kRingBytes = size_t(kStages) * 2 * kTileBytes;
+  static constexpr size_t kMergeBytes = size_t(kKeyWarps) * kRows * kLdo * 4;
+  static constexpr size_t kLoopBytes = kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes;
+  static constexpr size_t kSmemBytes = kQBytes + kLoopBytes + 2 * size_t(kKeyWarps) * kRows * 4;
+  static_assert(kWarpN % 16 == 0, "a warp's keys form whole k-steps of the PV product");
+  static_assert(kThreads % (D / 8) == 0 && (kBlockN * D / 8) % kThreads == 0, "tile loads split evenly");
+  static_assert((kRows * D / 8) % kThreads == 0, "Q loads split evenly");
+};
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of D-wide rows.
+// XOR with the row's low bits: the 8 rows one ldmatrix matrix reads sit in
+// distinct bank groups (rows are 128, 256 or 512 bytes, all on the same banks).
+template <int D>
+__device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
+  return static_cast<uint32_t>(row * (D * 2) + ((chunk ^ (row & 7)) << 4));
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy; with valid == false it writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d += a (16x16, row-major) * b (16x8, column-major), f32 accumulators.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats as one register of two 16-bit values, `lo` in the low half.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+// 2^x on the SFU; exp2(-inf) = 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <typename T, int D, bool kDecode>
+__global__ void __launch_bounds__(MmaConfig<D, kDecode>::kThreads, MmaConfig<D, kDecode>::kMinBlocks)
+    attention_mma_kernel(AttentionLaunch a) {
+  using C = MmaConfig<D, kDecode>;
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  constexpr int kLoadRows = C::kBlockN * kChunks / C::kThreads;
+  constexpr int kLoadRowStep = C::kThreads / kChunks;
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* stage_o = reinterpret_cast<float*>(smem + C::kQBytes);
+  float* m_s = reinterpret_cast<float*>(smem + C::kQBytes + C::kLoopBytes);
+  float* l_s = m_s + C::kKeyWarps * C::kRows;
+  const uint32_t q_base = smem_addr(smem);
+  const uint32_t ring_base = q_base + static_cast<uint32_t>(C::kQBytes);
+
+  // Causal blocks later in the sequence have more keys: start them first.
+  const int qb = a.q_blocks - 1 - static_cast<int>(blockIdx.x);
+  const int g = blockIdx.y;
+  const int s = blockIdx.z / a.num_splits, split = blockIdx.z % a.num_splits;
+  const int tid = threadIdx.x;
+  const bool first_block = qb == 0 && g == 0 && split == 0;
+  if (first_block && s == 0 && tid == 0 &&
+      (a.q_indptr[0] != 0 || a.q_indptr[a.num_seqs] != a.q.n || a.kv_indptr[0] != 0)) {
+    atomicOr(a.err, kErrAttentionLayout);
+  }
+  const int q_begin = a.q_indptr[s], q_end = a.q_indptr[s + 1];
+  const int q_len = q_end - q_begin;
+  const int kv_p0 = a.kv_indptr[s], kv_p1 = a.kv_indptr[s + 1];
+  const int n_pages = kv_p1 - kv_p0;
+  const int page_size = static_cast<int>(a.k.page_size);
+  if (q_len == 0 && n_pages >= 0) return;
+  const int last_len = n_pages > 0 ? a.last_len[s] : 0;
+  const int kv_len = (n_pages - 1) * page_size + last_len;
+  if (q_len < 0 || q_begin < 0 || q_end > a.q.n || n_pages <= 0 || kv_p0 < 0 || kv_p1 > a.listed_pages ||
+      last_len < 1 || last_len > page_size || kv_len < q_len ||
+      int64_t{q_len} * a.group > int64_t{C::kRows} * a.q_blocks) {
+    if (first_block && tid == 0) atomicOr(a.err, kErrAttentionLayout);
+    return;
+  }
+  const int total_rows = q_len * a.group;
+  const int r0 = qb * C::kRows;
+  if (r0 >= total_rows) return;
+  const int valid_rows = min(C::kRows, total_rows - r0);
+  const int base = kv_len - q_len;  // key index of query token 0
+  const int t_lo = r0 / a.group, t_hi = (r0 + valid_rows - 1) / a.group;
+  int k_begin = a.window > 0 ? max(0, base + t_lo - a.window + 1) : 0;
+  int k_end = base + t_hi + 1;
+  if (a.num_splits > 1) {
+    const int chunk = ((kv_len + a.num_splits - 1) / a.num_splits + C::kBlockN - 1) / C::kBlockN * C::kBlockN;
+    k_begin = max(k_begin, split * chunk);
+    k_end = min(k_end, (split + 1) * chunk);
+  }
+  const int n_tiles = k_end > k_begin ? (k_end - k_begin + C::kBlockN - 1) / C::kBlockN : 0;
+
+  for (int i = tid; i < C::kRows * kChunks; i += C::kThreads) {
+    const int r = i / kChunks, ch = i % kChunks;
+    const bool ok = r < valid_rows;
+    const char* src = a.q.base;
+    if (ok) {
+      const int flat = r0 + r;
+      const int t = q_begin + flat / a.group, h = g * a.group + flat % a.group;
+      src = a.q.base + t * a.q.stride0 + h * a.q.stride1 + ch * 16;
+    }
+    cp_async16(q_base + swizzle<D>(r, ch), src, ok);
+  }
+
+  // Tile loads: this thread copies chunk `ld_chunk` of rows ld_row0 + i * kLoadRowStep.
+  const int ld_chunk = tid % kChunks, ld_row0 = tid / kChunks;
+  const int32_t* pages = a.page_ids + kv_p0;
+  const int64_t cache_pages = min(a.k.pages, a.v.pages);
+  int next_pages[kLoadRows];
+  auto fetch_pages = [&](int tile) {
+    const int kt = k_begin + tile * C::kBlockN;
+#pragma unroll
+    for (int i = 0; i < kLoadRows; ++i) {
+      const int j = kt + ld_row0 + i * kLoadRowStep;
+      // j < k_end <= kv_len, so j / page_size < n_pages.
+      next_pages[i] = tile < n_tiles && j < k_end ? pages[j / page_size] : -1;
+    }
+  };
+  auto issue_tile = [&](int tile) {
+    const int kt = k_begin + tile * C::kBlockN;
+    const uint32_t k_dst = ring_base + static_cast<uint32_t>((tile % C::kStages) * 2 * C::kTileBytes);
+    const uint32_t v_dst = k_dst + static_cast<uint32_t>(C::kTileBytes);
+#pragma unroll
+    for (int i = 0; i < kLoadRows; ++i) {
+      const int row = ld_row0 + i * kLoadRowStep;
+      const int j = kt + row;
+      const int page = next_pages[i];
+      bool ok = page >= 0 && page < cache_pages;
+      if (!ok && j < k_end) atomicOr(a.err, kErrAttentionPage);
+      const char* k_src = a.k.base;
+      const char* v_src = a.v.base;
+      if (ok) {
+        const int off = j % page_size;
+        k_src = a.k.base + page * a.k.stride0 + off * a.k.stride1 + g * a.k.stride2 + ld_chunk * 16;
+        v_src = a.v.base + page * a.v.stride0 + off * a.v.stride1 + g * a.v.stride2 + ld_chunk * 16;
+      }
+      cp_async16(k_dst + swizzle<D>(row, ld_chunk), k_src, ok);
+      cp_async16(v_dst + swizzle<D>(row, ld_chunk), v_src, ok);
+    }
+  };
+
+  const int warp = tid / 32, lane = tid % 32;
+  const int kw = warp % C::kKeyWarps;         // which slice of a tile's keys
+  const int wrow0 = (warp / C::kKeyWarps) * 16;  // the warp's first row in the block
+  const int warp_rows = min(16, valid_rows - wrow0);
+  const int gq = lane / 4, cq = lane % 4;  // fragment row and column pair
+  // Key index of each row's own token: row r sees keys j with lo <= j <= pos.
+  const int pos0 = base + (r0 + wrow0 + gq) / a.group;
+  const int pos1 = base + (r0 + wrow0 + gq + 8) / a.group;
+  const int lo0 = a.window > 0 ? pos0 - a.window + 1 : 0;
+  const int lo1 = a.window > 0 ? pos1 - a.window + 1 : 0;
+  const int wpos_lo = base + (r0 + wrow0) / a.group;
+  const int wpos_hi = warp_rows > 0 ? base + (r0 + wrow0 + warp_rows - 1) / a.group : -1;
+  const bool softcap = a.softcap > 0.0f;
+  const float qk_mul = softcap ? a.scale / a.softcap : a.scale * kLog2e;
+  const float cap_mul = a.softcap * kLog2e;
+
+  uint32_t qf[C::kQInRegs ? D / 16 : 1][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
+
+  fetch_pages(0);
+#pragma unroll
+  for (int st = 0; st < C::kStages - 1; ++st) {
+    if (st < n_tiles) {
+      issue_tile(st);
+      fetch_pages(st + 1);
+    }
+    cp_async_commit();  // empty groups keep the wait counts uniform
+  }
+
+  for (int it = 0; it < n_tiles; ++it) {
+    cp_async_wait<C::kStages - 2>();
+    __syncthreads();  // tile `it` landed for everyone; the buffer of tile it - 1 is free
+    const int nxt = it + C::kStages - 1;
+    if (nxt < n_tiles) {
+      issue_tile(nxt);
+      fetch_pages(nxt + 1);
+    }
+    cp_async_commit();
+    if constexpr (C::kQInRegs) {
+      if (it == 0) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], q_base + swizzle<D>(wrow0 + (lane & 15), 2 * kk + (lane >> 4)));
+      }
+    }
+
+    const int wk0 = k_begin + it * C::kBlockN + kw * C::kWarpN;  // first key of this warp's slice
+    const bool skip = warp_rows <= 0 || wk0 >= k_end || wk0 > wpos_hi ||
+                      (a.window > 0 && wk0 + C::kWarpN - 1 < wpos_lo - a.window + 1);
+    if (skip) continue;
+    const bool masked = wk0 + C::kWarpN > k_end || wk0 + C::kWarpN - 1 > wpos_lo ||
+                        (a.window > 0 && wk0 < wpos_hi - a.window + 1);
+    const uint32_t k_tile = ring_base + static_cast<uint32_t>((it % C::kStages) * 2 * C::kTileBytes);
+    const uint32_t v_tile = k_tile + static_cast<uint32_t>(C::kTileBytes);
+
+    float sc[C::kWarpN / 8][4];
+#pragma unroll
+    for (int i = 0; i < C::kWarpN / 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[4];
+      if constexpr (C::kQInRegs) {
+        qa[0] = qf[kk][0], qa[1] = qf[kk][1], qa[2] = qf[kk][2], qa[3] = qf[kk][3];
+      } else {
+        ldmatrix_x4(qa, q_base + swizzle<D>(wrow0 + (lane & 15), 2 * kk + (lane >> 4)));
+      }
+#pragma unroll
+      for (int np = 0; np < C::kWarpN / 16; ++np) {
+        uint32_t kb[4];
+        const int key = kw * C::kWarpN + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+        ldmatrix_x4(kb, k_tile + swizzle<D>(key, 2 * kk + ((lane >> 3) & 1)));
+        mma16816<T>(sc[2 * np], qa, kb[0], kb[1]);
+        mma16816<T>(sc[2 * np + 1], qa, kb[2], kb[3]);
+      }
+    }
+
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < C::kWarpN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = sc[nt][e];
+        x = softcap ? tanhf(x * qk_mul) * cap_mul : x * qk_mul;
+        if (masked) {
+          const int j = wk0 + nt * 8 + 2 * cq + (e & 1);
+          const bool ok = e < 2 ? (j <= pos0 && j >= lo0) : (j <= pos1 && j >= lo1);
+          if (!ok || j >= k_end) x = -INFINITY;
+        }
+        sc[nt][e] = x;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      }
+    }
+    float msub[2], rowsum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      const float m_new = fmaxf(m_row[i], mx[i]);
+      msub[i] = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing seen yet keeps p = 0
+      const float alpha = fast_exp2(m_row[i] - msub[i]);
+      m_row[i] = m_new;
+      l_row[i] *= alpha;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        o[dt][2 * i] *= alpha;
+        o[dt][2 * i + 1] *= alpha;
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < C::kWarpN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = fast_exp2(sc[nt][e] - msub[e >> 1]);
+        sc[nt][e] = p;
+        rowsum[e >> 1] += p;
+      }
+    }
+    l_row[0] += rowsum[0];
+    l_row[1] += rowsum[1];
+
+#pragma unroll
+    for (int kk = 0; kk < C::kWarpN / 16; ++kk) {
+      // The S accumulators of keys 16kk..16kk+15 are exactly the A fragment of P.
+      const uint32_t pa[4] = {pack2<T>(sc[2 * kk][0], sc[2 * kk][1]), pack2<T>(sc[2 * kk][2], sc[2 * kk][3]),
+                              pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                              pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+      const int key = kw * C::kWarpN + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, v_tile + swizzle<D>(key, 2 * dp + (lane >> 4)));
+        mma16816<T>(o[2 * dp], pa, vb[0], vb[1]);
+        mma16816<T>(o[2 * dp + 1], pa, vb[2], vb[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the ring is now reused as the merge area
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 1);
+    l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 2);
+  }
+  float* so = stage_o + (size_t(kw) * C::kRows + wrow0 + gq) * C::kLdo + 2 * cq;
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    *reinterpret_cast<float2*>(so + dt * 8) = make_float2(o[dt][0], o[dt][1]);
+    *reinterpret_cast<float2*>(so + 8 * C::kLdo + dt * 8) = make_float2(o[dt][2], o[dt][3]);
+  }
+  if (cq == 0) {
+    const int r = kw * C::kRows + wrow0 + gq;
+    m_s[r] = m_row[0];
+    m_s[r + 8] = m_row[1];
+    l_s[r] = l_row[0];
+    l_s[r + 8] = l_row[1];
+  }
+  __syncthreads();
+
+  const int heads_q = static_cast<int>(a.q.heads);
+  if (tid < valid_rows) {
+    // Per row: the merged max, each key slice's weight (kept in m_s) and the
+    // sum, with the sink folded in when this block writes the final output.
+    const int r = tid;
+    const int flat = r0 + r;
+    const int t = q_begin + flat / a.group, h = g * a.group + flat % a.group;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < C::kKeyWarps; ++w) m = fmaxf(m, m_s[w * C::kRows + r]);
+    const float sink = a.sinks && a.num_splits == 1 ? a.sinks[h] * kLog2e : -INFINITY;
+    const float m_all = fmaxf(m, sink);
+    const float msub = m_all == -INFINITY ? 0.0f : m_all;
+    float l = sink == -INFINITY ? 0.0f : fast_exp2(sink - msub);
+    float weight[C::kKeyWarps];
+#pragma unroll
+    for (int w = 0; w < C::kKeyWarps; ++w) {
+      weight[w] = fast_exp2(m_s[w * C::kRows + r] - msub);
+      l += l_s[w * C::kRows + r] * weight[w];
+    }
+    const float inv = a.num_splits > 1 ? 1.0f : (l > 0.0f ? 1.0f / l : 0.0f);
+#pragma unroll
+    for (int w = 0; w < C::kKeyWarps; ++w) m_s[w * C::kRows + r] = weight[w] * inv;
+    if (a.num_splits > 1) {
+      float* part = a.partial + ((int64_t(split) * a.q.n + t) * heads_q + h) * (D + 2);
+      part[D] = m * kLn2;  // the combine kernel works in natural-log units
+      part[D + 1] = l;
+    }
+  }
+  __syncthreads();
+
+  for (int i = tid; i < valid_rows * (D / 2); i += C::kThreads) {
+    const int r = i / (D / 2), d = (i % (D / 2)) * 2;
+    float2 acc = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < C::kKeyWarps; ++w) {
+      const float wt = m_s[w * C::kRows + r];
+      const float2 v = *reinterpret_cast<const float2*>(stage_o + (size_t(w) * C::kRows + r) * C::kLdo + d);
+      acc.x += v.x * wt;
+      acc.y += v.y * wt;
+    }
+    const int flat = r0 + r;
+    const int t = q_begin + flat / a.group, h = g * a.group + flat % a.group;
+    if (a.num_splits == 1) {
+      *reinterpret_cast<uint32_t*>(a.out.base + t * a.out.stride0 + h * a.out.stride1 + d * 2) = pack2<T>(acc.x, acc.y);
+    } else {
+      float* part = a.partial + ((int64_t(split) * a.q.n + t) * heads_q + h) * (D + 2);
+      *reinterpret_cast<float2*>(part + d) = acc;
+    }
+  }
+}
+
+template <typename T, int D, bool kDecode>
+void launch_config(const AttentionLaunch& a, cudaStream_t stream) {
+  using C = MmaConfig<D, kDecode>;
+  auto* kernel = attention_mma_kernel<T, D, kDecode>;
+  // The opt-in shared memory size is a per-device function attribute: set it
+  // once per device (outside any graph capture, at the first call).
+  static std::atomic<uint64_t> devices_done{0};
+  int device = 0;
+  cudaGetDevice(&device);
+  const uint64_t bit = uint64_t{1} << (device & 63);
+  if ((devices_done.load(std::memory_order_acquire) & bit) == 0) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(C::kSmemBytes));
+    devices_done.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  dim3 grid(static_cast<unsigned>(a.q_blocks), static_cast<unsigned>(a.k.heads),
+            static_cast<unsigned>(a.num_seqs * a.num_splits));
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(a);
+}
+
+template <typename T, int D>
+void launch_dim(const AttentionLaunch& a, cudaStream_t stream) {
+  if (a.kernel == AttentionKernel::MmaDecode) launch_config<T, D, true>(a, stream);
+  else launch_config<T, D, false>(a, stream);
+}
+
+template <typename T>
+void launch_typed(const AttentionLaunch& a, cudaStream_t stream) {
+  switch (a.q.dim) {
+    case 64: launch_dim<T, 64>(a, stream); break;
+    case 128: launch_dim<T, 128>(a, stream); break;
+    case 256: launch_dim<T, 256>(a, stream); break;
+    default: break;  // excluded by attention_mma_supported
+  }
+}
+
+template <int D>
+size_t smem_for(AttentionKernel kernel) {
+  return kernel == AttentionKernel::MmaDecode ? MmaConfig<D, true>::kSmemBytes : MmaConfig<D, false>::kSmemBytes;
+}
+
+}  // namespace
+
+bool attention_mma_supported(const AttentionLaunch& a) {
+  auto aligned = [](int64_t x, int64_t to) { return x % to == 0; };
+  auto ptr = [](const char* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); };
+  const int64_t d = a.q.dim;
+  if (a.type == ElemType::F32 || (d != 64 && d != 128 && d != 256) || a.k.dim != d || a.v.dim != d ||
+      a.out.dim != d || a.group < 1) {
+    return false;
+  }
+  // cp.async moves 16-byte chunks of Q/K/V rows; outputs are stored as pairs.
+  return aligned(ptr(a.q.base), 16) && aligned(a.q.stride0, 16) && aligned(a.q.stride1, 16) &&
+         aligned(ptr(a.k.base), 16) && aligned(a.k.stride0, 16) && aligned(a.k.stride1, 16) &&
+         aligned(a.k.stride2, 16) && aligned(ptr(a.v.base), 16) && aligned(a.v.stride0, 16) &&
+         aligned(a.v.stride1, 16) && aligned(a.v.stride2, 16) && aligned(ptr(a.out.base), 4) &&
+         aligned(a.out.stride0, 4) && aligned(a.out.stride1, 4);
+}
+
+int attention_mma_rows(AttentionKernel kernel, int dim) {
+  if (kernel == AttentionKernel::MmaDecode) return MmaConfig<128, true>::kRows;
+  return dim <= 128 ? MmaConfig<128, false>::kRows : MmaConfig<256, false>::kRows;
+}
+
+size_t attention_mma_smem_bytes(const AttentionLaunch& a) {
+  switch (a.q.dim) {
+    case 64: return smem_for<64>(a.kernel);
+    case 128: return smem_for<128>(a.kernel);
+    case 256: return smem_for<256>(a.kernel);
+    default: return 0;
+  }
+}
+
+void launch_attention_mma(const AttentionLaunch& a, Stream stream) {
+  if (a.type == ElemType::BF16) launch_typed<__nv_bfloat16>(a, static_cast<cudaStream_t>(stream));
+  else if (a.type == ElemType::F16) launch_typed<__half>(a, static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace deepinfer::cuda
