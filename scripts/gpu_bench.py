@@ -159,6 +159,28 @@ def deepinfer_prefill(exe, model, workdir, n, vocab, reps):
     return statistics.median(ttfts[1:] if len(ttfts) > 1 else ttfts), ttfts
 
 
+def deepinfer_pipeline(exe, model, batches, prompt_len, gen, timeout):
+    """`deepinfer bench` with the pipelined step loop on and off: decode tok/s
+    and the device's idle time between consecutive decode steps (from CUDA
+    events around every step), per batch size."""
+    out = {}
+    for mode in ("1", "0"):
+        env = dict(os.environ, DEEPINFER_ZERO_OVERHEAD_SCHEDULING=mode)
+        cmd = [exe, "bench", "--device", "cuda", "--model", model, "-b", ",".join(map(str, batches)),
+               "-p", str(prompt_len), "-g", str(gen), "-r", "1", "--json", "--max-num-batched-tokens", "8192",
+               "--max-model-len", str(prompt_len + gen + 16)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr[-3000:]}")
+        for p in json.loads(r.stdout):
+            busy, idle, steps = p["decode_device_busy_ms"], p["decode_device_idle_ms"], max(p["decode_steps"], 1)
+            out[f"{'on' if mode == '1' else 'off'}_b{p['batch']}"] = {
+                "decode_tok_s": p["decode_tok_s"], "steps": p["decode_steps"], "graph_steps": p["graph_steps"],
+                "step_ms": busy / steps, "idle_us_per_step": 1000 * idle / steps,
+                "idle_fraction": idle / (busy + idle) if busy + idle > 0 else 0, "idle_max_ms": p["decode_idle_max_ms"]}
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--deepinfer", required=True)
@@ -167,13 +189,14 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--gen", type=int, default=256)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--skip", default="", help="comma list of: peer,batch,prefill")
+    ap.add_argument("--skip", default="", help="comma list of: peer,batch,prefill,pipeline,small")
     ap.add_argument("--batch-requests", type=int, default=256)
     ap.add_argument("--batch-prompt", type=int, default=1000)
     ap.add_argument("--batch-gen", type=int, default=1000)
     ap.add_argument("--batch-timeout", type=int, default=240)
     ap.add_argument("--workdir", default="/tmp/deepinfer_bench", help="inputs and outputs of the runs")
     ap.add_argument("--peer-timeout", type=int, default=300)
+    ap.add_argument("--pipeline-timeout", type=int, default=240)
     ap.add_argument("--small-model", default="", help="a small model to measure per-step overhead with")
     ap.add_argument("--peer-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -246,6 +269,18 @@ def main():
         except Exception as e:
             res["prefill_error"] = str(e)[-2000:]
             print("[bench] prefill failed:", str(e)[-1500:], flush=True)
+        save()
+    if "pipeline" not in skip:
+        try:
+            res["pipeline"] = deepinfer_pipeline(args.deepinfer, args.model, [1, 32, 256], 128, 128,
+                                                 args.pipeline_timeout)
+            for k, v in res["pipeline"].items():
+                print(f"[bench] pipeline {k}: {v['decode_tok_s']:.0f} tok/s, step {v['step_ms']:.2f} ms, idle "
+                      f"{v['idle_us_per_step']:.1f} us/step ({100 * v['idle_fraction']:.2f}%), max {v['idle_max_ms']:.3f} ms, "
+                      f"graphs {v['graph_steps']}/{v['steps']}", flush=True)
+        except Exception as e:
+            res["pipeline_error"] = str(e)[-2000:]
+            print("[bench] pipeline failed:", str(e)[-1500:], flush=True)
         save()
     if "batch" not in skip:
         try:

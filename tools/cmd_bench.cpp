@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
+#include <set>
 
 #include "command.h"
 #include "core/error.h"
@@ -27,6 +29,13 @@ struct SweepPoint {
   double decode_tok_s = 0;   // tokens generated after that / the rest of the time
   double ttft_mean_s = 0;
   double total_s = 0;
+  // Device timeline over the decode phase (every request has its first
+  // token): idle time between consecutive steps, from events around them.
+  int64_t decode_steps = 0;
+  double decode_busy_ms = 0;
+  double decode_idle_ms = 0;
+  double decode_idle_max_ms = 0;
+  int64_t graph_steps = 0;
 };
 
 double median(std::vector<double> v) {
@@ -50,8 +59,17 @@ SweepPoint run_point(Engine& engine, int32_t batch, int32_t prompt_len, int32_t 
   Clock::time_point last_first_token = start;
   double ttft_sum = 0;
   int64_t first_tokens = 0, generated = 0;
+  std::set<uint64_t> started;
+  std::optional<EngineStats> decode_start;
+  SweepPoint pt{batch, prompt_len, gen_len};
   while (engine.has_unfinished()) {
-    for (const RequestOutput& o : engine.step()) {
+    const std::vector<RequestOutput> outputs = engine.step();
+    if (decode_start) {
+      const EngineStats now = engine.stats();
+      if (now.last_step_idle_ms >= 0) pt.decode_idle_max_ms = std::max(pt.decode_idle_max_ms, now.last_step_idle_ms);
+    }
+    for (const RequestOutput& o : outputs) {
+      if (!o.new_tokens.empty()) started.insert(o.request_id);
       generated += static_cast<int64_t>(o.new_tokens.size());
       if (o.finished) {
         if (auto s = engine.summary(o.request_id)) {
@@ -61,9 +79,16 @@ SweepPoint run_point(Engine& engine, int32_t batch, int32_t prompt_len, int32_t 
         }
       }
     }
+    if (!decode_start && static_cast<int32_t>(started.size()) == batch) decode_start = engine.stats();
   }
   const auto end = Clock::now();
-  SweepPoint pt{batch, prompt_len, gen_len};
+  if (decode_start) {
+    const EngineStats s = engine.stats();
+    pt.decode_steps = s.timed_steps - decode_start->timed_steps;
+    pt.decode_busy_ms = s.device_busy_ms - decode_start->device_busy_ms;
+    pt.decode_idle_ms = s.device_idle_ms - decode_start->device_idle_ms;
+    pt.graph_steps = s.graph_steps - decode_start->graph_steps;
+  }
   const double prefill_s = Seconds(last_first_token - start).count();
   const double decode_s = Seconds(end - last_first_token).count();
   pt.prefill_tok_s = prefill_s > 0 ? double(batch) * prompt_len / prefill_s : 0;
@@ -178,8 +203,16 @@ int run_bench(int argc, char** argv) {
           for (const auto& x : runs) v.push_back(x.*field);
           return median(v);
         };
-        SweepPoint m{b, p, g, pick(&SweepPoint::prefill_tok_s), pick(&SweepPoint::decode_tok_s),
-                     pick(&SweepPoint::ttft_mean_s), pick(&SweepPoint::total_s)};
+        // The timeline figures of the run with the median decode speed.
+        std::vector<size_t> order(runs.size());
+        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::sort(order.begin(), order.end(),
+                  [&](size_t a, size_t b2) { return runs[a].decode_tok_s < runs[b2].decode_tok_s; });
+        SweepPoint m = runs[order[order.size() / 2]];
+        m.prefill_tok_s = pick(&SweepPoint::prefill_tok_s);
+        m.decode_tok_s = pick(&SweepPoint::decode_tok_s);
+        m.ttft_mean_s = pick(&SweepPoint::ttft_mean_s);
+        m.total_s = pick(&SweepPoint::total_s);
         points.push_back(m);
         if (!json) log_info("bench: batch {} prompt {} gen {} done", b, p, g);
       }
@@ -193,16 +226,20 @@ int run_bench(int argc, char** argv) {
       j.push_back({{"batch", p.batch}, {"prompt_len", p.prompt_len}, {"gen_len", p.gen_len},
                    {"prefill_tok_s", p.prefill_tok_s}, {"decode_tok_s", p.decode_tok_s},
                    {"ttft_mean_s", p.ttft_mean_s}, {"total_s", p.total_s}, {"model", mc.name},
-                   {"threads", config.num_threads}, {"repetitions", reps}});
+                   {"threads", config.num_threads}, {"repetitions", reps},
+                   {"pipelined", engine.pipelined()}, {"decode_steps", p.decode_steps},
+                   {"graph_steps", p.graph_steps}, {"decode_device_busy_ms", p.decode_busy_ms},
+                   {"decode_device_idle_ms", p.decode_idle_ms}, {"decode_idle_max_ms", p.decode_idle_max_ms}});
     }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("| model | batch | prompt | gen | prefill t/s | decode t/s | mean TTFT s |\n");
-  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("| model | batch | prompt | gen | prefill t/s | decode t/s | mean TTFT s | device idle between decode steps |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const auto& p : points) {
-    std::printf("| %s | %d | %d | %d | %.1f | %.1f | %.3f |\n", mc.arch.c_str(), p.batch, p.prompt_len, p.gen_len,
-                p.prefill_tok_s, p.decode_tok_s, p.ttft_mean_s);
+    const double idle_pct = p.decode_busy_ms > 0 ? 100.0 * p.decode_idle_ms / (p.decode_busy_ms + p.decode_idle_ms) : 0;
+    std::printf("| %s | %d | %d | %d | %.1f | %.1f | %.3f | %.2f%% |\n", mc.arch.c_str(), p.batch, p.prompt_len,
+                p.gen_len, p.prefill_tok_s, p.decode_tok_s, p.ttft_mean_s, idle_pct);
   }
   return 0;
 }

@@ -32,6 +32,11 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--cost-model", f.cost_model_path, "chunked-prefill cost model (JSON from `deepinfer bench`)");
   app.add_option("--step-time-budget", c.step_time_budget_s, "seconds per step for the cost model")
       ->check(CLI::Range(1e-4, 100.0));
+  app.add_option("--gpu-memory-utilization", c.gpu_memory_utilization,
+                 "share of the GPU's memory for weights, activations and the KV cache (sizes the KV cache "
+                 "on GPUs unless --kv-cache-tokens is given)")
+      ->check(CLI::Range(0.05, 0.99));
+  app.add_flag("--enforce-eager", c.enforce_eager, "never run decode steps as CUDA graphs");
 }
 
 std::string default_model_path(const char* argv0) {

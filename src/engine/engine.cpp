@@ -96,6 +96,7 @@ Engine::Engine(EngineConfig config) : config_(std::move(config)) {
   int64_t pages = config_.kv_cache_tokens > 0
                       ? (config_.kv_cache_tokens + config_.block_size - 1) / config_.block_size
                       : config_.kv_cache_memory_bytes / static_cast<int64_t>(spec.bytes_per_page());
+  if (config_.kv_cache_tokens == 0 && backend_->memory_info()) pages = plan_device_kv_pages(spec);
   DI_CHECK(pages >= 2 && pages < (int64_t{1} << 30), "KV cache of {} pages is out of range", pages);
   kv_ = std::make_unique<KvStorage>(*backend_, spec, static_cast<int32_t>(pages));
   const int64_t kv_tokens = pages * config_.block_size;
@@ -130,6 +131,35 @@ Engine::Engine(EngineConfig config) : config_(std::move(config)) {
 }
 
 Engine::~Engine() = default;
+
+int64_t Engine::plan_device_kv_pages(const KvCacheSpec& spec) {
+  DI_CHECK(config_.gpu_memory_utilization > 0.0 && config_.gpu_memory_utilization < 1.0,
+           "--gpu-memory-utilization {} must be in (0, 1)", config_.gpu_memory_utilization);
+  // Activations first (the runner's reservation is then a no-op), so the
+  // free memory measured below is what weights and activations left.
+  const int32_t max_rows = std::min(config_.max_num_batched_tokens, config_.max_num_seqs);
+  model_->model().reserve(config_.max_num_batched_tokens, max_rows);
+  const DeviceMemoryInfo mem = *backend_->memory_info();
+  const auto total = static_cast<double>(mem.total_bytes);
+  const double in_use = total - static_cast<double>(mem.free_bytes);  // weights, activations, other processes
+  // Still to come besides the cache: the runner's logits and step inputs, and
+  // room for CUDA graphs and library workspaces.
+  const double logits = double(max_rows) * model_->config().vocab_size * 4.0;
+  const double runner_inputs = 64.0 * (config_.max_num_batched_tokens + 4.0 * config_.max_num_seqs);
+  constexpr double kGraphsAndLibraries = 512.0 * 1048576.0;
+  const double budget = config_.gpu_memory_utilization * total - in_use - logits - runner_inputs - kGraphsAndLibraries;
+  const double per_page = static_cast<double>(spec.bytes_per_page()) + 8.0;  // + two page-table entries per page
+  const auto pages = static_cast<int64_t>(budget / per_page) - 1;         // - the padding page
+  log_info("engine: device memory {:.1f} GiB, {:.1f} GiB in use after loading (weights {:.2f} GiB); "
+           "--gpu-memory-utilization {:.2f} leaves {:.2f} GiB for the KV cache",
+           total / 1073741824.0, in_use / 1073741824.0, model_->model().weight_bytes() / 1073741824.0,
+           config_.gpu_memory_utilization, std::max(budget, 0.0) / 1073741824.0);
+  DI_CHECK(pages >= 2,
+           "not enough device memory for a KV cache: {:.2f} GiB of {:.2f} GiB are in use after loading the model; "
+           "raise --gpu-memory-utilization or lower --max-num-batched-tokens / --max-num-seqs",
+           in_use / 1073741824.0, total / 1073741824.0);
+  return std::min<int64_t>(pages, (int64_t{1} << 30) - 2);
+}
 
 int32_t Engine::vocab_size() const { return model_->config().vocab_size; }
 const ModelConfig& Engine::model_config() const { return model_->config(); }
@@ -311,6 +341,8 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
   // The device is done with this step: blocks held for it can be reused.
   scheduler_->release_deferred(step.id);
   stats_.device_busy_ms += res.device_ms;
+  stats_.last_step_device_ms = res.device_ms;
+  stats_.last_step_idle_ms = res.idle_ms_before;
   ++stats_.timed_steps;
   if (res.graph) ++stats_.graph_steps;
   if (res.idle_ms_before >= 0) {

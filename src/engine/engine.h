@@ -22,6 +22,7 @@ class Backend;
 class LoadedModel;
 class Tokenizer;
 class KvStorage;
+struct KvCacheSpec;
 class BlockPool;
 class PrefixCache;
 class Scheduler;
@@ -62,6 +63,8 @@ struct EngineStats {
   double device_busy_ms = 0.0;
   double device_idle_ms = 0.0;
   double device_idle_max_ms = 0.0;
+  double last_step_device_ms = 0.0;  // the most recently completed step
+  double last_step_idle_ms = -1.0;   // negative when unknown
 };
 
 // Finished-request facts for callers that report timings.
@@ -108,6 +111,9 @@ class Engine {
 
  private:
   struct Live;  // a request plus its detokenizer and stop-string state
+  // KV pages that fit in --gpu-memory-utilization of the device after the
+  // weights and activations.
+  int64_t plan_device_kv_pages(const KvCacheSpec& spec);
   // WorkerStepState: a launched step waiting for its results.
   struct InflightStep;
   InflightStep launch(const ScheduledBatch& batch);
