@@ -71,6 +71,27 @@ struct AttentionParams {
   Tensor sinks;                // optional f32[n_heads_q]: per-head sink logit (gpt-oss)
 };
 
+// One row's sampling parameters for Backend::sample, laid out identically on
+// the host and the device (a params tensor is an array of these).
+// temperature < SamplingParams::kGreedyTemperature (1e-5) = greedy argmax;
+// top_k <= 0 = off; top_p >= 1 = off; min_p <= 0 = off. The random number of
+// the draw is rng::uniform01(seed, position). The values are validated by the
+// caller (SamplingParams::validate); a device never reads out of bounds on bad
+// values but their token is unspecified.
+struct SamplingRowParams {
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  int32_t top_k = 0;
+  uint64_t seed = 0;
+  int64_t position = 0;
+};
+static_assert(sizeof(SamplingRowParams) == 32 && alignof(SamplingRowParams) == 8,
+              "SamplingRowParams is copied byte for byte to devices");
+// The greedy threshold, equal to SamplingParams::kGreedyTemperature (the
+// backends do not see the public API header).
+constexpr float kSamplingGreedyTemperature = 1e-5f;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -116,6 +137,15 @@ class Backend {
   virtual void scale(const Tensor& x, float factor, Tensor out) = 0;
   // out[i] = x[rows[i]] for rows i32[n].
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
+
+  // One token per row of logits f32[rows, vocab] (outer stride free): greedy
+  // argmax (lowest id on ties, NaN never wins) or temperature, top-k, top-p,
+  // min-p and an inverse-CDF draw, exactly as cpu::sample_row
+  // (backend/cpu/cpu_sampling.h) defines them. params: u8[rows, 32], each row
+  // one SamplingRowParams. tokens: i32[rows]; -1 where every logit is -inf or
+  // NaN. A +inf logit in a non-greedy row is an error (raised at once on the
+  // CPU, by synchronize() on a device).
+  virtual void sample(const Tensor& logits, const Tensor& params, Tensor tokens) = 0;
 };
 
 struct BackendOptions {

@@ -1,6 +1,7 @@
 #include "ops/ops.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "core/error.h"
 
@@ -291,6 +292,28 @@ void gather_rows(Backend& backend, const Tensor& x, const Tensor& rows, Tensor o
            x.describe());
   check_index_vector(op, "rows", rows, backend, out.size(0));
   backend.gather_rows(x, rows, out);
+}
+
+void sample(Backend& backend, const Tensor& logits, const Tensor& params, Tensor tokens) {
+  const char* op = "sample";
+  check_device(op, "logits", logits, backend);
+  check_rank(op, "logits", logits, 2);
+  check_dtype(op, "logits", logits, DType::F32);
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  DI_CHECK(vocab > 0 && vocab <= INT32_MAX, "{}: logits {} must have between 1 and {} columns", op,
+           logits.describe(), INT32_MAX);
+  check_device(op, "params", params, backend);
+  check_rank(op, "params", params, 2);
+  check_dtype(op, "params", params, DType::U8);
+  constexpr auto kRowBytes = static_cast<int64_t>(sizeof(SamplingRowParams));
+  DI_CHECK(params.size(0) == rows && params.size(1) == kRowBytes && params.is_contiguous(),
+           "{}: params {} must be a contiguous u8[{}, {}] (one SamplingRowParams per row of logits)", op,
+           params.describe(), rows, kRowBytes);
+  DI_CHECK(reinterpret_cast<uintptr_t>(params.data()) % alignof(SamplingRowParams) == 0,
+           "{}: params must be {}-byte aligned", op, alignof(SamplingRowParams));
+  check_index_vector(op, "tokens", tokens, backend, rows);
+  if (rows == 0) return;
+  backend.sample(logits, params, tokens);
 }
 
 }  // namespace deepinfer::ops

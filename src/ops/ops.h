@@ -38,4 +38,11 @@ void add(Backend& backend, const Tensor& a, const Tensor& b, Tensor out);
 void scale(Backend& backend, const Tensor& x, float factor, Tensor out);
 void gather_rows(Backend& backend, const Tensor& x, const Tensor& rows, Tensor out);
 
+
+// Sampling (see Backend::sample). logits: f32[rows, vocab] with a free row
+// stride; params: u8[rows, sizeof(SamplingRowParams)] (rows of raw
+// SamplingRowParams bytes, contiguous); tokens: i32[rows]. The parameter
+// values are not read here (they may live on a device): validate them first
+// (SamplingParams::validate).
+void sample(Backend& backend, const Tensor& logits, const Tensor& params, Tensor tokens);
 }  // namespace deepinfer::ops

@@ -5,7 +5,6 @@
 #include <limits>
 
 #include "core/error.h"
-#include "runner/rng.h"
 
 namespace deepinfer {
 
@@ -13,9 +12,8 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// How many candidates the top-p search sorts first; it grows 4x until the
-// nucleus fits, so typical rows never sort the whole vocabulary.
-constexpr size_t kTopPInitialCandidates = 256;
+static_assert(SamplingParams::kGreedyTemperature == kSamplingGreedyTemperature,
+              "the backends' greedy threshold is the public one");
 
 bool needs_processing(const SamplingRow& row) {
   const SamplingParams& p = *row.params;
@@ -24,18 +22,6 @@ bool needs_processing(const SamplingRow& row) {
 }
 
 }  // namespace
-
-int32_t argmax(std::span<const float> logits) {
-  int32_t best = -1;
-  float best_value = kNegInf;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (logits[i] > best_value) {
-      best_value = logits[i];
-      best = static_cast<int32_t>(i);
-    }
-  }
-  return best;
-}
 
 Sampler::Sampler(int32_t vocab_size) : vocab_size_(vocab_size) {
   DI_CHECK(vocab_size > 0, "Sampler: vocabulary size must be positive, got {}", vocab_size);
@@ -75,117 +61,20 @@ SampleResult Sampler::sample_row(std::span<const float> logits, const SamplingRo
   }
 
   SampleResult result;
-  result.token = p.greedy() ? argmax(view) : sample_filtered(view, p, row.seed, row.position);
+  if (p.greedy()) {
+    result.token = argmax(view);
+  } else {
+    const SamplingRowParams row_params{.temperature = p.temperature,
+                                       .top_p = p.top_p,
+                                       .min_p = p.min_p,
+                                       .top_k = p.top_k,
+                                       .seed = row.seed,
+                                       .position = row.position};
+    result.token = cpu::sample_filtered(view, row_params, weights_, candidates_);
+  }
   DI_CHECK(result.token >= 0, "Sampler: no token can be sampled (every logit is -inf or NaN)");
   if (p.logprobs) compute_logprobs(logits, result.token, *p.logprobs, result);
   return result;
-}
-
-int32_t Sampler::select_top(std::span<const float> logits, size_t k) {
-  // Highest logit first, lower id first among equals: a total order, so the
-  // candidate list does not depend on how it is found.
-  auto before = [&](int32_t a, int32_t b) {
-    const float la = logits[static_cast<size_t>(a)];
-    const float lb = logits[static_cast<size_t>(b)];
-    return la > lb || (la == lb && a < b);
-  };
-  // A bounded heap whose top is the worst kept candidate. Ids arrive in
-  // increasing order, so a later id beats the top only with a strictly larger
-  // logit: one comparison rejects almost every token, and the scan is O(V)
-  // instead of the O(V log V) of a sort.
-  int32_t* heap = candidates_.data();
-  size_t n = 0;
-  float worst = kNegInf;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (n == k) {
-      if (!(logits[i] > worst)) continue;
-      std::pop_heap(heap, heap + n, before);
-      heap[n - 1] = static_cast<int32_t>(i);
-    } else {
-      heap[n++] = static_cast<int32_t>(i);
-    }
-    std::push_heap(heap, heap + n, before);
-    if (n == k) worst = logits[static_cast<size_t>(heap[0])];
-  }
-  std::sort_heap(heap, heap + n, before);
-  return static_cast<int32_t>(n);
-}
-
-int32_t Sampler::sample_filtered(std::span<const float> logits, const SamplingParams& p, uint64_t seed,
-                                 int64_t position) {
-  const size_t v = logits.size();
-  float max_logit = kNegInf;
-  for (float x : logits) max_logit = std::max(max_logit, x);
-  if (max_logit == kNegInf) return -1;
-  DI_CHECK(std::isfinite(max_logit), "Sampler: logits contain +inf");
-  const float inv_t = 1.0f / p.temperature;
-  // Relative to the best token, which has weight 1, so min-p is a plain threshold.
-  auto weight = [&](size_t i) { return std::exp((logits[i] - max_logit) * inv_t); };
-  const double target_fraction = rng::uniform01(seed, static_cast<uint64_t>(position));
-
-  const size_t k = p.top_k_enabled() ? std::min(static_cast<size_t>(p.top_k), v) : v;
-  if (k == v && p.top_p >= 1.0f) {
-    // No ranking needed: draw over the whole vocabulary in id order.
-    double total = 0.0;
-    for (size_t i = 0; i < v; ++i) {
-      float w = weight(i);
-      if (w < p.min_p) w = 0.0f;
-      weights_[i] = w;
-      total += w;
-    }
-    const double target = target_fraction * total;
-    double cumulative = 0.0;
-    int32_t last_positive = -1;
-    for (size_t i = 0; i < v; ++i) {
-      if (weights_[i] <= 0.0f) continue;
-      cumulative += weights_[i];
-      last_positive = static_cast<int32_t>(i);
-      if (cumulative > target) return last_positive;
-    }
-    return last_positive;
-  }
-
-  size_t n = 0;
-  double set_total = 0.0;
-  if (k < v) {
-    n = static_cast<size_t>(select_top(logits, k));
-    for (size_t j = 0; j < n; ++j) {
-      weights_[j] = weight(static_cast<size_t>(candidates_[j]));
-      set_total += weights_[j];
-    }
-  } else {
-    for (size_t i = 0; i < v; ++i) set_total += weight(i);
-    // Grow the sorted prefix until it holds the nucleus.
-    for (size_t want = std::min(v, kTopPInitialCandidates);; want = std::min(v, want * 4)) {
-      n = static_cast<size_t>(select_top(logits, want));
-      double cumulative = 0.0;
-      for (size_t j = 0; j < n; ++j) {
-        weights_[j] = weight(static_cast<size_t>(candidates_[j]));
-        cumulative += weights_[j];
-      }
-      if (n == v || cumulative >= static_cast<double>(p.top_p) * set_total) break;
-    }
-  }
-
-  // Top-p keeps a token while the mass ranked above it is below top_p; min-p
-  // keeps it while its weight is at least min_p of the best one's.
-  const double nucleus = static_cast<double>(p.top_p) * set_total;
-  double kept_total = 0.0;
-  size_t kept = 0;
-  for (; kept < n; ++kept) {
-    if (kept > 0 && (kept_total >= nucleus || weights_[kept] < p.min_p)) break;
-    kept_total += weights_[kept];
-  }
-  const double target = target_fraction * kept_total;
-  double cumulative = 0.0;
-  int32_t last_positive = -1;
-  for (size_t j = 0; j < kept; ++j) {
-    if (weights_[j] <= 0.0f) continue;
-    cumulative += weights_[j];
-    last_positive = candidates_[j];
-    if (cumulative > target) return last_positive;
-  }
-  return last_positive;
 }
 
 void Sampler::compute_logprobs(std::span<const float> logits, int32_t token, int32_t top_n, SampleResult& out) {

@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/cpu/cpu_sampling.h"
 #include "deepinfer/sampling_params.h"
 #include "runner/logits_processors.h"
 
@@ -67,10 +68,6 @@ class Sampler {
   int32_t vocab_size() const { return vocab_size_; }
 
  private:
-  int32_t sample_filtered(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
-                          int64_t position);
-  int32_t select_top(std::span<const float> logits, size_t k);
-
   int32_t vocab_size_;
   // Scratch reused across calls so steady-state sampling does not allocate.
   std::vector<float> work_;
@@ -81,6 +78,6 @@ class Sampler {
 
 // Index of the largest logit, lowest index on ties; NaN never wins; -1 if no
 // logit is above -inf.
-int32_t argmax(std::span<const float> logits);
+using cpu::argmax;
 
 }  // namespace deepinfer

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/cpu_sampling.h"
 #include "backend/cpu/rows.h"
 #include "backend/cpu/weight_kernels.h"
 #include "core/error.h"
@@ -86,6 +87,24 @@ void CpuBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
   }
   // A row of x may itself have several dimensions; copy each as a (strided) sub-tensor.
   for (int64_t i = 0; i < n; ++i) copy(out.row(i), x.row(index[i]));
+}
+
+void CpuBackend::sample(const Tensor& logits, const Tensor& params, Tensor tokens) {
+  Rows l(logits);
+  const int64_t vocab = l.cols();
+  const auto* row_params = params.data_as<const SamplingRowParams>();
+  int32_t* out = tokens.data_as<int32_t>();
+  // Rows are independent; a pool thread's scratch holds one row's work, weights and candidates.
+  pool_.parallel_for(l.rows(), [&](int64_t b, int64_t e, int t) {
+    const auto v = static_cast<size_t>(vocab);
+    char* scratch = thread_scratch_[static_cast<size_t>(t)].get<char>(3 * v * sizeof(float));
+    const std::span<float> work(reinterpret_cast<float*>(scratch), v);
+    const std::span<float> weights(reinterpret_cast<float*>(scratch) + v, v);
+    const std::span<int32_t> candidates(reinterpret_cast<int32_t*>(scratch) + 2 * v, v);
+    for (int64_t r = b; r < e; ++r) {
+      out[r] = sample_row({l.row(r), v}, row_params[r], work, weights, candidates);
+    }
+  }, 1, 1);
 }
 
 }  // namespace deepinfer::cpu

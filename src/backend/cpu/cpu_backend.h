@@ -69,6 +69,7 @@ class CpuBackend final : public Backend {
   void add(const Tensor& a, const Tensor& b, Tensor out) override;
   void scale(const Tensor& x, float factor, Tensor out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override;
+  void sample(const Tensor& logits, const Tensor& params, Tensor tokens) override;
 
   // Up to this many rows of x, linear runs as matrix-vector products on the
   // quantised activations; above it, as dequantised tiles times OpenBLAS sgemm.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_sampling.h"
 #include "core/error.h"
 #include "core/logging.h"
 
@@ -229,6 +230,7 @@ void CudaBackend::synchronize() {
   if (err & kErrGatherRow) what.push_back("gather_rows: row out of range");
   if (err & kErrAttentionPage) what.push_back("attention: page id out of range");
   if (err & kErrAttentionLayout) what.push_back("attention: inconsistent q_indptr/kv_indptr/kv_last_page_len");
+  if (err & kErrSampleLogits) what.push_back("sample: +inf logit in a non-greedy row");
   fail("CUDA backend: bad input data detected on the device: {}", fmt::join(what, "; "));
 }
 
@@ -423,6 +425,11 @@ void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
   launch_gather_rows(static_cast<int>(es), rows_of(x), x.size(0), sub, rows.data_as<const int32_t>(), rows.size(0),
                      rows_of(out), error_word_, stream_);
   check_launch("gather_rows");
+}
+
+void CudaBackend::sample(const Tensor& logits, const Tensor& params, Tensor tokens) {
+  launch_sample(rows_of(logits), params.data(), tokens.data_as<int32_t>(), error_word_, stream_);
+  check_launch("sample");
 }
 
 }  // namespace deepinfer::cuda

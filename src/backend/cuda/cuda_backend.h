@@ -54,6 +54,7 @@ class CudaBackend final : public Backend {
   void add(const Tensor& a, const Tensor& b, Tensor out) override;
   void scale(const Tensor& x, float factor, Tensor out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override;
+  void sample(const Tensor& logits, const Tensor& params, Tensor tokens) override;
 
   int num_sms() const { return num_sms_; }
   CUstream_st* stream() const { return stream_; }
