@@ -37,6 +37,7 @@ void check(cudaError_t e, const char* what) {
 struct Case {
   std::string name;
   int num_seqs, q_len, kv_len, heads_kv, group, dim, page_size;
+  bool shuffle_pages = true;
 };
 
 class DeviceMemory {
@@ -141,10 +142,11 @@ void bench_case(const Case& c, int num_sms, int reps, std::mt19937& gen) {
   fill_random(k, cache_elems, gen);
   fill_random(v, cache_elems, gen);
   uint16_t* q = mem.upload(random_bf16(static_cast<size_t>(n * hq * d), gen));
-  // Pages in a shuffled order, as a long-running cache hands them out.
+  // Pages in a shuffled order, as a long-running cache hands them out (or in
+  // order, to see what the scattered reads cost).
   std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
   std::iota(page_ids.begin(), page_ids.end(), 0);
-  std::shuffle(page_ids.begin(), page_ids.end(), gen);
+  if (c.shuffle_pages) std::shuffle(page_ids.begin(), page_ids.end(), gen);
   std::vector<int32_t> q_indptr{0}, kv_indptr{0}, last_len;
   for (int s = 0; s < c.num_seqs; ++s) {
     q_indptr.push_back(q_indptr.back() + c.q_len);
@@ -210,6 +212,7 @@ int main(int argc, char** argv) {
   const std::vector<Case> cases = {
       {"prefill 1 x 8192 causal, 32 q / 8 kv heads, d 128, page 16", 1, 8192, 8192, 8, 4, 128, 16},
       {"decode 256 x 1500, 8 kv heads, group 4, d 128, page 16", 256, 1, 1500, 8, 4, 128, 16},
+      {"decode 256 x 1500, same, pages in order", 256, 1, 1500, 8, 4, 128, 16, false},
       {"decode 4 x 32768 (split-KV), 8 kv heads, group 4, d 128, page 16", 4, 1, 32768, 8, 4, 128, 16},
       {"prefill 4 x 2048 causal, 32 q / 8 kv heads, d 128, page 16", 4, 2048, 2048, 8, 4, 128, 16},
   };

@@ -388,7 +388,11 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
   const int64_t blocks = int64_t{a.num_seqs} * a.k.heads * a.q_blocks;
   a.num_splits = 1;
   if (hints.max_kv_len >= 2 * min_keys_per_split && blocks < hints.num_sms) {
-    int64_t want = (2 * int64_t{hints.num_sms} + blocks - 1) / blocks;
+    // The tensor-core kernels hold one or two blocks per SM: round down so
+    // the splits fill whole waves of 2 * num_sms blocks (a partial second
+    // wave would double the time).
+    int64_t want = a.kernel == AttentionKernel::Simt ? (2 * int64_t{hints.num_sms} + blocks - 1) / blocks
+                                                     : 2 * int64_t{hints.num_sms} / blocks;
     want = std::min<int64_t>({want, hints.max_kv_len / min_keys_per_split, 64, 65535 / std::max(a.num_seqs, 1)});
     const int64_t per_split = n * a.q.heads * (dim + 2) * static_cast<int64_t>(sizeof(float));
     want = std::min<int64_t>(want, static_cast<int64_t>(hints.workspace_bytes) / std::max<int64_t>(per_split, 1));

@@ -164,6 +164,8 @@ __global__ void __launch_bounds__(MmaConfig<D, kDecode>::kThreads, MmaConfig<D, 
   const int kv_p0 = a.kv_indptr[s], kv_p1 = a.kv_indptr[s + 1];
   const int n_pages = kv_p1 - kv_p0;
   const int page_size = static_cast<int>(a.k.page_size);
+  // Power-of-two pages (the usual 16) turn the per-row division into shifts.
+  const int page_shift = (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1;
   if (q_len == 0 && n_pages >= 0) return;
   const int last_len = n_pages > 0 ? a.last_len[s] : 0;
   const int kv_len = (n_pages - 1) * page_size + last_len;
@@ -211,7 +213,9 @@ __global__ void __launch_bounds__(MmaConfig<D, kDecode>::kThreads, MmaConfig<D, 
     for (int i = 0; i < kLoadRows; ++i) {
       const int j = kt + ld_row0 + i * kLoadRowStep;
       // j < k_end <= kv_len, so j / page_size < n_pages.
-      next_pages[i] = tile < n_tiles && j < k_end ? pages[j / page_size] : -1;
+      int page = -1;
+      if (tile < n_tiles && j < k_end) page = pages[page_shift >= 0 ? j >> page_shift : j / page_size];
+      next_pages[i] = page;
     }
   };
   auto issue_tile = [&](int tile) {
@@ -228,7 +232,7 @@ __global__ void __launch_bounds__(MmaConfig<D, kDecode>::kThreads, MmaConfig<D, 
       const char* k_src = a.k.base;
       const char* v_src = a.v.base;
       if (ok) {
-        const int off = j % page_size;
+        const int off = page_shift >= 0 ? j & (page_size - 1) : j % page_size;
         k_src = a.k.base + page * a.k.stride0 + off * a.k.stride1 + g * a.k.stride2 + ld_chunk * 16;
         v_src = a.v.base + page * a.v.stride0 + off * a.v.stride1 + g * a.v.stride2 + ld_chunk * 16;
       }
@@ -315,21 +319,37 @@ __global__ void __launch_bounds__(MmaConfig<D, kDecode>::kThreads, MmaConfig<D, 
       }
     }
 
+    // Warp-uniform branches outside the element loops, so the common case
+    // (no softcap, a tile fully inside every row's range) carries neither.
+    if (softcap) {
+#pragma unroll
+      for (int nt = 0; nt < C::kWarpN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[nt][e] = tanhf(sc[nt][e] * qk_mul) * cap_mul;
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < C::kWarpN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[nt][e] *= qk_mul;
+      }
+    }
+    if (masked) {
+#pragma unroll
+      for (int nt = 0; nt < C::kWarpN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = wk0 + nt * 8 + 2 * cq + (e & 1);
+          const bool ok = e < 2 ? (j <= pos0 && j >= lo0) : (j <= pos1 && j >= lo1);
+          if (!ok || j >= k_end) sc[nt][e] = -INFINITY;
+        }
+      }
+    }
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < C::kWarpN / 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = sc[nt][e];
-        x = softcap ? tanhf(x * qk_mul) * cap_mul : x * qk_mul;
-        if (masked) {
-          const int j = wk0 + nt * 8 + 2 * cq + (e & 1);
-          const bool ok = e < 2 ? (j <= pos0 && j >= lo0) : (j <= pos1 && j >= lo1);
-          if (!ok || j >= k_end) x = -INFINITY;
-        }
-        sc[nt][e] = x;
-        mx[e >> 1] = fmaxf(mx[e >> 1], x);
-      }
+      for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], sc[nt][e]);
     }
     float msub[2], rowsum[2] = {0.0f, 0.0f};
 #pragma unroll
