@@ -100,8 +100,9 @@ Result run(AttentionLaunch a, const Case& c, bool allow_mma, int num_sms, size_t
   hints.workspace_bytes = workspace_bytes;
   hints.allow_mma = allow_mma;
   plan_attention(a, hints);
-  const char* kind = a.kernel == AttentionKernel::Simt ? "simt" : a.kernel == AttentionKernel::MmaDecode ? "mma-decode"
-                                                                                                         : "mma-prefill";
+  const char* kind = a.kernel == AttentionKernel::Simt        ? "simt"
+                     : a.kernel == AttentionKernel::MmaDecode ? "mma-decode"
+                                                              : "mma-prefill";
   Result r;
   r.plan = fmt::format("{} q_blocks={} splits={} smem={}KiB", kind, a.q_blocks, a.num_splits,
                        attention_smem_bytes(a) / 1024);

@@ -285,7 +285,9 @@ __global__ void __launch_bounds__(MmaConfig<D, kDecode>::kThreads, MmaConfig<D, 
     if constexpr (C::kQInRegs) {
       if (it == 0) {
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], q_base + swizzle<D>(wrow0 + (lane & 15), 2 * kk + (lane >> 4)));
+        for (int kk = 0; kk < D / 16; ++kk) {
+          ldmatrix_x4(qf[kk], q_base + swizzle<D>(wrow0 + (lane & 15), 2 * kk + (lane >> 4)));
+        }
       }
     }
 
