@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/tensor.h"
@@ -92,6 +93,30 @@ static_assert(sizeof(SamplingRowParams) == 32 && alignof(SamplingRowParams) == 8
 // backends do not see the public API header).
 constexpr float kSamplingGreedyTemperature = 1e-5f;
 
+// A marker in a backend's op stream: complete once every op enqueued before
+// record() has finished.
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+  virtual void record() = 0;
+  virtual void synchronize() = 0;  // waits on the host until complete
+  virtual bool ready() = 0;
+  // Milliseconds from `earlier` to this event, both recorded and complete.
+  virtual double elapsed_ms_since(const DeviceEvent& earlier) const = 0;
+};
+
+// A captured sequence of ops, replayed with the arguments of the capture.
+class OpGraph {
+ public:
+  virtual ~OpGraph() = default;
+  virtual void replay() = 0;
+};
+
+struct DeviceMemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -108,6 +133,28 @@ class Backend {
   // dst and src have equal shapes and dtypes; either may live on the host.
   virtual void copy(Tensor dst, const Tensor& src) = 0;
   virtual void synchronize() = 0;
+
+  // --- Asynchronous steps (ModelRunner). The defaults suit backends whose ops
+  // complete before they return (the CPU): events are always complete, host
+  // memory is ordinary memory and there is no graph capture.
+  // Host memory the device copies to and from without staging (pinned on CUDA).
+  virtual void* allocate_host(size_t bytes);
+  virtual void deallocate_host(void* ptr);
+  // copy() that does not wait for a device-to-host copy to land: the host
+  // data is valid once an event recorded after it has completed. dst or src
+  // on the host must come from allocate_host.
+  virtual void copy_async(Tensor dst, const Tensor& src) { copy(dst, src); }
+  // A point in the backend's op stream.
+  virtual std::unique_ptr<DeviceEvent> create_event();
+  // Records the ops enqueued between begin_capture() and end_capture() into a
+  // graph that replays them with the same arguments (CUDA graphs). Nothing
+  // runs while capturing. Only for backends where supports_graphs().
+  virtual bool supports_graphs() const { return false; }
+  virtual void begin_capture();
+  virtual std::unique_ptr<OpGraph> end_capture();
+  // Device memory now free and in total; nullopt for host backends.
+  virtual std::optional<DeviceMemoryInfo> memory_info() const { return std::nullopt; }
+
 
   // Rows of table[vocab, hidden] (any weight dtype) picked by ids i32[n] -> out[n, hidden].
   virtual void embedding(const Tensor& table, const Tensor& ids, Tensor out) = 0;

@@ -169,6 +169,8 @@ void CudaBackend::deallocate(void* ptr) {
 
 void* CudaBackend::scratch(size_t bytes) {
   if (bytes > scratch_bytes_) {
+    DI_CHECK(!capturing_, "CUDA backend: an op needs {} bytes of scratch while a graph is being captured; "
+             "run one step of this shape eagerly first", bytes);
     check_cuda(cudaStreamSynchronize(cu(stream_)), "cudaStreamSynchronize");
     cudaFree(scratch_);
     scratch_ = nullptr;

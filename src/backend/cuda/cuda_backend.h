@@ -41,6 +41,17 @@ class CudaBackend final : public Backend {
   void copy(Tensor dst, const Tensor& src) override;
   void synchronize() override;
 
+  // Asynchronous steps (cuda_stream.cpp).
+  void* allocate_host(size_t bytes) override;
+  void deallocate_host(void* ptr) override;
+  void copy_async(Tensor dst, const Tensor& src) override;
+  std::unique_ptr<DeviceEvent> create_event() override;
+  bool supports_graphs() const override { return true; }
+  void begin_capture() override;
+  std::unique_ptr<OpGraph> end_capture() override;
+  std::optional<DeviceMemoryInfo> memory_info() const override;
+  bool capturing() const { return capturing_; }
+
   void embedding(const Tensor& table, const Tensor& ids, Tensor out) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset, Tensor out) override;
   void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps, float weight_offset,
@@ -78,6 +89,7 @@ class CudaBackend final : public Backend {
   uint32_t* error_word_ = nullptr;  // device
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  bool capturing_ = false;
 };
 
 }  // namespace deepinfer::cuda
