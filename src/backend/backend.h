@@ -117,6 +117,35 @@ struct DeviceMemoryInfo {
   size_t total_bytes = 0;
 };
 
+// Mixture-of-experts routing. Scores are softmax over all experts (Mixtral,
+// Qwen-MoE) or a per-expert sigmoid (DeepSeek-V3). Experts are chosen by
+// score + correction_bias (when defined), optionally restricted to the
+// top_k_groups best of n_groups equal groups (a group's rank: the sum of its two
+// best biased scores, as DeepSeek-V3 does). The weights are the chosen experts'
+// unbiased scores, divided by their sum when renormalize is set (norm_topk_prob),
+// times scaling (routed_scaling_factor).
+enum class MoeScoring : uint8_t { Softmax, Sigmoid };
+
+struct MoeRouteParams {
+  int top_k = 1;
+  MoeScoring scoring = MoeScoring::Softmax;
+  bool renormalize = false;
+  float scaling = 1.0f;
+  Tensor correction_bias;  // optional f32[n_experts]
+  int n_groups = 1;
+  int top_k_groups = 1;
+};
+
+// Every expert's matrices stacked on a leading expert dimension, each expert's
+// slice in linear's [out, in] layout. Any weight dtype linear accepts; the
+// outer strides are free, so the gate and up halves of a fused gate_up stack
+// [E, 2F, H] can be passed as two views.
+struct MoeExpertWeights {
+  Tensor gate;  // [n_experts, ffn, hidden]
+  Tensor up;    // [n_experts, ffn, hidden]
+  Tensor down;  // [n_experts, hidden, ffn]
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -184,6 +213,19 @@ class Backend {
   virtual void scale(const Tensor& x, float factor, Tensor out) = 0;
   // out[i] = x[rows[i]] for rows i32[n].
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
+
+  // Router logits [n, n_experts] (f32 or activation dtype) -> the top_k chosen
+  // expert ids i32[n, top_k] and their weights f32[n, top_k].
+  virtual void moe_route(const Tensor& logits, const MoeRouteParams& params, Tensor expert_ids,
+                         Tensor expert_weights) = 0;
+  // Bytes of workspace moe_experts needs for n tokens routed to top_k experts each.
+  virtual size_t moe_workspace_bytes(int64_t n_tokens, int top_k, const MoeExpertWeights& w) const = 0;
+  // out[t] (+)= sum_j expert_weights[t, j] * down_e(act(gate_e x[t]) * up_e x[t]) with
+  // e = expert_ids[t, j]; accumulates into out when `accumulate` (shared experts),
+  // else overwrites it. workspace: u8[moe_workspace_bytes(...)], caller-owned.
+  virtual void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                           const MoeExpertWeights& w, Activation act, bool accumulate, Tensor workspace,
+                           Tensor out) = 0;
 
   // One token per row of logits f32[rows, vocab] (outer stride free): greedy
   // argmax (lowest id on ties, NaN never wins) or temperature, top-k, top-p,

@@ -10,10 +10,11 @@ namespace deepinfer {
 
 extern const ArchSpec kLlamaArch;
 extern const ArchSpec kGemma3Arch;
+extern const ArchSpec kMoeArch;
 
 namespace {
 
-const ArchSpec* const kArchs[] = {&kLlamaArch, &kGemma3Arch};
+const ArchSpec* const kArchs[] = {&kLlamaArch, &kGemma3Arch, &kMoeArch};
 
 std::string supported(bool gguf) {
   std::string s;
@@ -121,6 +122,12 @@ T get_required(const nlohmann::json& j, const char* key) {
 }
 
 }  // namespace
+
+int32_t hf_int(const nlohmann::json& cfg, const char* key, int32_t fallback) {
+  return get_or<int32_t>(cfg, key, fallback);
+}
+int32_t hf_required_int(const nlohmann::json& cfg, const char* key) { return get_required<int32_t>(cfg, key); }
+bool hf_bool(const nlohmann::json& cfg, const char* key, bool fallback) { return get_or<bool>(cfg, key, fallback); }
 
 void read_rope_scaling(const nlohmann::json& rs, RopeScaling& out) {
   std::string type = get_or<std::string>(rs, "rope_type", get_or<std::string>(rs, "type", "default"));

@@ -40,6 +40,10 @@ ModelConfig gguf_dense_base(const GgufFile& f, std::string_view arch);
 void read_rope_scaling(const nlohmann::json& rs, RopeScaling& out);
 // Common dense-decoder fields from a config.json object.
 ModelConfig hf_dense_base(const nlohmann::json& cfg, std::string_view arch);
+// Typed config.json fields; a field of the wrong type is a deepinfer::Error.
+int32_t hf_int(const nlohmann::json& cfg, const char* key, int32_t fallback);
+int32_t hf_required_int(const nlohmann::json& cfg, const char* key);
+bool hf_bool(const nlohmann::json& cfg, const char* key, bool fallback);
 }  // namespace arch_util
 
 }  // namespace deepinfer

@@ -1,5 +1,6 @@
 #include "model/decoder_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -29,6 +30,13 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
     : config_(std::move(config)), backend_(backend), store_(backend) {
   config_.validate();
   const ModelConfig& c = config_;
+  for (int i = 0; i < c.n_layers; ++i) has_moe_ = has_moe_ || c.is_moe(i);
+  // The CUDA MoE kernels do not exist yet: fail before reading any weights.
+  DI_CHECK(!has_moe_ || backend.device().type == DeviceType::CPU,
+           "{}: mixture-of-experts models are not supported on the {} backend yet; use the CPU backend", c.arch,
+           backend.name());
+  route_.top_k = c.moe.n_experts_used;
+  route_.renormalize = c.moe.norm_topk_prob;
   const int64_t H = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
   const int64_t q_dim = int64_t{c.n_heads_q} * D, kv_dim = int64_t{c.n_heads_kv} * D;
 
@@ -82,18 +90,73 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
     } else {
       l.post_attn_norm = optional_vector(p + "post_attention_norm.weight", H);
     }
-    l.mlp.w_gate = matrix(p + "ffn_gate.weight", F, H);
-    l.mlp.w_up = matrix(p + "ffn_up.weight", F, H);
-    l.mlp.w_down = matrix(p + "ffn_down.weight", H, F);
+    if (c.is_moe(i)) {
+      load_moe(l, source, p);
+    } else {
+      l.mlp.w_gate = matrix(p + "ffn_gate.weight", F, H);
+      l.mlp.w_up = matrix(p + "ffn_up.weight", F, H);
+      l.mlp.w_down = matrix(p + "ffn_down.weight", H, F);
+    }
   }
   inv_freq_global_ = store_.f32_vector(rope_inv_freq(c, false));
   inv_freq_local_ = store_.f32_vector(rope_inv_freq(c, true));
 }
 
+void DecoderModel::load_moe(Layer& l, const WeightSource& source, const std::string& p) {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size, E = c.moe.n_experts, F = c.moe.expert_ffn_size, S = c.moe.shared_ffn_size;
+  auto stack = [&](const std::string& name, int64_t rows, int64_t cols) {
+    Tensor t = source.get(name);
+    DI_CHECK(t.ndim() == 3 && t.size(0) == E, "tensor '{}' is {}: expected {} experts (config) of [{}, {}]", name,
+             t.describe(), E, rows, cols);
+    expect_shape(t, name, {E, rows, cols});
+    // Decode reads only the chosen experts' weights.
+    weight_bytes_ += t.nbytes() / static_cast<size_t>(E) * static_cast<size_t>(c.moe.n_experts_used);
+    return store_.expert_stack(t);
+  };
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
+    Tensor t = source.get(name);
+    expect_shape(t, name, {rows, cols});
+    weight_bytes_ += t.nbytes();
+    return store_.matrix(t);
+  };
+  layers::MoeWeights& m = l.moe;
+  m.router = matrix(p + "ffn_gate_inp.weight", E, H);
+  m.experts.gate = stack(p + "ffn_gate_exps.weight", F, H);
+  m.experts.up = stack(p + "ffn_up_exps.weight", F, H);
+  m.experts.down = stack(p + "ffn_down_exps.weight", H, F);
+  if (S > 0) {
+    DI_CHECK(c.moe.shared_expert_gate, "{}: shared experts without a gate are not supported yet", c.arch);
+    m.shared.gate = matrix(p + "ffn_gate_shexp.weight", S, H).reshape({1, S, H});
+    m.shared.up = matrix(p + "ffn_up_shexp.weight", S, H).reshape({1, S, H});
+    m.shared.down = matrix(p + "ffn_down_shexp.weight", H, S).reshape({1, H, S});
+    m.shared_gate = matrix(p + "ffn_gate_inp_shexp.weight", 1, H);
+  }
+}
+
 Tensor DecoderModel::act_view(int64_t rows, int64_t cols, size_t& offset) const {
-  Tensor t = workspace_.view(backend_.activation_dtype(), {rows, cols}, offset);
+  return work_view(backend_.activation_dtype(), rows, cols, offset);
+}
+
+Tensor DecoderModel::work_view(DType dtype, int64_t rows, int64_t cols, size_t& offset) const {
+  Tensor t = workspace_.view(dtype, {rows, cols}, offset);
   offset += (t.nbytes() + 63) & ~size_t{63};
   return t;
+}
+
+layers::MoeScratch DecoderModel::moe_scratch(int64_t n, size_t& offset) const {
+  const ModelConfig& c = config_;
+  const int64_t k = c.moe.n_experts_used;
+  layers::MoeScratch s;
+  s.router_logits = work_view(DType::F32, n, c.moe.n_experts, offset);
+  s.expert_ids = work_view(DType::I32, n, k, offset);
+  s.expert_weights = work_view(DType::F32, n, k, offset);
+  s.shared_logits = work_view(DType::F32, n, 1, offset);
+  s.shared_ids = work_view(DType::I32, n, 1, offset);
+  s.shared_weights = work_view(DType::F32, n, 1, offset);
+  s.workspace = workspace_.view(DType::U8, {static_cast<int64_t>(moe_workspace_bytes_)}, offset);
+  offset += (moe_workspace_bytes_ + 63) & ~size_t{63};
+  return s;
 }
 
 void DecoderModel::reserve(int32_t max_tokens, int32_t max_logit_rows) {
@@ -107,6 +170,22 @@ void DecoderModel::reserve(int32_t max_tokens, int32_t max_logit_rows) {
   auto padded = [](size_t elems) { return (elems * 4 + 63) & ~size_t{63}; };
   size_t bytes = 3 * padded(T * c.hidden_size) + 2 * padded(T * q_dim) + 2 * padded(T * kv_dim) +
                  3 * padded(T * c.intermediate_size) + 2 * padded(R * c.hidden_size);
+  if (has_moe_) {
+    const size_t k = static_cast<size_t>(c.moe.n_experts_used);
+    // Router logits, ids and weights of the routed and the shared experts.
+    bytes += padded(T * c.moe.n_experts) + 2 * padded(T * k) + 3 * padded(T);
+    moe_workspace_bytes_ = 0;
+    for (const Layer& l : layers_) {
+      if (!l.moe.router.defined()) continue;
+      moe_workspace_bytes_ = std::max(moe_workspace_bytes_,
+                                      ops::moe_workspace_bytes(backend_, max_tokens, route_.top_k, l.moe.experts));
+      if (l.moe.shared.gate.defined()) {
+        moe_workspace_bytes_ =
+            std::max(moe_workspace_bytes_, ops::moe_workspace_bytes(backend_, max_tokens, 1, l.moe.shared));
+      }
+    }
+    bytes += (moe_workspace_bytes_ + 63) & ~size_t{63};
+  }
   workspace_ = Buffer(backend_, bytes);
   max_tokens_ = max_tokens;
   max_logit_rows_ = max_logit_rows;
@@ -131,6 +210,7 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
                          act_view(n, c.intermediate_size, off)};
   Tensor x_rows = act_view(R, c.hidden_size, off);
   Tensor h_rows = act_view(R, c.hidden_size, off);
+  const layers::MoeScratch moe = has_moe_ ? moe_scratch(n, off) : layers::MoeScratch{};
 
   const layers::AttentionShape shape{c.n_heads_q, c.n_heads_kv, c.head_dim, c.rms_eps,
                                      c.norm_weight_offset};
@@ -157,7 +237,11 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
     layers::attention_layer(backend_, l.attn, shape, rope, params, h, in, kv.layer(i), attn, delta);
     if (l.post_attn_norm.defined()) ops::rms_norm(backend_, delta, l.post_attn_norm, eps, off1, delta);
     ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, off1, h);
-    layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp, delta);
+    if (l.moe.router.defined()) {
+      layers::moe_layer(backend_, l.moe, route_, c.activation, h, moe, delta);
+    } else {
+      layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp, delta);
+    }
     if (l.post_ffw_norm.defined()) ops::rms_norm(backend_, delta, l.post_ffw_norm, eps, off1, delta);
   }
   ops::add(backend_, x, delta, x);

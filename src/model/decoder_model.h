@@ -1,13 +1,18 @@
-// DecoderModel: the dense decoder-only transformer shared by the Llama family
-// (Llama 2/3/3.1, Mistral, SmolLM2), Qwen2/Qwen3 and Gemma 3. The
-// architectures differ in configuration (biases, q/k norms, sandwich norms,
-// sliding windows, rope bases), which archs/*.cpp read from the checkpoint.
+// DecoderModel: the decoder-only transformer shared by the Llama family
+// (Llama 2/3/3.1, Mistral, SmolLM2), Qwen2/Qwen3, Gemma 3 and the MoE models
+// with dense attention (Mixtral, Qwen2-MoE, Qwen3-MoE). The architectures
+// differ in configuration (biases, q/k norms, sandwich norms, sliding windows,
+// rope bases, which layers' feed-forward block is a mixture of experts), which
+// archs/*.cpp read from the checkpoint. A layer's feed-forward block is either
+// the dense gated MLP or an MoE block; everything else is shared, so MoE is a
+// per-layer choice here rather than a sibling class.
 #pragma once
 
 #include <vector>
 
 #include "model/layers/attention_layer.h"
 #include "model/layers/mlp_layer.h"
+#include "model/layers/moe_layer.h"
 #include "model/model.h"
 #include "model/weight_source.h"
 #include "model/weight_store.h"
@@ -29,12 +34,16 @@ class DecoderModel final : public Model {
     layers::AttentionWeights attn;
     Tensor post_attn_norm;  // Gemma
     Tensor ffn_norm;
-    layers::MlpWeights mlp;
+    layers::MlpWeights mlp;  // dense layers
+    layers::MoeWeights moe;  // MoE layers (moe.router defined)
     Tensor post_ffw_norm;  // Gemma
     bool local = false;    // sliding-window layer
   };
 
   Tensor act_view(int64_t rows, int64_t cols, size_t& offset) const;
+  Tensor work_view(DType dtype, int64_t rows, int64_t cols, size_t& offset) const;
+  void load_moe(Layer& l, const WeightSource& source, const std::string& prefix);
+  layers::MoeScratch moe_scratch(int64_t n, size_t& offset) const;
 
   ModelConfig config_;
   Backend& backend_;
@@ -46,6 +55,9 @@ class DecoderModel final : public Model {
   Tensor inv_freq_global_;
   Tensor inv_freq_local_;
   size_t weight_bytes_ = 0;
+  bool has_moe_ = false;
+  MoeRouteParams route_;
+  size_t moe_workspace_bytes_ = 0;  // for max_tokens_
 
   Buffer workspace_;
   int32_t max_tokens_ = 0;

@@ -1,5 +1,6 @@
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -24,6 +25,19 @@ void ModelConfig::validate() const {
   DI_CHECK(static_cast<int>(layer_window.size()) == n_layers,
            "{}: per-layer window list has {} entries for {} layers", arch, layer_window.size(),
            n_layers);
+  DI_CHECK(layer_moe.empty() || static_cast<int>(layer_moe.size()) == n_layers,
+           "{}: per-layer MoE list has {} entries for {} layers", arch, layer_moe.size(), n_layers);
+  const bool any_moe = std::find(layer_moe.begin(), layer_moe.end(), 1) != layer_moe.end();
+  if (any_moe || moe.n_experts > 0) {
+    DI_CHECK(moe.n_experts > 0 && moe.n_experts <= 4096, "{}: number of experts {} out of range", arch,
+             moe.n_experts);
+    DI_CHECK(moe.n_experts_used > 0 && moe.n_experts_used <= moe.n_experts,
+             "{}: experts per token ({}) must be between 1 and the number of experts ({})", arch,
+             moe.n_experts_used, moe.n_experts);
+    DI_CHECK(moe.expert_ffn_size > 0, "{}: expert intermediate size must be positive, got {}", arch,
+             moe.expert_ffn_size);
+    DI_CHECK(moe.shared_ffn_size >= 0, "{}: negative shared expert intermediate size", arch);
+  }
   int32_t rot = rotary_dim ? rotary_dim : head_dim;
   DI_CHECK(rope_freq_factors.empty() || static_cast<int>(rope_freq_factors.size()) == rot / 2,
            "{}: rope frequency factors have {} entries, expected {}", arch,
@@ -35,12 +49,23 @@ std::string ModelConfig::summary() const {
   for (int32_t w : layer_window) sliding += w > 0;
   return fmt::format(
       "{} '{}': {} layers ({} sliding-window), hidden {}, heads {}/{} x {}, ffn {}, vocab {}, "
-      "rope theta {}{}",
+      "rope theta {}{}{}",
       arch, name, n_layers, sliding, hidden_size, n_heads_q, n_heads_kv, head_dim,
       intermediate_size, vocab_size, rope_theta,
       rope_scaling.type == RopeScalingType::Llama3 ? " (llama3 scaling)"
       : rope_scaling.type == RopeScalingType::Linear ? " (linear scaling)"
-                                                       : "");
+                                                       : "",
+      moe_summary());
+}
+
+std::string ModelConfig::moe_summary() const {
+  const auto moe_layers = std::count(layer_moe.begin(), layer_moe.end(), 1);
+  if (moe_layers == 0) return "";
+  return fmt::format("; {} MoE layers: {} experts (top {}{}) of ffn {}{}", moe_layers, moe.n_experts,
+                     moe.n_experts_used, moe.norm_topk_prob ? ", renormalised" : "", moe.expert_ffn_size,
+                     moe.shared_ffn_size ? fmt::format(", shared expert of ffn {}{}", moe.shared_ffn_size,
+                                                       moe.shared_expert_gate ? " (gated)" : "")
+                                         : std::string());
 }
 
 std::vector<float> rope_inv_freq(const ModelConfig& config, bool local_layer) {

@@ -1,4 +1,4 @@
-// ModelConfig: the hyper-parameters of a dense decoder, filled from GGUF
+// ModelConfig: the hyper-parameters of a decoder (dense or mixture-of-experts), filled from GGUF
 // metadata or a Hugging Face config.json by the architecture's parser.
 #pragma once
 
@@ -19,6 +19,16 @@ struct RopeScaling {
   float low_freq_factor = 1.0f;   // Llama 3.1
   float high_freq_factor = 4.0f;  // Llama 3.1
   int original_max_position = 8192;
+};
+
+// Mixture-of-experts feed-forward layers (Mixtral, Qwen2-MoE, Qwen3-MoE).
+struct MoeConfig {
+  int32_t n_experts = 0;        // 0 = a dense model
+  int32_t n_experts_used = 0;   // top-k experts per token
+  int32_t expert_ffn_size = 0;  // intermediate size of one routed expert
+  int32_t shared_ffn_size = 0;  // 0 = no shared expert
+  bool shared_expert_gate = false;  // Qwen2-MoE: the shared expert is scaled by sigmoid(w . x)
+  bool norm_topk_prob = false;      // renormalise the chosen experts' weights to sum to 1
 };
 
 struct ModelConfig {
@@ -56,13 +66,20 @@ struct ModelConfig {
   // Per-layer sliding window (0 = full attention).
   std::vector<int32_t> layer_window;
 
+  MoeConfig moe;
+  // Per layer: whether its feed-forward block is MoE (else the dense MLP of
+  // intermediate_size). Empty for dense models.
+  std::vector<uint8_t> layer_moe;
+
   std::vector<int32_t> eos_token_ids;
   std::optional<int32_t> bos_token_id;
 
   bool is_sliding(int layer) const { return layer_window[layer] > 0; }
+  bool is_moe(int layer) const { return !layer_moe.empty() && layer_moe[layer] != 0; }
   // Throws deepinfer::Error if a value is missing or inconsistent.
   void validate() const;
   std::string summary() const;
+  std::string moe_summary() const;  // empty for dense models
 };
 
 // Inverse frequencies for one rotary table (rotary_dim/2 values) with scaling applied.

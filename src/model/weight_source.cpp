@@ -1,5 +1,6 @@
 #include "model/weight_source.h"
 
+#include <cstring>
 #include <regex>
 
 #include "core/error.h"
@@ -43,6 +44,20 @@ constexpr LayerName kLayerNames[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    // Mixture of experts: router, Qwen2-MoE's shared expert and its gate.
+    {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},
+    {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+    {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+    {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+    {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+};
+
+// Per-expert matrices: Hugging Face name after "experts.E." -> canonical stack.
+constexpr LayerName kExpertNames[] = {
+    {"w1.weight", "ffn_gate_exps.weight"},        {"w3.weight", "ffn_up_exps.weight"},
+    {"w2.weight", "ffn_down_exps.weight"},        {"gate_proj.weight", "ffn_gate_exps.weight"},
+    {"up_proj.weight", "ffn_up_exps.weight"},     {"down_proj.weight", "ffn_down_exps.weight"},
 };
 
 }  // namespace
@@ -51,10 +66,29 @@ HfWeightSource::HfWeightSource(const HfCheckpoint& checkpoint, bool post_attenti
     : checkpoint_(checkpoint) {
   // Multimodal wrappers nest the text model (e.g. "language_model.model.layers...").
   static const std::regex kLayer(R"(^(?:.*\.)?layers\.(\d+)\.(.+)$)");
+  static const std::regex kExpert(R"(^(?:mlp|block_sparse_moe)\.experts\.(\d{1,6})\.(.+)$)");
+  static const std::regex kStacked(R"(^(?:mlp|block_sparse_moe)\.experts\.(gate_up_proj|down_proj)$)");
   for (const std::string& hf : checkpoint.tensor_names()) {
     std::smatch m;
     if (std::regex_match(hf, m, kLayer)) {
       const std::string suffix = m[2];
+      const std::string block = "blk." + std::string(m[1]) + ".";
+      std::smatch e;
+      if (std::regex_match(suffix, e, kExpert)) {
+        for (const auto& n : kExpertNames) {
+          if (e[2] == n.hf) expert_stacks_[block + n.canonical].per_expert[std::stoi(e[1])] = hf;
+        }
+        continue;
+      }
+      if (std::regex_match(suffix, e, kStacked)) {
+        if (e[1] == "gate_up_proj") {
+          expert_stacks_[block + "ffn_gate_exps.weight"] = {{}, hf, ExpertStack::Part::GateHalf};
+          expert_stacks_[block + "ffn_up_exps.weight"] = {{}, hf, ExpertStack::Part::UpHalf};
+        } else {
+          expert_stacks_[block + "ffn_down_exps.weight"] = {{}, hf, ExpertStack::Part::Whole};
+        }
+        continue;
+      }
       std::string canonical;
       if (suffix == "post_attention_layernorm.weight") {
         canonical = post_attention_is_ffn_norm ? "ffn_norm.weight" : "post_attention_norm.weight";
@@ -80,9 +114,45 @@ HfWeightSource::HfWeightSource(const HfCheckpoint& checkpoint, bool post_attenti
 }
 
 std::optional<Tensor> HfWeightSource::find(std::string_view canonical_name) const {
-  auto it = canonical_to_hf_.find(std::string(canonical_name));
-  if (it == canonical_to_hf_.end()) return std::nullopt;
-  return checkpoint_.tensor(it->second);
+  const std::string name(canonical_name);
+  if (auto it = canonical_to_hf_.find(name); it != canonical_to_hf_.end()) return checkpoint_.tensor(it->second);
+  auto stack = expert_stacks_.find(name);
+  if (stack == expert_stacks_.end()) return std::nullopt;
+  return stack_experts(name, stack->second);
+}
+
+Tensor HfWeightSource::stack_experts(const std::string& canonical, const ExpertStack& stack) const {
+  if (!stack.stacked.empty()) {
+    Tensor t = checkpoint_.tensor(stack.stacked);
+    DI_CHECK(t.ndim() == 3, "tensor '{}' is {}, expected [experts, rows, cols]", stack.stacked, t.describe());
+    if (stack.part == ExpertStack::Part::Whole) return t;
+    const int64_t half = t.size(1) / 2;
+    DI_CHECK(t.size(1) % 2 == 0, "tensor '{}' is {}: a gate_up stack needs an even row count", stack.stacked,
+             t.describe());
+    return t.narrow(1, stack.part == ExpertStack::Part::GateHalf ? 0 : half, half);
+  }
+  if (auto it = owned_stacks_.find(canonical); it != owned_stacks_.end()) return it->second.view;
+  // Experts are numbered 0..E-1; a gap means a tensor is missing.
+  const int n_experts = stack.per_expert.rbegin()->first + 1;
+  const Tensor first = checkpoint_.tensor(stack.per_expert.begin()->second);
+  DI_CHECK(first.ndim() == 2, "tensor '{}' is {}, expected a matrix", stack.per_expert.begin()->second,
+           first.describe());
+  for (int e = 0; e < n_experts; ++e) {
+    DI_CHECK(stack.per_expert.count(e), "model file lacks expert {} of '{}' (has {} of experts 0..{})", e, canonical,
+             stack.per_expert.size(), n_experts - 1);
+  }
+  OwnedStack& owned = owned_stacks_[canonical];
+  const size_t expert_bytes = first.nbytes();
+  owned.bytes.resize(expert_bytes * static_cast<size_t>(n_experts));
+  for (const auto& [e, hf] : stack.per_expert) {
+    const Tensor t = checkpoint_.tensor(hf);
+    DI_CHECK(t.dtype() == first.dtype() && t.ndim() == 2 && t.size(0) == first.size(0) && t.size(1) == first.size(1),
+             "tensor '{}' is {}, unlike the other experts' {}", hf, t.describe(), first.describe());
+    DI_CHECK(t.is_contiguous(), "tensor '{}' is not contiguous", hf);
+    std::memcpy(owned.bytes.data() + expert_bytes * static_cast<size_t>(e), t.data(), expert_bytes);
+  }
+  owned.view = Tensor(owned.bytes.data(), first.dtype(), {n_experts, first.size(0), first.size(1)});
+  return owned.view;
 }
 
 }  // namespace deepinfer

@@ -18,6 +18,14 @@ Tensor WeightStore::matrix(const Tensor& host) {
   return dev;
 }
 
+Tensor WeightStore::expert_stack(const Tensor& host) {
+  if (backend_.device().type == DeviceType::CPU) {
+    bytes_mapped_ += host.nbytes();
+    return host;
+  }
+  return matrix(host);
+}
+
 Tensor WeightStore::f32_vector(const Tensor& host) {
   const int64_t n = host.numel();
   std::vector<float> values(static_cast<size_t>(n));

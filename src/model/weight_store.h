@@ -15,6 +15,9 @@ class WeightStore {
 
   // A weight matrix in its stored dtype (quantised or float), on the backend.
   Tensor matrix(const Tensor& host);
+  // A stack of expert matrices [experts, rows, cols]; on the CPU any view of
+  // the file (e.g. half of a fused gate_up stack), elsewhere a contiguous one.
+  Tensor expert_stack(const Tensor& host);
   // A vector converted to f32 (from f32/f16/bf16), on the backend.
   Tensor f32_vector(const Tensor& host);
   Tensor f32_vector(const std::vector<float>& values);

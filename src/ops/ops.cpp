@@ -1,6 +1,7 @@
 #include "ops/ops.h"
 
 #include <cmath>
+#include <tuple>
 #include <cstdint>
 
 #include "core/error.h"
@@ -314,6 +315,109 @@ void sample(Backend& backend, const Tensor& logits, const Tensor& params, Tensor
   check_index_vector(op, "tokens", tokens, backend, rows);
   if (rows == 0) return;
   backend.sample(logits, params, tokens);
+}
+
+namespace {
+
+// Shapes shared by moe_workspace_bytes and moe_experts: E experts of ffn F over hidden H.
+void check_expert_weights(const char* op, const MoeExpertWeights& w, const Backend& backend) {
+  check_device(op, "w.gate", w.gate, backend);
+  check_device(op, "w.up", w.up, backend);
+  check_device(op, "w.down", w.down, backend);
+  check_rank(op, "w.gate", w.gate, 3);
+  check_rank(op, "w.up", w.up, 3);
+  check_rank(op, "w.down", w.down, 3);
+  check_same_shape(op, "w.gate", w.gate, "w.up", w.up);
+  check_same_dtype(op, "w.gate", w.gate, "w.up", w.up);
+  check_same_dtype(op, "w.gate", w.gate, "w.down", w.down);
+  DI_CHECK(w.gate.size(0) > 0 && w.down.size(0) == w.gate.size(0) && w.down.size(1) == w.gate.size(2) &&
+               w.down.size(2) == w.gate.size(1),
+           "{}: w.down {} must be [experts, hidden, ffn] for w.gate {}", op, w.down.describe(), w.gate.describe());
+}
+
+void check_top_k(const char* op, int top_k, int64_t n_experts) {
+  DI_CHECK(top_k > 0 && top_k <= n_experts, "{}: top_k {} must be in [1, {}] (the number of experts)", op, top_k,
+           n_experts);
+}
+
+}  // namespace
+
+void moe_route(Backend& backend, const Tensor& logits, const MoeRouteParams& params, Tensor expert_ids,
+               Tensor expert_weights) {
+  const char* op = "moe_route";
+  check_activation(op, "logits", logits, backend);
+  check_rank(op, "logits", logits, 2);
+  const int64_t n = logits.size(0), n_experts = logits.size(1);
+  check_top_k(op, params.top_k, n_experts);
+  for (auto [name, t, dtype] : {std::tuple{"expert_ids", &expert_ids, DType::I32},
+                                std::tuple{"expert_weights", &expert_weights, DType::F32}}) {
+    check_device(op, name, *t, backend);
+    check_rank(op, name, *t, 2);
+    check_dtype(op, name, *t, dtype);
+    DI_CHECK(t->size(0) == n && t->size(1) == params.top_k, "{}: {} {} must be [{}, {}]", op, name, t->describe(), n,
+             params.top_k);
+  }
+  DI_CHECK(params.scoring == MoeScoring::Softmax || params.scoring == MoeScoring::Sigmoid,
+           "{}: unknown scoring {}", op, static_cast<int>(params.scoring));
+  DI_CHECK(std::isfinite(params.scaling), "{}: scaling must be finite, got {}", op, params.scaling);
+  if (params.correction_bias.defined()) {
+    check_device(op, "correction_bias", params.correction_bias, backend);
+    check_rank(op, "correction_bias", params.correction_bias, 1);
+    check_dtype(op, "correction_bias", params.correction_bias, DType::F32);
+    DI_CHECK(params.correction_bias.size(0) == n_experts, "{}: correction_bias {} must have {} entries", op,
+             params.correction_bias.describe(), n_experts);
+  }
+  DI_CHECK(params.n_groups >= 1 && n_experts % params.n_groups == 0,
+           "{}: n_groups {} must divide the {} experts", op, params.n_groups, n_experts);
+  if (params.n_groups > 1) {
+    const int64_t group = n_experts / params.n_groups;
+    DI_CHECK(group >= 2, "{}: groups need at least 2 experts ({} experts in {} groups)", op, n_experts,
+             params.n_groups);
+    DI_CHECK(params.top_k_groups >= 1 && params.top_k_groups <= params.n_groups &&
+                 params.top_k <= params.top_k_groups * group,
+             "{}: top_k_groups {} must be in [1, {}] and hold top_k {} experts", op, params.top_k_groups,
+             params.n_groups, params.top_k);
+  }
+  backend.moe_route(logits, params, expert_ids, expert_weights);
+}
+
+size_t moe_workspace_bytes(Backend& backend, int64_t n_tokens, int top_k, const MoeExpertWeights& w) {
+  const char* op = "moe_workspace_bytes";
+  check_expert_weights(op, w, backend);
+  DI_CHECK(n_tokens >= 0, "{}: negative token count {}", op, n_tokens);
+  check_top_k(op, top_k, w.gate.size(0));
+  return backend.moe_workspace_bytes(n_tokens, top_k, w);
+}
+
+void moe_experts(Backend& backend, const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                 const MoeExpertWeights& w, Activation act, bool accumulate, Tensor workspace, Tensor out) {
+  const char* op = "moe_experts";
+  check_activation(op, "x", x, backend);
+  check_rank(op, "x", x, 2);
+  check_activation(op, "out", out, backend);
+  check_same_shape(op, "x", x, "out", out);
+  check_same_dtype(op, "x", x, "out", out);
+  check_expert_weights(op, w, backend);
+  DI_CHECK(x.size(1) == w.gate.size(2), "{}: x {} does not match w.gate {} in the hidden dimension", op,
+           x.describe(), w.gate.describe());
+  check_device(op, "expert_ids", expert_ids, backend);
+  check_rank(op, "expert_ids", expert_ids, 2);
+  check_dtype(op, "expert_ids", expert_ids, DType::I32);
+  check_device(op, "expert_weights", expert_weights, backend);
+  check_dtype(op, "expert_weights", expert_weights, DType::F32);
+  check_same_shape(op, "expert_ids", expert_ids, "expert_weights", expert_weights);
+  DI_CHECK(expert_ids.size(0) == x.size(0), "{}: expert_ids {} must have a row per token of x {}", op,
+           expert_ids.describe(), x.describe());
+  const int top_k = static_cast<int>(expert_ids.size(1));
+  check_top_k(op, top_k, w.gate.size(0));
+  DI_CHECK(act == Activation::Silu || act == Activation::GeluTanh, "{}: unknown activation {}", op,
+           static_cast<int>(act));
+  check_device(op, "workspace", workspace, backend);
+  check_dtype(op, "workspace", workspace, DType::U8);
+  const size_t need = backend.moe_workspace_bytes(x.size(0), top_k, w);
+  DI_CHECK(workspace.is_contiguous() && workspace.nbytes() >= need,
+           "{}: workspace {} is smaller than the {} bytes needed", op, workspace.describe(), need);
+  backend.moe_experts(x, expert_ids, expert_weights, w, act, accumulate, workspace, out);
 }
 
 }  // namespace deepinfer::ops

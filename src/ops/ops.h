@@ -38,6 +38,14 @@ void add(Backend& backend, const Tensor& a, const Tensor& b, Tensor out);
 void scale(Backend& backend, const Tensor& x, float factor, Tensor out);
 void gather_rows(Backend& backend, const Tensor& x, const Tensor& rows, Tensor out);
 
+// Mixture of experts (see backend.h). The expert ids a route produces are
+// checked against the expert count by moe_experts on the device.
+void moe_route(Backend& backend, const Tensor& logits, const MoeRouteParams& params, Tensor expert_ids,
+               Tensor expert_weights);
+size_t moe_workspace_bytes(Backend& backend, int64_t n_tokens, int top_k, const MoeExpertWeights& w);
+void moe_experts(Backend& backend, const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                 const MoeExpertWeights& w, Activation act, bool accumulate, Tensor workspace, Tensor out);
+
 
 // Sampling (see Backend::sample). logits: f32[rows, vocab] with a free row
 // stride; params: u8[rows, sizeof(SamplingRowParams)] (rows of raw

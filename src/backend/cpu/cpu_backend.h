@@ -69,6 +69,12 @@ class CpuBackend final : public Backend {
   void add(const Tensor& a, const Tensor& b, Tensor out) override;
   void scale(const Tensor& x, float factor, Tensor out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override;
+  void moe_route(const Tensor& logits, const MoeRouteParams& params, Tensor expert_ids,
+                 Tensor expert_weights) override;
+  size_t moe_workspace_bytes(int64_t n_tokens, int top_k, const MoeExpertWeights& w) const override;
+  void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                   const MoeExpertWeights& w, Activation act, bool accumulate, Tensor workspace,
+                   Tensor out) override;
   void sample(const Tensor& logits, const Tensor& params, Tensor tokens) override;
 
   // Up to this many rows of x, linear runs as matrix-vector products on the

@@ -434,4 +434,17 @@ void CudaBackend::sample(const Tensor& logits, const Tensor& params, Tensor toke
   check_launch("sample");
 }
 
+void CudaBackend::moe_route(const Tensor&, const MoeRouteParams&, Tensor, Tensor) {
+  fail("moe_route: mixture-of-experts ops are not supported on CUDA yet; run MoE models on the CPU backend");
+}
+
+size_t CudaBackend::moe_workspace_bytes(int64_t, int, const MoeExpertWeights&) const {
+  fail("moe_workspace_bytes: mixture-of-experts ops are not supported on CUDA yet; run MoE models on the CPU backend");
+}
+
+void CudaBackend::moe_experts(const Tensor&, const Tensor&, const Tensor&, const MoeExpertWeights&, Activation, bool,
+                              Tensor, Tensor) {
+  fail("moe_experts: mixture-of-experts ops are not supported on CUDA yet; run MoE models on the CPU backend");
+}
+
 }  // namespace deepinfer::cuda

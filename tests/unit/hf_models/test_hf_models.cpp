@@ -182,6 +182,15 @@ INSTANTIATE_TEST_SUITE_P(V5RopeParameters, HfTinyModel,
                                             ::testing::Values("v5")),
                          param_name);
 
+// Mixture-of-experts models (scripts/gen_hf_moe_reference.py): Mixtral, Qwen2-MoE
+// (shared expert, a dense layer) and Qwen3-MoE, with per-expert and stacked
+// expert tensors, f32 and bf16. Their data checks are in test_moe_models.
+INSTANTIATE_TEST_SUITE_P(Moe, HfTinyModel,
+                         ::testing::Combine(::testing::Values("mixtral", "mixtral_fused", "qwen2_moe", "qwen3_moe",
+                                                              "qwen3_moe_bf16_fused"),
+                                            ::testing::Values("legacy", "v5")),
+                         param_name);
+
 // The data must be able to catch a wrong implementation: every recorded
 // "sensitivity" (logit change when one detail is dropped) must exceed the
 // tolerance tenfold, and the cases must cover what the file claims.
