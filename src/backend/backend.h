@@ -72,6 +72,35 @@ struct AttentionParams {
   Tensor sinks;                // optional f32[n_heads_q]: per-head sink logit (gpt-oss)
 };
 
+// Mixture-of-experts routing. Scores are softmax over all experts (Mixtral,
+// Qwen-MoE) or a per-expert sigmoid (DeepSeek-V3). Experts are chosen by
+// score + correction_bias (when defined), optionally restricted to the
+// top_k_groups best of n_groups equal groups (a group's rank: the sum of its two
+// best biased scores, as DeepSeek-V3 does). The weights are the chosen experts'
+// unbiased scores, divided by their sum when renormalize is set (norm_topk_prob),
+// times scaling (routed_scaling_factor).
+enum class MoeScoring : uint8_t { Softmax, Sigmoid };
+
+struct MoeRouteParams {
+  int top_k = 1;
+  MoeScoring scoring = MoeScoring::Softmax;
+  bool renormalize = false;
+  float scaling = 1.0f;
+  Tensor correction_bias;  // optional f32[n_experts]
+  int n_groups = 1;
+  int top_k_groups = 1;
+};
+
+// Every expert's matrices stacked on a leading expert dimension, each expert's
+// slice in linear's [out, in] layout. Any weight dtype linear accepts; the
+// outer strides are free, so the gate and up halves of a fused gate_up stack
+// [E, 2F, H] can be passed as two views.
+struct MoeExpertWeights {
+  Tensor gate;  // [n_experts, ffn, hidden]
+  Tensor up;    // [n_experts, ffn, hidden]
+  Tensor down;  // [n_experts, hidden, ffn]
+};
+
 // One row's sampling parameters for Backend::sample, laid out identically on
 // the host and the device (a params tensor is an array of these).
 // temperature < SamplingParams::kGreedyTemperature (1e-5) = greedy argmax;
@@ -117,35 +146,6 @@ struct DeviceMemoryInfo {
   size_t total_bytes = 0;
 };
 
-// Mixture-of-experts routing. Scores are softmax over all experts (Mixtral,
-// Qwen-MoE) or a per-expert sigmoid (DeepSeek-V3). Experts are chosen by
-// score + correction_bias (when defined), optionally restricted to the
-// top_k_groups best of n_groups equal groups (a group's rank: the sum of its two
-// best biased scores, as DeepSeek-V3 does). The weights are the chosen experts'
-// unbiased scores, divided by their sum when renormalize is set (norm_topk_prob),
-// times scaling (routed_scaling_factor).
-enum class MoeScoring : uint8_t { Softmax, Sigmoid };
-
-struct MoeRouteParams {
-  int top_k = 1;
-  MoeScoring scoring = MoeScoring::Softmax;
-  bool renormalize = false;
-  float scaling = 1.0f;
-  Tensor correction_bias;  // optional f32[n_experts]
-  int n_groups = 1;
-  int top_k_groups = 1;
-};
-
-// Every expert's matrices stacked on a leading expert dimension, each expert's
-// slice in linear's [out, in] layout. Any weight dtype linear accepts; the
-// outer strides are free, so the gate and up halves of a fused gate_up stack
-// [E, 2F, H] can be passed as two views.
-struct MoeExpertWeights {
-  Tensor gate;  // [n_experts, ffn, hidden]
-  Tensor up;    // [n_experts, ffn, hidden]
-  Tensor down;  // [n_experts, hidden, ffn]
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -183,7 +183,6 @@ class Backend {
   virtual std::unique_ptr<OpGraph> end_capture();
   // Device memory now free and in total; nullopt for host backends.
   virtual std::optional<DeviceMemoryInfo> memory_info() const { return std::nullopt; }
-
 
   // Rows of table[vocab, hidden] (any weight dtype) picked by ids i32[n] -> out[n, hidden].
   virtual void embedding(const Tensor& table, const Tensor& ids, Tensor out) = 0;

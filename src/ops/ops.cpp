@@ -1,8 +1,8 @@
 #include "ops/ops.h"
 
 #include <cmath>
-#include <tuple>
 #include <cstdint>
+#include <tuple>
 
 #include "core/error.h"
 

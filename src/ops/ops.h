@@ -46,11 +46,11 @@ size_t moe_workspace_bytes(Backend& backend, int64_t n_tokens, int top_k, const 
 void moe_experts(Backend& backend, const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                  const MoeExpertWeights& w, Activation act, bool accumulate, Tensor workspace, Tensor out);
 
-
 // Sampling (see Backend::sample). logits: f32[rows, vocab] with a free row
 // stride; params: u8[rows, sizeof(SamplingRowParams)] (rows of raw
 // SamplingRowParams bytes, contiguous); tokens: i32[rows]. The parameter
 // values are not read here (they may live on a device): validate them first
 // (SamplingParams::validate).
 void sample(Backend& backend, const Tensor& logits, const Tensor& params, Tensor tokens);
+
 }  // namespace deepinfer::ops

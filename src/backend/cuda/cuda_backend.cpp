@@ -429,11 +429,6 @@ void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
   check_launch("gather_rows");
 }
 
-void CudaBackend::sample(const Tensor& logits, const Tensor& params, Tensor tokens) {
-  launch_sample(rows_of(logits), params.data(), tokens.data_as<int32_t>(), error_word_, stream_);
-  check_launch("sample");
-}
-
 void CudaBackend::moe_route(const Tensor&, const MoeRouteParams&, Tensor, Tensor) {
   fail("moe_route: mixture-of-experts ops are not supported on CUDA yet; run MoE models on the CPU backend");
 }
@@ -445,6 +440,11 @@ size_t CudaBackend::moe_workspace_bytes(int64_t, int, const MoeExpertWeights&) c
 void CudaBackend::moe_experts(const Tensor&, const Tensor&, const Tensor&, const MoeExpertWeights&, Activation, bool,
                               Tensor, Tensor) {
   fail("moe_experts: mixture-of-experts ops are not supported on CUDA yet; run MoE models on the CPU backend");
+}
+
+void CudaBackend::sample(const Tensor& logits, const Tensor& params, Tensor tokens) {
+  launch_sample(rows_of(logits), params.data(), tokens.data_as<int32_t>(), error_word_, stream_);
+  check_launch("sample");
 }
 
 }  // namespace deepinfer::cuda
