@@ -1,5 +1,5 @@
 // Test support: last-position logits of one prompt, run straight through
-// ModelRunner (one sequence, one step, no scheduler or sampler), for tests
+// ModelRunner (one sequence, one step, no scheduler), for tests
 // that compare a model's logits with reference data.
 #pragma once
 
@@ -23,9 +23,11 @@ inline std::vector<float> prompt_logits(LoadedModel& loaded, Backend& backend, c
   ScheduledBatch batch;
   batch.seqs.push_back({&r, 0, static_cast<int32_t>(tokens.size()), true});
   batch.num_tokens = static_cast<int32_t>(tokens.size());
-  Tensor logits = runner.execute(batch);
-  const float* p = logits.data_as<const float>();
-  return std::vector<float>(p, p + logits.size(1));
+  RowSampling row;
+  row.params.temperature = 0.0f;
+  row.copy_logits = true;
+  const StepResults res = runner.wait(runner.launch(batch, std::span(&row, 1)));
+  return std::vector<float>(res.logits.begin(), res.logits.end());
 }
 
 }  // namespace deepinfer::testing
