@@ -143,20 +143,17 @@ def deepinfer_batch(exe, model, workdir, n_req, prompt_len, gen, vocab, timeout)
     return (float(m.group(1)) if m else n_req * gen / wall), wall
 
 
-def deepinfer_prefill(exe, model, workdir, n, vocab, reps):
-    g = torch.Generator().manual_seed(6)
-    ttfts = []
-    for i in range(reps):
-        path = os.path.join(workdir, f"prefill{i}.jsonl")
-        ids = torch.randint(3, vocab, (n,), generator=g).tolist()
-        with open(path, "w") as f:
-            f.write(json.dumps({"prompt_token_ids": ids, "max_tokens": 1, "temperature": 0}) + "\n")
-        out = path + ".out"
-        run_generate(exe, model, ["--input", path, "--output", out, "--max-num-batched-tokens", str(n),
-                                  "--max-model-len", str(n + 16), "--kv-cache-memory", str(8 << 30),
-                                  "--no-enable-prefix-caching"], 600)
-        ttfts.append(json.loads(open(out).readline())["time_to_first_token_s"])
-    return statistics.median(ttfts[1:] if len(ttfts) > 1 else ttfts), ttfts
+def deepinfer_prefill(exe, model, n, reps, timeout):
+    """Time to first token of one n-token prompt, in one process after a
+    warm-up (`deepinfer bench`: median of reps; the first rep also pays
+    cuBLAS's first use of these shapes)."""
+    cmd = [exe, "bench", "--device", "cuda", "--model", model, "-b", "1", "-p", str(n), "-g", "1", "-r", str(reps),
+           "--json", "--max-num-batched-tokens", str(n), "--max-model-len", str(n + 16)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr[-3000:]}")
+    p = json.loads(r.stdout)[0]
+    return n / p["prefill_tok_s"], p
 
 
 def deepinfer_pipeline(exe, model, batches, prompt_len, gen, timeout):
@@ -260,7 +257,7 @@ def main():
     if "prefill" not in skip:
         try:
             n = 8192
-            ttft, runs = deepinfer_prefill(args.deepinfer, args.model, args.workdir, n, cfg["vocab_size"], 3)
+            ttft, runs = deepinfer_prefill(args.deepinfer, args.model, n, 3, 300)
             flops = 2 * params * n + 4 * L * qdim * n * n / 2
             res.update(prefill_8k_s=ttft, prefill_8k_runs=runs, prefill_8k_TFLOPs=flops / ttft / 1e12,
                        prefill_8k_fraction_of_cublas=flops / ttft / peak)
