@@ -28,7 +28,12 @@ enum class RopeStyle : uint8_t {
 enum class Activation : uint8_t {
   Silu,      // SwiGLU
   GeluTanh,  // GeGLU with the tanh approximation (Gemma)
+  // gpt-oss: g = min(gate, limit), u = clamp(up, -limit, limit),
+  // out = (u + 1) * g * sigmoid(alpha * g), with the constants below.
+  ClampedSwiglu,
 };
+constexpr float kClampedSwigluAlpha = 1.702f;
+constexpr float kClampedSwigluLimit = 7.0f;
 
 struct RopeParams {
   Tensor inv_freq;  // f32[rotary_dim / 2], with any frequency scaling already applied
@@ -94,11 +99,19 @@ struct MoeRouteParams {
 // Every expert's matrices stacked on a leading expert dimension, each expert's
 // slice in linear's [out, in] layout. Any weight dtype linear accepts; the
 // outer strides are free, so the gate and up halves of a fused gate_up stack
-// [E, 2F, H] can be passed as two views.
+// [E, 2F, H] can be passed as two views, and so can interleaved gate/up rows
+// (gpt-oss: row 2f gate, row 2f+1 up): the stack viewed as [E, F, 2H] and
+// narrowed to columns [0, H) for gate and [H, 2H) for up (row stride 2H).
+// Biases are optional (all three or none), added after each product; f32 or
+// the activation dtype, contiguous.
 struct MoeExpertWeights {
   Tensor gate;  // [n_experts, ffn, hidden]
   Tensor up;    // [n_experts, ffn, hidden]
   Tensor down;  // [n_experts, hidden, ffn]
+  Tensor gate_bias;  // [n_experts, ffn]
+  Tensor up_bias;    // [n_experts, ffn]
+  Tensor down_bias;  // [n_experts, hidden]
+  bool has_bias() const { return gate_bias.defined(); }
 };
 
 // One row's sampling parameters for Backend::sample, laid out identically on
@@ -205,7 +218,7 @@ class Backend {
   // grouped-query (n_heads_q a multiple of n_heads_kv).
   virtual void attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,
                          const AttentionParams& params, Tensor out) = 0;
-  // out[n, f] = act(gate[n, f]) * up[n, f].
+  // out[n, f] = act(gate[n, f]) * up[n, f] (ClampedSwiglu: as defined on Activation).
   virtual void gated_activation(const Tensor& gate, const Tensor& up, Activation act,
                                 Tensor out) = 0;
   virtual void add(const Tensor& a, const Tensor& b, Tensor out) = 0;
@@ -219,7 +232,7 @@ class Backend {
                          Tensor expert_weights) = 0;
   // Bytes of workspace moe_experts needs for n tokens routed to top_k experts each.
   virtual size_t moe_workspace_bytes(int64_t n_tokens, int top_k, const MoeExpertWeights& w) const = 0;
-  // out[t] (+)= sum_j expert_weights[t, j] * down_e(act(gate_e x[t]) * up_e x[t]) with
+  // out[t] (+)= sum_j expert_weights[t, j] * down_e(act(gate_e x[t], up_e x[t])) with
   // e = expert_ids[t, j]; accumulates into out when `accumulate` (shared experts),
   // else overwrites it. workspace: u8[moe_workspace_bytes(...)], caller-owned.
   virtual void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,

@@ -11,10 +11,11 @@ namespace deepinfer {
 extern const ArchSpec kLlamaArch;
 extern const ArchSpec kGemma3Arch;
 extern const ArchSpec kMoeArch;
+extern const ArchSpec kGptOssArch;
 
 namespace {
 
-const ArchSpec* const kArchs[] = {&kLlamaArch, &kGemma3Arch, &kMoeArch};
+const ArchSpec* const kArchs[] = {&kLlamaArch, &kGemma3Arch, &kMoeArch, &kGptOssArch};
 
 std::string supported(bool gguf) {
   std::string s;
@@ -139,6 +140,25 @@ void read_rope_scaling(const nlohmann::json& rs, RopeScaling& out) {
     out.original_max_position = get_or<int32_t>(rs, "original_max_position_embeddings", 8192);
     DI_CHECK(out.factor > 0 && out.high_freq_factor > out.low_freq_factor && out.original_max_position > 0,
              "config.json: invalid llama3 rope scaling");
+  } else if (type == "yarn") {
+    out.type = RopeScalingType::Yarn;
+    out.factor = get_required<float>(rs, "factor");
+    // 0 = not given: hf_dense_base fills in max_position_embeddings, as transformers does.
+    out.original_max_position = get_or<int32_t>(rs, "original_max_position_embeddings", 0);
+    // transformers reads beta_fast / beta_slow with `or`: 0 means the default too.
+    out.beta_fast = get_or<float>(rs, "beta_fast", 0.0f);
+    out.beta_slow = get_or<float>(rs, "beta_slow", 0.0f);
+    if (out.beta_fast == 0.0f) out.beta_fast = 32.0f;
+    if (out.beta_slow == 0.0f) out.beta_slow = 1.0f;
+    out.truncate = get_or<bool>(rs, "truncate", true);
+    out.mscale = get_or<float>(rs, "mscale", 0.0f);
+    out.mscale_all_dim = get_or<float>(rs, "mscale_all_dim", 0.0f);
+    out.attention_factor = get_or<float>(rs, "attention_factor", 0.0f);
+    DI_CHECK(out.factor > 0 && out.original_max_position >= 0 && out.beta_fast > 0 && out.beta_slow > 0 &&
+                 out.attention_factor >= 0,
+             "config.json: invalid yarn rope scaling (factor {}, original_max_position_embeddings {}, beta_fast {}, "
+             "beta_slow {}, attention_factor {})",
+             out.factor, out.original_max_position, out.beta_fast, out.beta_slow, out.attention_factor);
   } else if (type == "linear") {
     out.type = RopeScalingType::Linear;
     out.factor = get_required<float>(rs, "factor");
@@ -178,6 +198,9 @@ ModelConfig hf_dense_base(const nlohmann::json& cfg, std::string_view arch) {
     read_rope_scaling(rp, c.rope_scaling);
   } else if (auto rs = cfg.find("rope_scaling"); rs != cfg.end() && rs->is_object()) {
     read_rope_scaling(*rs, c.rope_scaling);
+  }
+  if (c.rope_scaling.type == RopeScalingType::Yarn && c.rope_scaling.original_max_position == 0) {
+    c.rope_scaling.original_max_position = c.max_position;
   }
   c.layer_window.assign(std::max(c.n_layers, 0), 0);
   if (auto it = cfg.find("bos_token_id"); it != cfg.end() && it->is_number_integer()) {

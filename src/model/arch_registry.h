@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/model_config.h"
+#include "model/weight_source.h"
 
 namespace deepinfer {
 
@@ -22,6 +23,8 @@ struct ArchSpec {
   ModelConfig (*from_hf)(const nlohmann::json& config, std::string_view hf_arch);
   // How to read Hugging Face's "post_attention_layernorm" (see HfWeightSource).
   bool hf_post_attention_is_ffn_norm = true;
+  // How stacked expert tensors (experts.gate_up_proj / down_proj) are laid out.
+  HfExpertLayout hf_expert_layout = HfExpertLayout::OutInGateFirst;
 };
 
 // Throws deepinfer::Error listing the supported names when none matches.

@@ -74,6 +74,8 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
     l.attn.wk = matrix(p + "attn_k.weight", kv_dim, H);
     l.attn.wv = matrix(p + "attn_v.weight", kv_dim, H);
     l.attn.wo = matrix(p + "attn_output.weight", H, q_dim);
+    if (c.output_bias) l.attn.bo = vector(p + "attn_output.bias", H);
+    if (c.attn_sinks) l.sinks = vector(p + "attn_sinks.weight", c.n_heads_q);
     if (c.qkv_bias) {
       l.attn.bq = vector(p + "attn_q.bias", q_dim);
       l.attn.bk = vector(p + "attn_k.bias", kv_dim);
@@ -125,6 +127,21 @@ void DecoderModel::load_moe(Layer& l, const WeightSource& source, const std::str
   m.experts.gate = stack(p + "ffn_gate_exps.weight", F, H);
   m.experts.up = stack(p + "ffn_up_exps.weight", F, H);
   m.experts.down = stack(p + "ffn_down_exps.weight", H, F);
+  auto bias = [&](const std::string& name, int64_t rows, int64_t cols) {
+    Tensor t = source.get(name);
+    expect_shape(t, name, {rows, cols});
+    return store_.f32_vector(t).reshape({rows, cols});
+  };
+  if (c.moe.router_bias) {
+    const Tensor t = source.get(p + "ffn_gate_inp.bias");
+    expect_shape(t, p + "ffn_gate_inp.bias", {E});
+    m.router_bias = store_.f32_vector(t);
+  }
+  if (c.moe.expert_bias) {
+    m.experts.gate_bias = bias(p + "ffn_gate_exps.bias", E, F);
+    m.experts.up_bias = bias(p + "ffn_up_exps.bias", E, F);
+    m.experts.down_bias = bias(p + "ffn_down_exps.bias", E, H);
+  }
   if (S > 0) {
     DI_CHECK(c.moe.shared_expert_gate, "{}: shared experts without a gate are not supported yet", c.arch);
     m.shared.gate = matrix(p + "ffn_gate_shexp.weight", S, H).reshape({1, S, H});
@@ -230,10 +247,12 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
     } else {
       ops::add_rms_norm(backend_, x, delta, l.attn_norm, eps, off1, h);
     }
-    RopeParams rope{l.local ? inv_freq_local_ : inv_freq_global_, rot, c.rope_style, 1.0f};
+    RopeParams rope{l.local ? inv_freq_local_ : inv_freq_global_, rot, c.rope_style,
+                    rope_attention_factor(c, l.local)};
     AttentionParams params;
     params.scale = scale;
     params.sliding_window = c.layer_window[i];
+    params.sinks = l.sinks;
     layers::attention_layer(backend_, l.attn, shape, rope, params, h, in, kv.layer(i), attn, delta);
     if (l.post_attn_norm.defined()) ops::rms_norm(backend_, delta, l.post_attn_norm, eps, off1, delta);
     ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, off1, h);

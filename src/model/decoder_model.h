@@ -37,6 +37,7 @@ class DecoderModel final : public Model {
     layers::MlpWeights mlp;  // dense layers
     layers::MoeWeights moe;  // MoE layers (moe.router defined)
     Tensor post_ffw_norm;  // Gemma
+    Tensor sinks;          // gpt-oss: f32[n_heads_q]
     bool local = false;    // sliding-window layer
   };
 

@@ -52,7 +52,8 @@ std::string ModelConfig::summary() const {
       "rope theta {}{}{}",
       arch, name, n_layers, sliding, hidden_size, n_heads_q, n_heads_kv, head_dim,
       intermediate_size, vocab_size, rope_theta,
-      rope_scaling.type == RopeScalingType::Llama3 ? " (llama3 scaling)"
+      rope_scaling.type == RopeScalingType::Yarn     ? fmt::format(" (yarn scaling x{})", rope_scaling.factor)
+      : rope_scaling.type == RopeScalingType::Llama3 ? " (llama3 scaling)"
       : rope_scaling.type == RopeScalingType::Linear ? " (linear scaling)"
                                                        : "",
       moe_summary());
@@ -68,14 +69,55 @@ std::string ModelConfig::moe_summary() const {
                                          : std::string());
 }
 
+namespace {
+
+// Whether a layer uses the unscaled table of its own base (Gemma 3's local layers).
+bool own_local_rope(const ModelConfig& config, bool local_layer) {
+  return local_layer && config.rope_theta_local > 0;
+}
+
+// YaRN as transformers computes it (_compute_yarn_parameters), in float32
+// where it does, so the table matches its inv_freq to the last bit or two:
+// frequencies rotating fewer than beta_slow times over the original context
+// are interpolated (divided by factor), those rotating more than beta_fast
+// times are kept, with a linear ramp over the dimensions between.
+std::vector<float> yarn_inv_freq(const RopeScaling& s, double theta, int rot) {
+  auto correction_dim = [&](double rotations) {
+    return rot * std::log(s.original_max_position / (rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(theta));
+  };
+  double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+  if (s.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(rot - 1));
+  if (low == high) high += 0.001;  // as transformers does, against a zero-width ramp
+  const auto base = static_cast<float>(theta), lo = static_cast<float>(low), span = static_cast<float>(high - low);
+  std::vector<float> inv(rot / 2);
+  for (int i = 0; i < rot / 2; ++i) {
+    const float pos_freq = std::pow(base, static_cast<float>(2 * i) / static_cast<float>(rot));
+    const float extrapolated = 1.0f / pos_freq, interpolated = 1.0f / (s.factor * pos_freq);
+    const float ramp = std::clamp((static_cast<float>(i) - lo) / span, 0.0f, 1.0f);
+    const float keep = 1.0f - ramp;
+    inv[i] = interpolated * (1.0f - keep) + extrapolated * keep;
+  }
+  return inv;
+}
+
+}  // namespace
+
 std::vector<float> rope_inv_freq(const ModelConfig& config, bool local_layer) {
   const int rot = config.rotary_dim ? config.rotary_dim : config.head_dim;
-  const double theta =
-      local_layer && config.rope_theta_local > 0 ? config.rope_theta_local : config.rope_theta;
+  const bool own_local = own_local_rope(config, local_layer);
+  const double theta = own_local ? config.rope_theta_local : config.rope_theta;
+  if (!own_local && config.rope_scaling.type == RopeScalingType::Yarn) {
+    return yarn_inv_freq(config.rope_scaling, theta, rot);
+  }
   std::vector<float> inv(rot / 2);
   for (int i = 0; i < rot / 2; ++i) {
     double f = 1.0 / std::pow(theta, (2.0 * i) / rot);
-    if (!local_layer) {
+    if (!own_local) {
       const RopeScaling& s = config.rope_scaling;
       if (s.type == RopeScalingType::Linear) {
         f /= s.factor;
@@ -98,6 +140,15 @@ std::vector<float> rope_inv_freq(const ModelConfig& config, bool local_layer) {
     inv[i] = static_cast<float>(f);
   }
   return inv;
+}
+
+float rope_attention_factor(const ModelConfig& config, bool local_layer) {
+  const RopeScaling& s = config.rope_scaling;
+  if (own_local_rope(config, local_layer) || s.type != RopeScalingType::Yarn) return 1.0f;
+  if (s.attention_factor > 0) return s.attention_factor;
+  auto mscale = [&](double m) { return s.factor <= 1 ? 1.0 : 0.1 * m * std::log(s.factor) + 1.0; };
+  if (s.mscale != 0 && s.mscale_all_dim != 0) return static_cast<float>(mscale(s.mscale) / mscale(s.mscale_all_dim));
+  return static_cast<float>(mscale(1.0));
 }
 
 }  // namespace deepinfer

@@ -11,7 +11,7 @@
 
 namespace deepinfer {
 
-enum class RopeScalingType : uint8_t { None, Linear, Llama3 };
+enum class RopeScalingType : uint8_t { None, Linear, Llama3, Yarn };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::None;
@@ -19,6 +19,15 @@ struct RopeScaling {
   float low_freq_factor = 1.0f;   // Llama 3.1
   float high_freq_factor = 4.0f;  // Llama 3.1
   int original_max_position = 8192;
+  // YaRN (gpt-oss, DeepSeek): the ramp between extrapolated and interpolated
+  // frequencies, and the cos/sin scale (attention_factor; 0 = derived from
+  // factor and, when both are set, mscale / mscale_all_dim, as transformers does).
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  bool truncate = true;
+  float mscale = 0.0f;
+  float mscale_all_dim = 0.0f;
+  float attention_factor = 0.0f;
 };
 
 // Mixture-of-experts feed-forward layers (Mixtral, Qwen2-MoE, Qwen3-MoE).
@@ -29,6 +38,8 @@ struct MoeConfig {
   int32_t shared_ffn_size = 0;  // 0 = no shared expert
   bool shared_expert_gate = false;  // Qwen2-MoE: the shared expert is scaled by sigmoid(w . x)
   bool norm_topk_prob = false;      // renormalise the chosen experts' weights to sum to 1
+  bool router_bias = false;         // gpt-oss: the router linear has a bias
+  bool expert_bias = false;         // gpt-oss: biases on the experts' gate, up and down products
 };
 
 struct ModelConfig {
@@ -51,6 +62,8 @@ struct ModelConfig {
   Activation activation = Activation::Silu;
   bool tied_embeddings = false;
   bool qkv_bias = false;
+  bool output_bias = false;  // attention output projection bias (gpt-oss)
+  bool attn_sinks = false;   // per-head learned sink logits (gpt-oss)
   bool qk_norm = false;
   bool post_norms = false;  // Gemma's extra norms after attention and MLP
 
@@ -82,7 +95,12 @@ struct ModelConfig {
   std::string moe_summary() const;  // empty for dense models
 };
 
-// Inverse frequencies for one rotary table (rotary_dim/2 values) with scaling applied.
+// Inverse frequencies for one rotary table (rotary_dim/2 values) with scaling
+// applied. Local (sliding-window) layers have their own unscaled table only
+// when the model gives them their own base (rope_theta_local, Gemma 3);
+// otherwise they share the global one.
 std::vector<float> rope_inv_freq(const ModelConfig& config, bool local_layer);
+// The factor multiplying cos and sin (YaRN's attention scaling; else 1).
+float rope_attention_factor(const ModelConfig& config, bool local_layer);
 
 }  // namespace deepinfer

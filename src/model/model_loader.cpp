@@ -36,7 +36,7 @@ std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend&
     const ArchSpec& spec = find_arch_for_hf(hf_arch);
     config = spec.from_hf(cfg, hf_arch);
     post_attention_is_ffn_norm = spec.hf_post_attention_is_ffn_norm;
-    m->source_ = std::make_unique<HfWeightSource>(*m->hf_, post_attention_is_ffn_norm);
+    m->source_ = std::make_unique<HfWeightSource>(*m->hf_, post_attention_is_ffn_norm, spec.hf_expert_layout);
   } else {
     m->format_ = CheckpointFormat::Gguf;
     m->gguf_ = std::make_unique<GgufFile>(GgufFile::open(path));

@@ -51,6 +51,11 @@ constexpr LayerName kLayerNames[] = {
     {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
     {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
     {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+    // gpt-oss: output projection bias, attention sinks, biased router.
+    {"self_attn.o_proj.bias", "attn_output.bias"},
+    {"self_attn.sinks", "attn_sinks.weight"},
+    {"mlp.router.weight", "ffn_gate_inp.weight"},
+    {"mlp.router.bias", "ffn_gate_inp.bias"},
 };
 
 // Per-expert matrices: Hugging Face name after "experts.E." -> canonical stack.
@@ -62,12 +67,17 @@ constexpr LayerName kExpertNames[] = {
 
 }  // namespace
 
-HfWeightSource::HfWeightSource(const HfCheckpoint& checkpoint, bool post_attention_is_ffn_norm)
+HfWeightSource::HfWeightSource(const HfCheckpoint& checkpoint, bool post_attention_is_ffn_norm,
+                               HfExpertLayout expert_layout)
     : checkpoint_(checkpoint) {
   // Multimodal wrappers nest the text model (e.g. "language_model.model.layers...").
   static const std::regex kLayer(R"(^(?:.*\.)?layers\.(\d+)\.(.+)$)");
   static const std::regex kExpert(R"(^(?:mlp|block_sparse_moe)\.experts\.(\d{1,6})\.(.+)$)");
   static const std::regex kStacked(R"(^(?:mlp|block_sparse_moe)\.experts\.(gate_up_proj|down_proj)$)");
+  static const std::regex kStackedBias(R"(^mlp\.experts\.(gate_up_proj|down_proj)_bias$)");
+  static const std::regex kMxfp4(R"(^mlp\.experts\.(gate_up_proj|down_proj)_(blocks|scales)$)");
+  const bool interleaved = expert_layout == HfExpertLayout::InOutInterleaved;
+  using Part = ExpertStack::Part;
   for (const std::string& hf : checkpoint.tensor_names()) {
     std::smatch m;
     if (std::regex_match(hf, m, kLayer)) {
@@ -80,12 +90,27 @@ HfWeightSource::HfWeightSource(const HfCheckpoint& checkpoint, bool post_attenti
         }
         continue;
       }
+      DI_CHECK(!std::regex_match(suffix, e, kMxfp4),
+               "tensor '{}': MXFP4-quantised experts (as the published gpt-oss checkpoints store them) are not "
+               "supported yet; use a bf16/f32 checkpoint",
+               hf);
       if (std::regex_match(suffix, e, kStacked)) {
         if (e[1] == "gate_up_proj") {
-          expert_stacks_[block + "ffn_gate_exps.weight"] = {{}, hf, ExpertStack::Part::GateHalf};
-          expert_stacks_[block + "ffn_up_exps.weight"] = {{}, hf, ExpertStack::Part::UpHalf};
+          expert_stacks_[block + "ffn_gate_exps.weight"] = {{}, hf, interleaved ? Part::GateEven : Part::GateHalf,
+                                                            interleaved};
+          expert_stacks_[block + "ffn_up_exps.weight"] = {{}, hf, interleaved ? Part::UpOdd : Part::UpHalf,
+                                                          interleaved};
         } else {
-          expert_stacks_[block + "ffn_down_exps.weight"] = {{}, hf, ExpertStack::Part::Whole};
+          expert_stacks_[block + "ffn_down_exps.weight"] = {{}, hf, Part::Whole, interleaved};
+        }
+        continue;
+      }
+      if (interleaved && std::regex_match(suffix, e, kStackedBias)) {
+        if (e[1] == "gate_up_proj") {
+          expert_stacks_[block + "ffn_gate_exps.bias"] = {{}, hf, Part::GateEven, false};
+          expert_stacks_[block + "ffn_up_exps.bias"] = {{}, hf, Part::UpOdd, false};
+        } else {
+          expert_stacks_[block + "ffn_down_exps.bias"] = {{}, hf, Part::Whole, false};
         }
         continue;
       }
@@ -121,9 +146,78 @@ std::optional<Tensor> HfWeightSource::find(std::string_view canonical_name) cons
   return stack_experts(name, stack->second);
 }
 
+HfWeightSource::OwnedStack& HfWeightSource::own(const std::string& key, DType dtype,
+                                                std::initializer_list<int64_t> shape) const {
+  OwnedStack& owned = owned_stacks_[key];
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  owned.bytes.resize(row_bytes(dtype, n));
+  owned.view = Tensor(owned.bytes.data(), dtype, shape);
+  return owned;
+}
+
+// [E, in, out] from the file -> an owned [E, out, in] copy (linear's layout).
+Tensor HfWeightSource::transposed_stack(const std::string& hf_name) const {
+  const std::string key = hf_name + "#transposed";
+  if (auto it = owned_stacks_.find(key); it != owned_stacks_.end()) return it->second.view;
+  const Tensor t = checkpoint_.tensor(hf_name);
+  DI_CHECK(t.ndim() == 3 && t.is_contiguous(), "tensor '{}' is {}, expected a contiguous [experts, in, out]", hf_name,
+           t.describe());
+  DI_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
+           "tensor '{}' is {}: expert stacks stored [in, out] must be f32, bf16 or f16", hf_name, t.describe());
+  const int64_t experts = t.size(0), in = t.size(1), out = t.size(2);
+  OwnedStack& owned = own(key, t.dtype(), {experts, out, in});
+  const size_t es = row_bytes(t.dtype(), 1);
+  const auto* src = static_cast<const uint8_t*>(t.data());
+  uint8_t* dst = owned.bytes.data();
+  for (int64_t e = 0; e < experts; ++e) {
+    const size_t base = static_cast<size_t>(e * in * out) * es;
+    for (int64_t i = 0; i < in; ++i) {
+      for (int64_t o = 0; o < out; ++o) {
+        std::memcpy(dst + base + static_cast<size_t>(o * in + i) * es, src + base + static_cast<size_t>(i * out + o) * es,
+                    es);
+      }
+    }
+  }
+  return owned.view;
+}
+
+// gpt-oss's interleaved gate/up: rows 2f / 2f+1 of the transposed matrix
+// stack (strided views, no copy), columns 2f / 2f+1 of the bias stack (copied).
+Tensor HfWeightSource::interleaved_part(const std::string& canonical, const ExpertStack& stack) const {
+  const bool gate = stack.part == ExpertStack::Part::GateEven;
+  if (stack.transposed) {
+    const Tensor t = transposed_stack(stack.stacked);
+    DI_CHECK(t.size(1) % 2 == 0, "tensor '{}' is [in, out] = {}: interleaved gate/up need an even output count",
+             stack.stacked, t.describe());
+    const int64_t hidden = t.size(2);
+    return t.reshape({t.size(0), t.size(1) / 2, 2 * hidden}).narrow(2, gate ? 0 : hidden, hidden);
+  }
+  if (auto it = owned_stacks_.find(canonical); it != owned_stacks_.end()) return it->second.view;
+  const Tensor t = checkpoint_.tensor(stack.stacked);
+  DI_CHECK(t.ndim() == 2 && t.size(1) % 2 == 0 && t.is_contiguous(),
+           "tensor '{}' is {}, expected a contiguous [experts, 2 x ffn] bias stack", stack.stacked, t.describe());
+  DI_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
+           "tensor '{}' is {}: expected a float bias stack", stack.stacked, t.describe());
+  const int64_t experts = t.size(0), ffn = t.size(1) / 2;
+  OwnedStack& owned = own(canonical, t.dtype(), {experts, ffn});
+  const size_t es = row_bytes(t.dtype(), 1);
+  const auto* src = static_cast<const uint8_t*>(t.data());
+  for (int64_t i = 0; i < experts * ffn; ++i) {
+    std::memcpy(owned.bytes.data() + static_cast<size_t>(i) * es, src + static_cast<size_t>(2 * i + (gate ? 0 : 1)) * es,
+                es);
+  }
+  return owned.view;
+}
+
 Tensor HfWeightSource::stack_experts(const std::string& canonical, const ExpertStack& stack) const {
   if (!stack.stacked.empty()) {
+    if (stack.part == ExpertStack::Part::GateEven || stack.part == ExpertStack::Part::UpOdd) {
+      return interleaved_part(canonical, stack);
+    }
+    if (stack.transposed) return transposed_stack(stack.stacked);
     Tensor t = checkpoint_.tensor(stack.stacked);
+    if (t.ndim() == 2 && stack.part == ExpertStack::Part::Whole) return t;  // a bias stack
     DI_CHECK(t.ndim() == 3, "tensor '{}' is {}, expected [experts, rows, cols]", stack.stacked, t.describe());
     if (stack.part == ExpertStack::Part::Whole) return t;
     const int64_t half = t.size(1) / 2;

@@ -20,6 +20,18 @@ namespace deepinfer {
 class GgufFile;
 class HfCheckpoint;
 
+// Layout of the stacked expert tensors of a Hugging Face checkpoint.
+enum class HfExpertLayout : uint8_t {
+  // experts.gate_up_proj [E, 2F, H] (all gate rows, then all up rows),
+  // experts.down_proj [E, H, F]: linear's [out, in] (Mixtral, Qwen-MoE).
+  OutInGateFirst,
+  // gpt-oss: experts.gate_up_proj [E, H, 2F] with gate and up interleaved
+  // along the output (gate = [..., ::2], up = [..., 1::2]), down_proj
+  // [E, F, H], both [in, out]; biases gate_up_proj_bias [E, 2F] (interleaved
+  // the same way) and down_proj_bias [E, H].
+  InOutInterleaved,
+};
+
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
@@ -50,9 +62,16 @@ class GgufWeightSource final : public WeightSource {
 // experts.N.gate_proj/up_proj/down_proj in Qwen-MoE; what published checkpoints
 // and transformers' default save_pretrained write) are copied into one stack
 // owned here, built on first request. Not thread-safe: one loader at a time.
+//
+// InOutInterleaved stacks are transposed once into owned [E, 2F, H] / [E, H, F]
+// copies; gate and up are then strided views of the first (rows 2f and 2f+1:
+// the copy seen as [E, F, 2H], columns [0, H) and [H, 2H)), and their biases
+// "blk.N.ffn_{gate,up,down}_exps.bias" owned, de-interleaved [E, F] copies
+// (down's a view of the file). MXFP4 expert blocks are rejected.
 class HfWeightSource final : public WeightSource {
  public:
-  HfWeightSource(const HfCheckpoint& checkpoint, bool post_attention_is_ffn_norm);
+  HfWeightSource(const HfCheckpoint& checkpoint, bool post_attention_is_ffn_norm,
+                 HfExpertLayout expert_layout = HfExpertLayout::OutInGateFirst);
   std::optional<Tensor> find(std::string_view canonical_name) const override;
 
  private:
@@ -61,13 +80,18 @@ class HfWeightSource final : public WeightSource {
   struct ExpertStack {
     std::map<int, std::string> per_expert;
     std::string stacked;
-    enum class Part : uint8_t { Whole, GateHalf, UpHalf } part = Part::Whole;
+    // GateEven / UpOdd: interleaved rows (matrices) or columns (biases).
+    enum class Part : uint8_t { Whole, GateHalf, UpHalf, GateEven, UpOdd } part = Part::Whole;
+    bool transposed = false;  // stored [E, in, out]
   };
   struct OwnedStack {
     std::vector<uint8_t> bytes;
     Tensor view;
   };
   Tensor stack_experts(const std::string& canonical, const ExpertStack& stack) const;
+  Tensor transposed_stack(const std::string& hf_name) const;
+  Tensor interleaved_part(const std::string& canonical, const ExpertStack& stack) const;
+  OwnedStack& own(const std::string& key, DType dtype, std::initializer_list<int64_t> shape) const;
 
   const HfCheckpoint& checkpoint_;
   std::unordered_map<std::string, std::string> canonical_to_hf_;

@@ -77,6 +77,11 @@ void check_eps(const char* op, float eps) {
   DI_CHECK(std::isfinite(eps) && eps >= 0.0f, "{}: eps must be finite and non-negative, got {}", op, eps);
 }
 
+void check_gated_activation_kind(const char* op, Activation act) {
+  DI_CHECK(act == Activation::Silu || act == Activation::GeluTanh || act == Activation::ClampedSwiglu,
+           "{}: unknown activation {}", op, static_cast<int>(act));
+}
+
 }  // namespace
 
 void copy(Backend& backend, Tensor dst, const Tensor& src) {
@@ -255,8 +260,7 @@ void gated_activation(Backend& backend, const Tensor& gate, const Tensor& up, Ac
   check_same_shape(op, "gate", gate, "out", out);
   check_same_dtype(op, "gate", gate, "up", up);
   check_same_dtype(op, "gate", gate, "out", out);
-  DI_CHECK(act == Activation::Silu || act == Activation::GeluTanh, "{}: unknown activation {}", op,
-           static_cast<int>(act));
+  check_gated_activation_kind(op, act);
   backend.gated_activation(gate, up, act, out);
 }
 
@@ -333,6 +337,22 @@ void check_expert_weights(const char* op, const MoeExpertWeights& w, const Backe
   DI_CHECK(w.gate.size(0) > 0 && w.down.size(0) == w.gate.size(0) && w.down.size(1) == w.gate.size(2) &&
                w.down.size(2) == w.gate.size(1),
            "{}: w.down {} must be [experts, hidden, ffn] for w.gate {}", op, w.down.describe(), w.gate.describe());
+  if (!w.gate_bias.defined() && !w.up_bias.defined() && !w.down_bias.defined()) return;
+  DI_CHECK(w.gate_bias.defined() && w.up_bias.defined() && w.down_bias.defined(),
+           "{}: expert biases come all three (gate, up, down) or not at all", op);
+  const int64_t experts = w.gate.size(0), ffn = w.gate.size(1), hidden = w.gate.size(2);
+  for (auto [name, b, cols] : {std::tuple{"w.gate_bias", &w.gate_bias, ffn}, std::tuple{"w.up_bias", &w.up_bias, ffn},
+                               std::tuple{"w.down_bias", &w.down_bias, hidden}}) {
+    check_device(op, name, *b, backend);
+    check_rank(op, name, *b, 2);
+    DI_CHECK(b->dtype() == DType::F32 || b->dtype() == backend.activation_dtype(),
+             "{}: {} {} must be f32 or the activation dtype ({})", op, name, b->describe(),
+             dtype_name(backend.activation_dtype()));
+    DI_CHECK(b->size(0) == experts && b->size(1) == cols && b->is_contiguous(),
+             "{}: {} {} must be a contiguous [{}, {}]", op, name, b->describe(), experts, cols);
+  }
+  check_same_dtype(op, "w.gate_bias", w.gate_bias, "w.up_bias", w.up_bias);
+  check_same_dtype(op, "w.gate_bias", w.gate_bias, "w.down_bias", w.down_bias);
 }
 
 void check_top_k(const char* op, int top_k, int64_t n_experts) {
@@ -410,8 +430,7 @@ void moe_experts(Backend& backend, const Tensor& x, const Tensor& expert_ids, co
            expert_ids.describe(), x.describe());
   const int top_k = static_cast<int>(expert_ids.size(1));
   check_top_k(op, top_k, w.gate.size(0));
-  DI_CHECK(act == Activation::Silu || act == Activation::GeluTanh, "{}: unknown activation {}", op,
-           static_cast<int>(act));
+  check_gated_activation_kind(op, act);
   check_device(op, "workspace", workspace, backend);
   check_dtype(op, "workspace", workspace, DType::U8);
   const size_t need = backend.moe_workspace_bytes(x.size(0), top_k, w);

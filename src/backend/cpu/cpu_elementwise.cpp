@@ -1,4 +1,5 @@
 // Row-wise and element-wise ops of the CPU backend.
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
@@ -33,6 +34,13 @@ inline float silu(float g) { return g / (1.0f + std::exp(-g)); }
 inline float gelu_tanh(float g) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
   return 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
+}
+
+// gpt-oss's expert activation, in transformers' order of operations.
+inline float clamped_swiglu(float gate, float up) {
+  const float g = std::min(gate, kClampedSwigluLimit);
+  const float u = std::clamp(up, -kClampedSwigluLimit, kClampedSwigluLimit);
+  return (u + 1.0f) * (g * (1.0f / (1.0f + std::exp(-g * kClampedSwigluAlpha))));
 }
 
 }  // namespace
@@ -71,6 +79,8 @@ void CpuBackend::gated_activation(const Tensor& gate, const Tensor& up, Activati
       float* o = orow.row(r);
       if (act == Activation::Silu) {
         for (int64_t i = 0; i < n; ++i) o[i] = silu(g[i]) * u[i];
+      } else if (act == Activation::ClampedSwiglu) {
+        for (int64_t i = 0; i < n; ++i) o[i] = clamped_swiglu(g[i], u[i]);
       } else {
         for (int64_t i = 0; i < n; ++i) o[i] = gelu_tanh(g[i]) * u[i];
       }

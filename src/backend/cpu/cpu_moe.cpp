@@ -6,7 +6,8 @@
 // gemv per chosen expert, and experts nobody chose are never read. The rows of
 // one expert keep token order and every token sums its experts' outputs in
 // routing order, so results are deterministic and, with batch invariance on
-// (linear always per row), independent of the batch.
+// (linear always per row), independent of the batch. Expert biases (gpt-oss)
+// ride on linear's bias; interleaved gate/up views are plain strided weights.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -178,20 +179,21 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Te
     for (int64_t r = begin; r < end; ++r) std::memcpy(sorted.row(r), xr.row(token_of_row[r]), row_bytes);
   }, std::max<int64_t>(1, 16384 / std::max<int64_t>(hidden, 1)));
 
-  const Tensor none;
+  const bool bias = w.has_bias();
+  auto bias_of = [&](const Tensor& b, int64_t e) { return bias ? b.row(e) : Tensor(); };
   for (int64_t e = 0; e < n_experts; ++e) {
     const int64_t start = offsets[e], count = offsets[e + 1] - start;
     if (count == 0) continue;
     const Tensor in = rows_in.slice_rows(start, count);
-    linear(in, w.gate.row(e), none, gate.slice_rows(start, count));
-    linear(in, w.up.row(e), none, up.slice_rows(start, count));
+    linear(in, w.gate.row(e), bias_of(w.gate_bias, e), gate.slice_rows(start, count));
+    linear(in, w.up.row(e), bias_of(w.up_bias, e), up.slice_rows(start, count));
   }
   gated_activation(gate, up, act, gate);
   // The inputs are consumed: the experts' outputs go to the same rows.
   for (int64_t e = 0; e < n_experts; ++e) {
     const int64_t start = offsets[e], count = offsets[e + 1] - start;
     if (count == 0) continue;
-    linear(gate.slice_rows(start, count), w.down.row(e), none, rows_in.slice_rows(start, count));
+    linear(gate.slice_rows(start, count), w.down.row(e), bias_of(w.down_bias, e), rows_in.slice_rows(start, count));
   }
 
   pool_.parallel_for(n, [&](int64_t begin, int64_t end, int) {

@@ -404,6 +404,8 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const At
 }
 
 void CudaBackend::gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor out) {
+  DI_CHECK(act != Activation::ClampedSwiglu,
+           "gated_activation: the clamped SwiGLU (gpt-oss) is not implemented on CUDA yet; use the CPU backend");
   launch_gated(elem_type(gate.dtype(), "gated_activation"), rows_of(gate), rows_of(up),
                act == Activation::GeluTanh, rows_of(out), stream_);
   check_launch("gated_activation");

@@ -27,7 +27,7 @@ void attention_layer(Backend& backend, const AttentionWeights& w, const Attentio
   ops::store_kv(backend, k, v, inputs.slot_mapping, cache);
   Tensor attn = scratch.out.reshape({n, shape.n_heads_q, d});
   ops::attention(backend, q, cache, inputs.attention, params, attn);
-  ops::linear(backend, scratch.out, w.wo, Tensor(), out);
+  ops::linear(backend, scratch.out, w.wo, w.bo, out);
 }
 
 }  // namespace deepinfer::layers

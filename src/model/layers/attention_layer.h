@@ -10,6 +10,7 @@ namespace deepinfer::layers {
 struct AttentionWeights {
   Tensor wq, wk, wv, wo;  // [out, in]
   Tensor bq, bk, bv;      // optional f32 biases (Qwen2)
+  Tensor bo;              // optional f32 output projection bias (gpt-oss)
   Tensor q_norm, k_norm;  // optional f32[head_dim] (Qwen3, Gemma 3)
 };
 

@@ -18,7 +18,7 @@ void moe_layer(Backend& backend, const MoeWeights& w, const MoeRouteParams& rout
                      scratch.workspace, out);
     accumulate = true;
   }
-  ops::linear(backend, h, w.router, Tensor(), scratch.router_logits);
+  ops::linear(backend, h, w.router, w.router_bias, scratch.router_logits);
   ops::moe_route(backend, scratch.router_logits, route, scratch.expert_ids, scratch.expert_weights);
   ops::moe_experts(backend, h, scratch.expert_ids, scratch.expert_weights, w.experts, activation, accumulate,
                    scratch.workspace, out);

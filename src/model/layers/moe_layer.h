@@ -10,6 +10,7 @@ namespace deepinfer::layers {
 
 struct MoeWeights {
   Tensor router;  // [n_experts, hidden]
+  Tensor router_bias;  // optional f32[n_experts] (gpt-oss)
   MoeExpertWeights experts;
   // Optional shared expert as a one-expert stack ([1, ffn, hidden] / [1, hidden, ffn])
   // with its gate [1, hidden]; undefined when the model has none.
