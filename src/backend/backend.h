@@ -42,10 +42,13 @@ struct RopeParams {
   float attention_factor = 1.0f;  // multiplies cos and sin (YaRN-style mscale)
 };
 
-// One layer's paged KV cache: pages of page_size token slots.
+// One layer's paged KV cache: pages of page_size token slots. V's head size
+// may be smaller than K's: an MLA latent cache (DeepSeek) stores one row of
+// [latent, roped key part] per token and V is a view of K's first
+// v_head_dim channels (same memory, K's strides).
 struct KvCacheLayer {
   Tensor k;  // [num_pages, page_size, n_heads_kv, head_dim]
-  Tensor v;  // [num_pages, page_size, n_heads_kv, head_dim]
+  Tensor v;  // [num_pages, page_size, n_heads_kv, v_head_dim], v_head_dim <= head_dim
   int page_size() const { return static_cast<int>(k.size(1)); }
 };
 
@@ -81,10 +84,12 @@ struct AttentionParams {
 // Qwen-MoE) or a per-expert sigmoid (DeepSeek-V3). Experts are chosen by
 // score + correction_bias (when defined), optionally restricted to the
 // top_k_groups best of n_groups equal groups (a group's rank: the sum of its two
-// best biased scores, as DeepSeek-V3 does). The weights are the chosen experts'
-// unbiased scores, divided by their sum when renormalize is set (norm_topk_prob),
-// times scaling (routed_scaling_factor).
+// best biased scores, as DeepSeek-V3 does, or its best score, DeepSeek-V2's
+// group_limited_greedy). The weights are the chosen experts' unbiased scores,
+// divided by their sum when renormalize is set (norm_topk_prob), times scaling
+// (routed_scaling_factor).
 enum class MoeScoring : uint8_t { Softmax, Sigmoid };
+enum class MoeGroupScore : uint8_t { TopTwoSum, Max };
 
 struct MoeRouteParams {
   int top_k = 1;
@@ -94,6 +99,7 @@ struct MoeRouteParams {
   Tensor correction_bias;  // optional f32[n_experts]
   int n_groups = 1;
   int top_k_groups = 1;
+  MoeGroupScore group_score = MoeGroupScore::TopTwoSum;
 };
 
 // Every expert's matrices stacked on a leading expert dimension, each expert's
@@ -211,11 +217,13 @@ class Backend {
   // Rotary embedding in place on q[n, n_heads_q, head_dim] and k[n, n_heads_kv, head_dim]
   // at positions i32[n]; k may be undefined.
   virtual void rope(Tensor q, Tensor k, const Tensor& positions, const RopeParams& params) = 0;
-  // Writes k, v [n, n_heads_kv, head_dim] into cache slots i32[n] (slot = page * page_size + offset).
+  // Writes k [n, n_heads_kv, head_dim] and v [n, n_heads_kv, v_head_dim] into cache
+  // slots i32[n] (slot = page * page_size + offset). With a latent cache (V a
+  // view of K) v is the matching view of k and only k is written.
   virtual void store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                         KvCacheLayer cache) = 0;
-  // q[n, n_heads_q, head_dim] -> out[n, n_heads_q, head_dim]; causal within each sequence,
-  // grouped-query (n_heads_q a multiple of n_heads_kv).
+  // q[n, n_heads_q, head_dim] -> out[n, n_heads_q, v_head_dim]; causal within each sequence,
+  // grouped-query (n_heads_q a multiple of n_heads_kv; MLA: one latent KV head).
   virtual void attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,
                          const AttentionParams& params, Tensor out) = 0;
   // out[n, f] = act(gate[n, f]) * up[n, f] (ClampedSwiglu: as defined on Activation).

@@ -16,6 +16,10 @@ struct KvCacheSpec {
   int32_t head_dim = 0;
   int32_t page_size = 16;  // token slots per page
   DType dtype = DType::F32;
+  // MLA (DeepSeek): 0 = separate K and V pages of head_dim. Otherwise each
+  // token stores one row of head_dim (latent, then the roped key part) and V
+  // is a view of its first latent_v_dim channels: no V pages exist.
+  int32_t latent_v_dim = 0;
 
   size_t bytes_per_page() const;  // all layers, K and V
 };

@@ -189,7 +189,11 @@ void check_cache(const char* op, const KvCacheLayer& cache, const Backend& backe
   check_device(op, "cache.k", cache.k, backend);
   check_device(op, "cache.v", cache.v, backend);
   check_rank(op, "cache.k", cache.k, 4);
-  check_same_shape(op, "cache.k", cache.k, "cache.v", cache.v);
+  check_rank(op, "cache.v", cache.v, 4);
+  DI_CHECK(cache.v.size(0) == cache.k.size(0) && cache.v.size(1) == cache.k.size(1) &&
+               cache.v.size(2) == cache.k.size(2) && cache.v.size(3) <= cache.k.size(3),
+           "{}: cache.v {} must match cache.k {} in pages and heads, with a head size no larger", op,
+           cache.v.describe(), cache.k.describe());
   check_same_dtype(op, "cache.k", cache.k, "cache.v", cache.v);
   DI_CHECK(cache.k.size(1) > 0, "{}: cache {} has an empty page size", op, cache.k.describe());
 }
@@ -202,12 +206,18 @@ void store_kv(Backend& backend, const Tensor& k, const Tensor& v, const Tensor& 
   check_activation(op, "k", k, backend);
   check_activation(op, "v", v, backend);
   check_rank(op, "k", k, 3);
-  check_same_shape(op, "k", k, "v", v);
+  check_rank(op, "v", v, 3);
   check_same_dtype(op, "k", k, "v", v);
   check_cache(op, cache, backend);
   check_same_dtype(op, "k", k, "cache.k", cache.k);
   DI_CHECK(k.size(1) == cache.k.size(2) && k.size(2) == cache.k.size(3),
            "{}: k {} does not match cache {} in heads or head size", op, k.describe(), cache.k.describe());
+  DI_CHECK(v.size(0) == k.size(0) && v.size(1) == cache.v.size(2) && v.size(2) == cache.v.size(3),
+           "{}: v {} does not match cache.v {} (and k {})", op, v.describe(), cache.v.describe(), k.describe());
+  if (cache.v.data() == cache.k.data()) {
+    DI_CHECK(v.data() == k.data(), "{}: with a latent cache (V a view of K), v must be the matching view of k",
+             op);
+  }
   check_index_vector(op, "slot_mapping", slot_mapping, backend, k.size(0));
   backend.store_kv(k, v, slot_mapping, cache);
 }
@@ -218,9 +228,12 @@ void attention(Backend& backend, const Tensor& q, const KvCacheLayer& cache,
   check_activation(op, "q", q, backend);
   check_rank(op, "q", q, 3);
   check_activation(op, "out", out, backend);
-  check_same_shape(op, "q", q, "out", out);
+  check_rank(op, "out", out, 3);
   check_same_dtype(op, "q", q, "out", out);
   check_cache(op, cache, backend);
+  DI_CHECK(out.size(0) == q.size(0) && out.size(1) == q.size(1) && out.size(2) == cache.v.size(3),
+           "{}: out {} must be [{}, {}, {}] (q tokens and heads, cache.v {} head size)", op, out.describe(),
+           q.size(0), q.size(1), cache.v.size(3), cache.v.describe());
   int64_t heads_q = q.size(1), heads_kv = cache.k.size(2);
   DI_CHECK(cache.k.size(3) == q.size(2), "{}: q {} does not match cache {} in the head size", op,
            q.describe(), cache.k.describe());
@@ -391,8 +404,11 @@ void moe_route(Backend& backend, const Tensor& logits, const MoeRouteParams& par
            "{}: n_groups {} must divide the {} experts", op, params.n_groups, n_experts);
   if (params.n_groups > 1) {
     const int64_t group = n_experts / params.n_groups;
-    DI_CHECK(group >= 2, "{}: groups need at least 2 experts ({} experts in {} groups)", op, n_experts,
-             params.n_groups);
+    DI_CHECK(params.group_score == MoeGroupScore::TopTwoSum || params.group_score == MoeGroupScore::Max,
+             "{}: unknown group score {}", op, static_cast<int>(params.group_score));
+    DI_CHECK(group >= 2 || params.group_score == MoeGroupScore::Max,
+             "{}: groups ranked by their two best experts need at least 2 experts ({} experts in {} groups)", op,
+             n_experts, params.n_groups);
     DI_CHECK(params.top_k_groups >= 1 && params.top_k_groups <= params.n_groups &&
                  params.top_k <= params.top_k_groups * group,
              "{}: top_k_groups {} must be in [1, {}] and hold top_k {} experts", op, params.top_k_groups,

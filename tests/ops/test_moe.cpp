@@ -62,7 +62,7 @@ Route reference_route(const std::vector<float>& logits, int64_t n, int64_t n_exp
       for (int g = 0; g < p.n_groups; ++g) {
         std::vector<double> c(choice.begin() + g * size, choice.begin() + (g + 1) * size);
         std::sort(c.rbegin(), c.rend());
-        rank.push_back({-(c[0] + c[1]), g});
+        rank.push_back({-(p.group_score == MoeGroupScore::Max ? c[0] : c[0] + c[1]), g});
       }
       std::sort(rank.begin(), rank.end());
       std::fill(allowed.begin(), allowed.end(), false);
@@ -132,6 +132,23 @@ TEST_P(MoeTest, RouteSigmoidBiasGroupsAndScaling) {
   p.top_k_groups = 1;
   p.renormalize = false;
   check_route(*this, backend(), rng, 9, 32, p, true);
+  // DeepSeek-V2's group_limited_greedy: softmax, a group ranked by its best
+  // expert, more experts than groups (so the groups matter), scaled weights;
+  // also with one-expert groups.
+  p.scoring = MoeScoring::Softmax;
+  p.group_score = MoeGroupScore::Max;
+  p.top_k = 3;
+  p.scaling = 1.5f;
+  p.n_groups = 4;
+  p.top_k_groups = 2;
+  check_route(*this, backend(), rng, 9, 8, p, false);
+  p.n_groups = 8;
+  p.top_k_groups = 3;
+  check_route(*this, backend(), rng, 5, 8, p, false);
+  p.group_score = MoeGroupScore::TopTwoSum;
+  p.n_groups = 1;
+  p.top_k_groups = 1;
+  p.scoring = MoeScoring::Sigmoid;
   // A one-expert sigmoid route is a per-token sigmoid gate (Qwen2-MoE's shared expert).
   p.top_k = 1;
   p.scaling = 1.0f;

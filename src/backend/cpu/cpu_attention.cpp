@@ -88,13 +88,16 @@ void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_m
   for (int64_t i = 0; i < n; ++i) {
     DI_CHECK(slots[i] < capacity, "store_kv: slot {} out of range for a cache of {} slots", slots[i], capacity);
   }
-  size_t row = static_cast<size_t>(head_dim) * sizeof(float);
+  const size_t k_row = static_cast<size_t>(head_dim) * sizeof(float);
+  const size_t v_row = static_cast<size_t>(v.size(2)) * sizeof(float);
+  // A latent cache's V is a view of K: writing K stores both.
+  const bool v_in_k = cache.v.data() == cache.k.data();
   for (int64_t i = 0; i < n; ++i) {
     if (slots[i] < 0) continue;  // padding token: nothing to store
     int64_t page = slots[i] / page_size, offset = slots[i] % page_size;
     for (int64_t h = 0; h < heads; ++h) {
-      std::memcpy(at(cache.k, page, offset, h), at(k, i, h), row);
-      std::memcpy(at(cache.v, page, offset, h), at(v, i, h), row);
+      std::memcpy(at(cache.k, page, offset, h), at(k, i, h), k_row);
+      if (!v_in_k) std::memcpy(at(cache.v, page, offset, h), at(v, i, h), v_row);
     }
   }
 }
@@ -103,7 +106,7 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
                            const AttentionParams& params, Tensor out) {
   DI_CHECK(cache.k.dtype() == DType::F32 && cache.v.dtype() == DType::F32,
            "CPU backend: KV cache must be f32, got {}", cache.k.describe());
-  int64_t n = q.size(0), heads_q = q.size(1), head_dim = q.size(2);
+  int64_t n = q.size(0), heads_q = q.size(1), head_dim = q.size(2), v_dim = cache.v.size(3);
   int64_t heads_kv = cache.k.size(2), group = heads_q / heads_kv;
   int64_t page_size = cache.page_size(), num_pages = cache.k.size(0);
   int num_seqs = meta.num_seqs;
@@ -140,7 +143,7 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
   const float* sinks = params.sinks.defined() ? params.sinks.data_as<float>() : nullptr;
   float softcap = params.logit_softcap;
   int64_t window = params.sliding_window;
-  size_t scratch_bytes = static_cast<size_t>(head_dim + page_size) * sizeof(float);
+  size_t scratch_bytes = static_cast<size_t>(v_dim + page_size) * sizeof(float);
 
   // kv_start_pos shifts query and key positions alike, so the causal and window
   // masks depend only on indices within the listed pages and it is not needed here.
@@ -148,7 +151,7 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
   int64_t chunk = std::max<int64_t>(1, items / (pool_.num_threads() * 8));
   pool_.parallel_for(items, [&](int64_t begin, int64_t end, int thread) {
     float* acc = thread_scratch_[static_cast<size_t>(thread)].get<float>(scratch_bytes);
-    float* scores = acc + head_dim;
+    float* scores = acc + v_dim;
     int s = 0;
     for (int64_t item = begin; item < end; ++item) {
       int64_t t = item / heads_q, h = item % heads_q, kvh = h / group;
@@ -166,7 +169,7 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
       const float* qv = at(q, t, h);
       float max = sinks ? sinks[h] : -std::numeric_limits<float>::infinity();
       float sum = sinks ? 1.0f : 0.0f;
-      std::fill(acc, acc + head_dim, 0.0f);
+      std::fill(acc, acc + v_dim, 0.0f);
       for (int64_t p = first / page_size; p <= last / page_size; ++p) {
         int64_t lo = std::max(first - p * page_size, int64_t{0});
         int64_t hi = std::min(last - p * page_size, page_size - 1);
@@ -179,19 +182,19 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
         }
         if (block_max > max) {
           float rescale = std::exp(max - block_max);
-          vec::scale(acc, rescale, head_dim);
+          vec::scale(acc, rescale, v_dim);
           sum *= rescale;
           max = block_max;
         }
         for (int64_t o = lo; o <= hi; ++o) {
           float w = std::exp(scores[o] - max);
           sum += w;
-          vec::axpy(acc, w, at(cache.v, pages[p], o, kvh), head_dim);
+          vec::axpy(acc, w, at(cache.v, pages[p], o, kvh), v_dim);
         }
       }
       float* ov = at(out, t, h);
       float inv = 1.0f / sum;
-      for (int64_t d = 0; d < head_dim; ++d) ov[d] = acc[d] * inv;
+      for (int64_t d = 0; d < v_dim; ++d) ov[d] = acc[d] * inv;
     }
   }, 1, chunk);
 }

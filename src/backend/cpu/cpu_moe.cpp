@@ -101,8 +101,8 @@ void CpuBackend::moe_route(const Tensor& logits, const MoeRouteParams& params, T
         for (int64_t g = 0; g < groups; ++g) {
           const float* c = choice + g * group_size;
           uint8_t* tk = taken + g * group_size;
-          const int64_t a = take_best(c, tk, group_size), b = take_best(c, tk, group_size);
-          group_rank[g] = c[a] + c[b];
+          const int64_t a = take_best(c, tk, group_size);
+          group_rank[g] = params.group_score == MoeGroupScore::Max ? c[a] : c[a] + c[take_best(c, tk, group_size)];
         }
         // Experts of the groups that lose stay taken, so they cannot be chosen.
         std::memset(taken, 1, static_cast<size_t>(n_experts));
