@@ -11,11 +11,12 @@ namespace deepinfer {
 extern const ArchSpec kLlamaArch;
 extern const ArchSpec kGemma3Arch;
 extern const ArchSpec kMoeArch;
+extern const ArchSpec kDeepseekArch;
 extern const ArchSpec kGptOssArch;
 
 namespace {
 
-const ArchSpec* const kArchs[] = {&kLlamaArch, &kGemma3Arch, &kMoeArch, &kGptOssArch};
+const ArchSpec* const kArchs[] = {&kLlamaArch, &kGemma3Arch, &kMoeArch, &kGptOssArch, &kDeepseekArch};
 
 std::string supported(bool gguf) {
   std::string s;

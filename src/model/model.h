@@ -21,8 +21,9 @@ class Model {
   virtual void reserve(int32_t max_tokens, int32_t max_logit_rows) = 0;
   // Writes logits f32[num_logit_rows, vocab] for inputs.logit_rows.
   virtual void forward(const ForwardInputs& inputs, const KvStorage& kv, Tensor logits) = 0;
-  // KV layout this model needs (n_layers, heads, head_dim) for a page size and dtype.
-  KvCacheSpec kv_spec(int32_t page_size, DType dtype) const;
+  // KV layout this model needs (n_layers, heads, head_dim) for a page size and
+  // dtype; MLA models override it with their latent cache.
+  virtual KvCacheSpec kv_spec(int32_t page_size, DType dtype) const;
   // Bytes of weights the model reads per forward step (for roofline figures).
   virtual size_t weight_bytes() const = 0;
 };

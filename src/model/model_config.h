@@ -38,8 +38,27 @@ struct MoeConfig {
   int32_t shared_ffn_size = 0;  // 0 = no shared expert
   bool shared_expert_gate = false;  // Qwen2-MoE: the shared expert is scaled by sigmoid(w . x)
   bool norm_topk_prob = false;      // renormalise the chosen experts' weights to sum to 1
+  // DeepSeek routing: sigmoid scores with a correction bias, group-limited
+  // top-k, weights times routed_scaling (see MoeRouteParams).
+  MoeScoring scoring = MoeScoring::Softmax;
+  MoeGroupScore group_score = MoeGroupScore::TopTwoSum;
+  int32_t n_groups = 1;
+  int32_t top_k_groups = 1;
+  float routed_scaling = 1.0f;
+  bool correction_bias = false;  // e_score_correction_bias (DeepSeek-V3)
   bool router_bias = false;         // gpt-oss: the router linear has a bias
   bool expert_bias = false;         // gpt-oss: biases on the experts' gate, up and down products
+};
+
+// Multi-head Latent Attention (DeepSeek-V2/V3); kv_lora_rank 0 = standard attention.
+struct MlaConfig {
+  int32_t q_lora_rank = 0;  // 0 = a plain q_proj
+  int32_t kv_lora_rank = 0;
+  int32_t qk_nope_head_dim = 0;
+  int32_t qk_rope_head_dim = 0;
+  int32_t v_head_dim = 0;
+  bool attention_bias = false;  // biases on q_a_proj, kv_a_proj_with_mqa and o_proj
+  bool enabled() const { return kv_lora_rank > 0; }
 };
 
 struct ModelConfig {
@@ -80,6 +99,7 @@ struct ModelConfig {
   std::vector<int32_t> layer_window;
 
   MoeConfig moe;
+  MlaConfig mla;
   // Per layer: whether its feed-forward block is MoE (else the dense MLP of
   // intermediate_size). Empty for dense models.
   std::vector<uint8_t> layer_moe;

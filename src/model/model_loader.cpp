@@ -10,6 +10,7 @@
 #include "loader/hf_checkpoint.h"
 #include "model/arch_registry.h"
 #include "model/decoder_model.h"
+#include "model/deepseek_model.h"
 #include "model/weight_source.h"
 
 namespace deepinfer {
@@ -46,7 +47,11 @@ std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend&
     m->source_ = std::make_unique<GgufWeightSource>(*m->gguf_);
   }
   log_info("model: {}", config.summary());
-  m->model_ = std::make_unique<DecoderModel>(std::move(config), *m->source_, backend);
+  if (config.mla.enabled()) {
+    m->model_ = std::make_unique<DeepseekModel>(std::move(config), *m->source_, backend);
+  } else {
+    m->model_ = std::make_unique<DecoderModel>(std::move(config), *m->source_, backend);
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log_info("model: loaded {:.1f} MiB of weights from {} in {:.2f} s", m->model_->weight_bytes() / 1048576.0,
            path, secs);

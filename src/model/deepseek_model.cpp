@@ -1,0 +1,274 @@
+#include "model/deepseek_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "ops/ops.h"
+
+namespace deepinfer {
+
+namespace {
+
+void expect_shape(const Tensor& t, const std::string& name, std::initializer_list<int64_t> shape) {
+  bool ok = t.ndim() == static_cast<int>(shape.size());
+  int i = 0;
+  for (int64_t s : shape) ok = ok && t.size(i++) == s;
+  std::string want;
+  for (int64_t s : shape) want += fmt::format("{}{}", want.empty() ? "" : ", ", s);
+  DI_CHECK(ok, "tensor '{}' is {}, expected shape [{}]", name, t.describe(), want);
+}
+
+// transformers' yarn_get_mscale.
+double yarn_mscale(double factor, double mscale) { return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0; }
+
+// DeepSeek scales the softmax by mscale(factor, mscale_all_dim)^2 on top of
+// 1/sqrt(qk head size) when the rope is scaled (YaRN), as transformers does.
+float softmax_scale(const ModelConfig& c) {
+  double scale = 1.0 / std::sqrt(static_cast<double>(c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim));
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.type != RopeScalingType::None && rs.mscale_all_dim != 0) {
+    const double m = yarn_mscale(rs.factor, rs.mscale_all_dim);
+    scale *= m * m;
+  }
+  return static_cast<float>(scale);
+}
+
+}  // namespace
+
+DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& source, Backend& backend)
+    : config_(std::move(config)), source_(source), backend_(backend), store_(backend) {
+  config_.validate();
+  const ModelConfig& c = config_;
+  DI_CHECK(c.mla.enabled(), "{}: DeepseekModel needs a Multi-head Latent Attention config", c.arch);
+  // The latent KV cache (a value head smaller than the key head) and the MoE
+  // kernels exist on the CPU only: fail before reading any weights.
+  DI_CHECK(backend.device().type == DeviceType::CPU,
+           "{}: DeepSeek models (MLA latent KV cache, MoE) are not supported on the {} backend yet; use the CPU "
+           "backend",
+           c.arch, backend.name());
+  mla_shape_ = {c.n_heads_q,         c.mla.q_lora_rank, c.mla.kv_lora_rank, c.mla.qk_nope_head_dim,
+                c.mla.qk_rope_head_dim, c.mla.v_head_dim, c.rms_eps};
+  attention_scale_ = softmax_scale(c);
+  const int64_t H = c.hidden_size, F = c.intermediate_size;
+
+  token_embd_ = matrix("token_embd.weight", c.vocab_size, H);
+  output_norm_ = vector("output_norm.weight", H);
+  if (source.has("output.weight") && !c.tied_embeddings) {
+    output_ = matrix("output.weight", c.vocab_size, H);
+  } else {
+    output_ = token_embd_;
+    weight_bytes_ += token_embd_.nbytes();  // read again by the output projection
+  }
+  ffn_scratch_ = std::max<int64_t>(F, c.moe.shared_ffn_size);
+  layers_.resize(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string p = fmt::format("blk.{}.", i);
+    Layer& l = layers_[i];
+    l.attn_norm = vector(p + "attn_norm.weight", H);
+    load_mla(l, p);
+    l.ffn_norm = vector(p + "ffn_norm.weight", H);
+    if (c.is_moe(i)) {
+      has_moe_ = true;
+      load_moe(l, p);
+    } else {
+      l.mlp.w_gate = matrix(p + "ffn_gate.weight", F, H);
+      l.mlp.w_up = matrix(p + "ffn_up.weight", F, H);
+      l.mlp.w_down = matrix(p + "ffn_down.weight", H, F);
+    }
+  }
+  inv_freq_ = store_.f32_vector(rope_inv_freq(c, false));
+  log_info("model: MLA q_lora {} kv_lora {} nope {} rope {} v {}; KV cache row {} per token and layer; softmax "
+           "scale {:.6g}",
+           c.mla.q_lora_rank, c.mla.kv_lora_rank, c.mla.qk_nope_head_dim, c.mla.qk_rope_head_dim, c.mla.v_head_dim,
+           mla_shape_.cache_row(), attention_scale_);
+}
+
+Tensor DeepseekModel::matrix(const std::string& name, int64_t rows, int64_t cols) {
+  Tensor t = source_.get(name);
+  expect_shape(t, name, {rows, cols});
+  weight_bytes_ += t.nbytes();
+  return store_.matrix(t);
+}
+
+Tensor DeepseekModel::vector(const std::string& name, int64_t n) {
+  Tensor t = source_.get(name);
+  expect_shape(t, name, {n});
+  return store_.f32_vector(t);
+}
+
+void DeepseekModel::load_mla(Layer& l, const std::string& p) {
+  const ModelConfig& c = config_;
+  const layers::MlaShape& s = mla_shape_;
+  const int64_t H = c.hidden_size, q_dim = s.q_dim(), lora = s.kv_lora_rank;
+  layers::MlaWeights& w = l.mla;
+  if (s.q_lora_rank > 0) {
+    w.wq_a = matrix(p + "attn_q_a.weight", s.q_lora_rank, H);
+    if (c.mla.attention_bias) w.bq_a = vector(p + "attn_q_a.bias", s.q_lora_rank);
+    w.q_a_norm = vector(p + "attn_q_a_norm.weight", s.q_lora_rank);
+    w.wq_b = matrix(p + "attn_q_b.weight", q_dim, s.q_lora_rank);
+  } else {
+    w.wq = matrix(p + "attn_q.weight", q_dim, H);
+  }
+  w.wkv_a = matrix(p + "attn_kv_a_mqa.weight", s.cache_row(), H);
+  if (c.mla.attention_bias) w.bkv_a = vector(p + "attn_kv_a_mqa.bias", s.cache_row());
+  w.kv_a_norm = vector(p + "attn_kv_a_norm.weight", lora);
+  const std::string kv_b_name = p + "attn_kv_b.weight";
+  const Tensor kv_b = source_.get(kv_b_name);
+  expect_shape(kv_b, kv_b_name, {int64_t{s.n_heads} * (s.nope_dim + s.v_dim), lora});
+  weight_bytes_ += kv_b.nbytes();
+  w.wkv_b = store_.matrix(kv_b);
+  std::vector<uint8_t>& uk = absorbed_.emplace_back(layers::absorbed_key_weights(kv_b, s));
+  w.w_uk_t = store_.matrix(Tensor(uk.data(), kv_b.dtype(), {s.n_heads, lora, s.nope_dim}));
+  w.wo = matrix(p + "attn_output.weight", H, int64_t{s.n_heads} * s.v_dim);
+  if (c.mla.attention_bias) w.bo = vector(p + "attn_output.bias", H);
+}
+
+void DeepseekModel::load_moe(Layer& l, const std::string& p) {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size, E = c.moe.n_experts, F = c.moe.expert_ffn_size, S = c.moe.shared_ffn_size;
+  auto stack = [&](const std::string& name, int64_t rows, int64_t cols) {
+    Tensor t = source_.get(name);
+    DI_CHECK(t.ndim() == 3 && t.size(0) == E, "tensor '{}' is {}: expected {} experts (config) of [{}, {}]", name,
+             t.describe(), E, rows, cols);
+    expect_shape(t, name, {E, rows, cols});
+    // Decode reads only the chosen experts' weights.
+    weight_bytes_ += t.nbytes() / static_cast<size_t>(E) * static_cast<size_t>(c.moe.n_experts_used);
+    return store_.expert_stack(t);
+  };
+  l.moe.router = matrix(p + "ffn_gate_inp.weight", E, H);
+  l.moe.experts.gate = stack(p + "ffn_gate_exps.weight", F, H);
+  l.moe.experts.up = stack(p + "ffn_up_exps.weight", F, H);
+  l.moe.experts.down = stack(p + "ffn_down_exps.weight", H, F);
+  if (S > 0) {
+    l.mlp.w_gate = matrix(p + "ffn_gate_shexp.weight", S, H);
+    l.mlp.w_up = matrix(p + "ffn_up_shexp.weight", S, H);
+    l.mlp.w_down = matrix(p + "ffn_down_shexp.weight", H, S);
+  }
+  MoeRouteParams& r = l.route;
+  r.top_k = c.moe.n_experts_used;
+  r.scoring = c.moe.scoring;
+  r.renormalize = c.moe.norm_topk_prob;
+  r.scaling = c.moe.routed_scaling;
+  r.n_groups = c.moe.n_groups;
+  r.top_k_groups = c.moe.top_k_groups;
+  r.group_score = c.moe.group_score;
+  if (c.moe.correction_bias) r.correction_bias = vector(p + "exp_probs_b.bias", E);
+}
+
+Tensor DeepseekModel::work_view(DType dtype, int64_t rows, int64_t cols, size_t& offset) const {
+  Tensor t = workspace_.view(dtype, {rows, cols}, offset);
+  offset += (t.nbytes() + 63) & ~size_t{63};
+  return t;
+}
+
+KvCacheSpec DeepseekModel::kv_spec(int32_t page_size, DType dtype) const {
+  KvCacheSpec spec{config_.n_layers, 1, static_cast<int32_t>(mla_shape_.cache_row()), page_size, dtype};
+  spec.latent_v_dim = mla_shape_.kv_lora_rank;
+  return spec;
+}
+
+void DeepseekModel::reserve(int32_t max_tokens, int32_t max_logit_rows) {
+  DI_CHECK(max_tokens > 0 && max_logit_rows > 0 && max_logit_rows <= max_tokens,
+           "invalid activation reservation ({} tokens, {} logit rows)", max_tokens, max_logit_rows);
+  if (max_tokens <= max_tokens_ && max_logit_rows <= max_logit_rows_) return;
+  const ModelConfig& c = config_;
+  const layers::MlaShape& s = mla_shape_;
+  const size_t T = static_cast<size_t>(max_tokens), R = static_cast<size_t>(max_logit_rows);
+  // Sized for 4-byte elements, enough for any activation dtype.
+  auto padded = [](size_t elems) { return (elems * 4 + 63) & ~size_t{63}; };
+  const size_t heads = static_cast<size_t>(s.n_heads);
+  size_t bytes = 3 * padded(T * c.hidden_size) + 2 * padded(R * c.hidden_size) + 3 * padded(T * ffn_scratch_);
+  bytes += padded(T * std::max(s.q_lora_rank, 1)) + padded(T * s.q_dim()) + padded(T * s.cache_row()) +
+           padded(T * heads * s.cache_row()) + padded(T * heads * s.kv_lora_rank) + padded(T * heads * s.v_dim);
+  moe_workspace_bytes_ = 0;
+  if (has_moe_) {
+    bytes += padded(T * c.moe.n_experts) + 2 * padded(T * c.moe.n_experts_used);
+    for (const Layer& l : layers_) {
+      if (l.moe.router.defined()) {
+        moe_workspace_bytes_ = std::max(moe_workspace_bytes_,
+                                        ops::moe_workspace_bytes(backend_, max_tokens, l.route.top_k, l.moe.experts));
+      }
+    }
+    bytes += (moe_workspace_bytes_ + 63) & ~size_t{63};
+  }
+  workspace_ = Buffer(backend_, bytes);
+  max_tokens_ = max_tokens;
+  max_logit_rows_ = max_logit_rows;
+}
+
+void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor logits) {
+  const ModelConfig& c = config_;
+  const layers::MlaShape& s = mla_shape_;
+  const int64_t n = in.num_tokens, R = in.logit_rows.numel(), heads = s.n_heads;
+  DI_CHECK(n > 0 && n <= max_tokens_ && R <= max_logit_rows_,
+           "step of {} tokens / {} logit rows exceeds the reserved {} / {}", n, R, max_tokens_, max_logit_rows_);
+  DI_CHECK(kv.spec().latent_v_dim == s.kv_lora_rank && kv.spec().head_dim == s.cache_row() &&
+               kv.spec().n_heads_kv == 1,
+           "{}: the KV cache must be the model's latent cache (kv_spec), got head {} x {} (latent {})", c.arch,
+           kv.spec().n_heads_kv, kv.spec().head_dim, kv.spec().latent_v_dim);
+  const DType act = backend_.activation_dtype();
+  size_t off = 0;
+  Tensor x = work_view(act, n, c.hidden_size, off);
+  Tensor h = work_view(act, n, c.hidden_size, off);
+  Tensor delta = work_view(act, n, c.hidden_size, off);
+  layers::MlaScratch mla;
+  if (s.q_lora_rank > 0) mla.q_a = work_view(act, n, s.q_lora_rank, off);
+  mla.q = work_view(act, n, s.q_dim(), off);
+  mla.kv_a = work_view(act, n, s.cache_row(), off);
+  mla.q_att = work_view(act, n, heads * s.cache_row(), off);
+  mla.o_lat = work_view(act, n, heads * s.kv_lora_rank, off);
+  mla.o = work_view(act, n, heads * s.v_dim, off);
+  Tensor x_rows = work_view(act, R, c.hidden_size, off);
+  Tensor h_rows = work_view(act, R, c.hidden_size, off);
+  // Dense MLPs differ in width (intermediate_size, the shared experts'); each
+  // gets views of its own width over the same buffers.
+  Tensor ffn_gate = work_view(act, n, ffn_scratch_, off);
+  Tensor ffn_up = work_view(act, n, ffn_scratch_, off);
+  Tensor ffn_act = work_view(act, n, ffn_scratch_, off);
+  Tensor router_logits, expert_ids, expert_weights, moe_ws;
+  if (has_moe_) {
+    router_logits = work_view(DType::F32, n, c.moe.n_experts, off);
+    expert_ids = work_view(DType::I32, n, c.moe.n_experts_used, off);
+    expert_weights = work_view(DType::F32, n, c.moe.n_experts_used, off);
+    moe_ws = workspace_.view(DType::U8, {static_cast<int64_t>(moe_workspace_bytes_)}, off);
+  }
+  auto mlp_scratch = [&](const layers::MlpWeights& w) {
+    const int64_t f = w.w_gate.size(0);
+    return layers::MlpScratch{ffn_gate.narrow(1, 0, f), ffn_up.narrow(1, 0, f), ffn_act.narrow(1, 0, f)};
+  };
+
+  const RopeParams rope{inv_freq_, s.rope_dim, c.rope_style, rope_attention_factor(c, false)};
+  AttentionParams params;
+  params.scale = attention_scale_;
+  const float eps = c.rms_eps;
+
+  ops::embedding(backend_, token_embd_, in.token_ids, x);
+  for (int i = 0; i < c.n_layers; ++i) {
+    const Layer& l = layers_[i];
+    if (i == 0) {
+      ops::rms_norm(backend_, x, l.attn_norm, eps, 0.0f, h);
+    } else {
+      ops::add_rms_norm(backend_, x, delta, l.attn_norm, eps, 0.0f, h);
+    }
+    layers::mla_layer(backend_, l.mla, s, rope, params, h, in, kv.layer(i), mla, delta);
+    ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, 0.0f, h);
+    if (!l.moe.router.defined()) {
+      layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp_scratch(l.mlp), delta);
+      continue;
+    }
+    // Shared experts: every token, no gate; the routed experts add onto them.
+    const bool shared = l.mlp.w_gate.defined();
+    if (shared) layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp_scratch(l.mlp), delta);
+    ops::linear(backend_, h, l.moe.router, Tensor(), router_logits);
+    ops::moe_route(backend_, router_logits, l.route, expert_ids, expert_weights);
+    ops::moe_experts(backend_, h, expert_ids, expert_weights, l.moe.experts, c.activation, shared, moe_ws, delta);
+  }
+  ops::add(backend_, x, delta, x);
+  ops::gather_rows(backend_, x, in.logit_rows, x_rows);
+  ops::rms_norm(backend_, x_rows, output_norm_, eps, 0.0f, h_rows);
+  ops::linear(backend_, h_rows, output_, Tensor(), logits);
+}
+
+}  // namespace deepinfer
