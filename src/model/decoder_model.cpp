@@ -31,10 +31,6 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
   config_.validate();
   const ModelConfig& c = config_;
   for (int i = 0; i < c.n_layers; ++i) has_moe_ = has_moe_ || c.is_moe(i);
-  // The CUDA MoE kernels do not exist yet: fail before reading any weights.
-  DI_CHECK(!has_moe_ || backend.device().type == DeviceType::CPU,
-           "{}: mixture-of-experts models are not supported on the {} backend yet; use the CPU backend", c.arch,
-           backend.name());
   route_.top_k = c.moe.n_experts_used;
   route_.renormalize = c.moe.norm_topk_prob;
   const int64_t H = c.hidden_size, F = c.intermediate_size, D = c.head_dim;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_moe.h"
 #include "backend/cuda/cuda_sampling.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -233,6 +234,7 @@ void CudaBackend::synchronize() {
   if (err & kErrAttentionPage) what.push_back("attention: page id out of range");
   if (err & kErrAttentionLayout) what.push_back("attention: inconsistent q_indptr/kv_indptr/kv_last_page_len");
   if (err & kErrSampleLogits) what.push_back("sample: +inf logit in a non-greedy row");
+  if (err & kErrMoeExpertId) what.push_back("moe_experts: expert id out of range");
   fail("CUDA backend: bad input data detected on the device: {}", fmt::join(what, "; "));
 }
 
@@ -445,17 +447,72 @@ void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
   check_launch("gather_rows");
 }
 
-void CudaBackend::moe_route(const Tensor&, const MoeRouteParams&, Tensor, Tensor) {
-  fail("moe_route: mixture-of-experts ops are not supported on CUDA yet; run MoE models on the CPU backend");
+void CudaBackend::moe_route(const Tensor& logits, const MoeRouteParams& params, Tensor expert_ids,
+                            Tensor expert_weights) {
+  const int n_experts = static_cast<int>(logits.size(1));
+  DI_CHECK(moe_route_smem_per_warp(n_experts, params.n_groups) <= (size_t{48} << 10),
+           "moe_route: {} experts exceed what the CUDA routing kernel holds in shared memory", n_experts);
+  MoeRouteLaunch r;
+  r.logits_type = elem_type(logits.dtype(), "moe_route");
+  r.logits = rows_of(logits);
+  r.ids = rows_of(expert_ids);
+  r.weights = rows_of(expert_weights);
+  r.bias = params.correction_bias.defined() ? params.correction_bias.data_as<const float>() : nullptr;
+  r.n_experts = n_experts;
+  r.top_k = params.top_k;
+  r.sigmoid = params.scoring == MoeScoring::Sigmoid;
+  r.renormalize = params.renormalize;
+  r.scaling = params.scaling;
+  r.n_groups = params.n_groups;
+  r.top_k_groups = params.top_k_groups;
+  r.group_max = params.group_score == MoeGroupScore::Max;
+  launch_moe_route(r, stream_);
+  check_launch("moe_route");
 }
 
-size_t CudaBackend::moe_workspace_bytes(int64_t, int, const MoeExpertWeights&) const {
-  fail("moe_workspace_bytes: mixture-of-experts ops are not supported on CUDA yet; run MoE models on the CPU backend");
+size_t CudaBackend::moe_workspace_bytes(int64_t n_tokens, int top_k, const MoeExpertWeights& w) const {
+  return moe_experts_workspace_bytes(n_tokens, top_k, static_cast<int>(w.gate.size(0)), w.gate.size(2),
+                                     w.gate.size(1));
 }
 
-void CudaBackend::moe_experts(const Tensor&, const Tensor&, const Tensor&, const MoeExpertWeights&, Activation, bool,
-                              Tensor, Tensor) {
-  fail("moe_experts: mixture-of-experts ops are not supported on CUDA yet; run MoE models on the CPU backend");
+void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                              const MoeExpertWeights& w, Activation act, bool accumulate, Tensor workspace,
+                              Tensor out) {
+  MoeExpertsLaunch m;
+  m.x_type = elem_type(x.dtype(), "moe_experts");
+  m.w_type = elem_type(w.gate.dtype(), "moe_experts");
+  DI_CHECK(x.dtype() == DType::F32 || w.gate.dtype() != DType::F32,
+           "moe_experts: f32 expert weights with {} activations are not supported on CUDA; use a bf16 checkpoint",
+           dtype_name(x.dtype()));
+  m.x = rows_of(x);
+  m.out = rows_of(out);
+  m.ids = rows_of(expert_ids);
+  m.weights = rows_of(expert_weights);
+  auto stack = [](const Tensor& t) {
+    return MoeWeightView{static_cast<const char*>(t.data()), t.stride_bytes(0), t.stride_bytes(1)};
+  };
+  m.gate = stack(w.gate);
+  m.up = stack(w.up);
+  m.down = stack(w.down);
+  m.n = x.size(0);
+  m.hidden = x.size(1);
+  m.ffn = w.gate.size(1);
+  m.n_experts = static_cast<int>(w.gate.size(0));
+  m.top_k = static_cast<int>(expert_ids.size(1));
+  m.glu = act == Activation::GeluTanh        ? MoeGlu::GeluTanh
+          : act == Activation::ClampedSwiglu ? MoeGlu::ClampedSwiglu
+                                             : MoeGlu::Silu;
+  if (w.has_bias()) {
+    m.bias_type = elem_type(w.gate_bias.dtype(), "moe_experts");
+    m.gate_bias = static_cast<const char*>(w.gate_bias.data());
+    m.up_bias = static_cast<const char*>(w.up_bias.data());
+    m.down_bias = static_cast<const char*>(w.down_bias.data());
+  }
+  m.accumulate = accumulate;
+  m.workspace = static_cast<char*>(workspace.data());
+  m.err = error_word_;
+  launch_moe_experts(m, stream_);
+  check_launch("moe_experts");
 }
 
 void CudaBackend::sample(const Tensor& logits, const Tensor& params, Tensor tokens) {
