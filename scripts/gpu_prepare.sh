@@ -9,11 +9,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${BUILD_DIR:-/tmp/build-cuda}"
 JOBS="${JOBS:-2}"
+# Executables to build and stage (deepinfer is the CLI target deepinfer_cli).
+EXES="${EXES:-test_ops deepinfer bench_gemv_cuda}"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEEPINFER_CUDA=ON >/dev/null
-ninja -C "$BUILD_DIR" -j "$JOBS" test_ops deepinfer_cli
+ninja -C "$BUILD_DIR" -j "$JOBS" $(echo "$EXES" | sed 's/\bdeepinfer\b/deepinfer_cli/')
 rm -rf build-gpu
 mkdir -p build-gpu/bin build-gpu/lib
-for exe in test_ops deepinfer; do
+for exe in $EXES; do
   strip --strip-debug -o "build-gpu/bin/$exe" "$BUILD_DIR/$exe"
   # Everything but the C library, the driver and the CUDA toolkit's own
   # libraries (those come from the GPU machine).
@@ -23,6 +25,7 @@ for exe in test_ops deepinfer; do
 done
 # Compressed: the device tool carries at most 64 MiB with the working tree.
 tar -C build-gpu -czf build-gpu/lib.tar.gz lib && rm -rf build-gpu/lib
+tar -C build-gpu -czf build-gpu/bin.tar.gz bin && rm -rf build-gpu/bin
 git rev-parse HEAD > build-gpu/COMMIT
 git status --short -- src tests tools CMakeLists.txt > build-gpu/DIRTY || true
 du -sh build-gpu build-gpu/*

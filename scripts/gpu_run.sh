@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,test,e2e,bench,profile (default: all but profile)
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,profile (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
 # (needs the C++ dependencies that build.sh installs). Then runs the op tests
@@ -32,6 +32,7 @@ done
 export LD_LIBRARY_PATH
 
 BIN=""
+[ -f build-gpu/bin.tar.gz ] && tar -C build-gpu -xzf build-gpu/bin.tar.gz
 if [ -x build-gpu/bin/deepinfer ]; then
   mkdir -p /tmp/deepinfer_libs && tar -C /tmp/deepinfer_libs -xzf build-gpu/lib.tar.gz
   export LD_LIBRARY_PATH="/tmp/deepinfer_libs/lib:$LD_LIBRARY_PATH"
@@ -64,6 +65,38 @@ fi
 fi
 cat "$REPORT"; exit 1; }
 
+if has probe; then
+  # Kernel-level questions: the gemv partitions per projection shape, and
+  # per-kernel device times of batch-1 decode steps on a small model (whose
+  # step time is all per-kernel overhead) and on the 8B shape.
+  echo -e "\n## Probe: gemv partitions (bench_gemv_cuda)\n" >> "$REPORT"
+  if [ -x "$BIN/bench_gemv_cuda" ]; then
+    timeout 120 "$BIN/bench_gemv_cuda" 30 > "$OUT/gemv.txt" 2>&1; echo "exit code $?" >> "$REPORT"
+    cat "$OUT/gemv.txt" >> "$REPORT"
+  fi
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  for m in ${PROBE_MODELS:-qwen3}; do
+    [ -f /tmp/deepinfer_e2e/$m/config.json ] || timeout 200 python3 scripts/gpu_e2e.py --deepinfer "$BIN/deepinfer" \
+      --out /tmp --models $m --keep $m > "$OUT/e2e_probe_$m.log" 2>&1
+    echo -e "\n## Probe: kernel times, $m, 32-token prompt + 5 decode steps (ncu)\n" >> "$REPORT"
+    timeout "${PROFILE_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+      --print-summary per-kernel "$BIN/deepinfer" generate --device cuda --model /tmp/deepinfer_e2e/$m \
+      --prompt "$(printf 'a%.0s' $(seq 32))" -n 6 --max-model-len 4096 --kv-cache-memory 2147483648 \
+      > "$OUT/ncu_$m.txt" 2>&1
+    echo "exit code $? (summary in ncu_$m.txt)" >> "$REPORT"
+    grep -E "^  [a-zA-Z_].*\(|gpu__time_duration.sum" "$OUT/ncu_$m.txt" | paste - - | \
+      awk '{print}' | head -60 | sed 's/^/    /' >> "$REPORT"
+  done
+  if [ -n "${PROBE_PREFILL:-}" ] && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
+    echo -e "\n## Probe: kernel times, llama8b, one 8,192-token prefill (ncu)\n" >> "$REPORT"
+    timeout "${PROFILE_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+      --print-summary per-kernel "$BIN/deepinfer" generate --device cuda --model /tmp/deepinfer_e2e/llama8b \
+      --prompt "$(head -c 8192 /dev/zero | tr '\0' 'a')" -n 1 --max-model-len 8300 --max-num-batched-tokens 8192 \
+      --kv-cache-memory 4294967296 > "$OUT/ncu_prefill.txt" 2>&1
+    echo "exit code $? (summary in ncu_prefill.txt)" >> "$REPORT"
+    grep -E "^  [a-zA-Z_].*\(|gpu__time_duration.sum" "$OUT/ncu_prefill.txt" | paste - - | head -60 | sed 's/^/    /' >> "$REPORT"
+  fi
+fi
 if has test; then
   echo -e "\n## Op tests (CUDA vs CPU reference)\n" >> "$REPORT"
   timeout 180 "$BIN/test_ops" --gtest_brief=1 --gtest_output=json:/tmp/test_ops.json > "$OUT/test_ops.log" 2>&1

@@ -229,6 +229,14 @@ class Backend {
   // out[n, f] = act(gate[n, f]) * up[n, f] (ClampedSwiglu: as defined on Activation).
   virtual void gated_activation(const Tensor& gate, const Tensor& up, Activation act,
                                 Tensor out) = 0;
+  // The gated MLP's input side in one product: out[n, f] = act(x W[0:f]^T) *
+  // (x W[f:2f]^T) for a stacked gate-up weight w_gate_up [2f, k], with the
+  // same rounding as linear followed by gated_activation. A backend without
+  // a fused kernel for this shape returns false and the caller runs those two.
+  virtual bool gated_linear(const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out) {
+    (void)x, (void)w_gate_up, (void)act, (void)out;
+    return false;
+  }
   virtual void add(const Tensor& a, const Tensor& b, Tensor out) = 0;
   virtual void scale(const Tensor& x, float factor, Tensor out) = 0;
   // out[i] = x[rows[i]] for rows i32[n].

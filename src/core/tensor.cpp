@@ -94,6 +94,19 @@ Tensor Tensor::narrow(int dim, int64_t start, int64_t len) const {
   return t;
 }
 
+Tensor Tensor::split_last(int64_t outer, int64_t inner) const {
+  DI_CHECK(ndim_ >= 1 && ndim_ < kMaxDims && outer > 0 && inner > 0 && outer * inner == shape_[ndim_ - 1] &&
+               !is_quantized(dtype_),
+           "cannot split the last dimension of {} into [{}, {}]", describe(), outer, inner);
+  Tensor t = *this;
+  t.shape_[ndim_ - 1] = outer;
+  t.strides_[ndim_ - 1] = static_cast<int64_t>(row_bytes(dtype_, inner));
+  t.shape_[ndim_] = inner;
+  t.strides_[ndim_] = static_cast<int64_t>(row_bytes(dtype_, 1));
+  t.ndim_ = ndim_ + 1;
+  return t;
+}
+
 Tensor Tensor::reshape(std::initializer_list<int64_t> shape) const {
   return reshape(std::span<const int64_t>(shape.begin(), shape.size()));
 }

@@ -61,6 +61,10 @@ class Tensor {
   // Elements [start, start+len) of dimension dim (same memory, same strides).
   // Narrowing the innermost dimension of a quantised tensor must keep whole blocks.
   Tensor narrow(int dim, int64_t start, int64_t len) const;
+  // The innermost dimension seen as [outer, inner] (outer * inner elements,
+  // float dtypes); valid for any outer strides, e.g. the q columns of a fused
+  // QKV output split into heads.
+  Tensor split_last(int64_t outer, int64_t inner) const;
   // Same memory, new shape; the tensor must be contiguous.
   Tensor reshape(std::initializer_list<int64_t> shape) const;
   Tensor reshape(std::span<const int64_t> shape) const;

@@ -42,6 +42,18 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
     weight_bytes_ += t.nbytes();
     return store_.matrix(t);
   };
+  // A matrix still in the file (for fusing on device backends), counted as read per step.
+  auto host_matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
+    Tensor t = source.get(name);
+    expect_shape(t, name, {rows, cols});
+    weight_bytes_ += t.nbytes();
+    return t;
+  };
+  auto host_vector = [&](const std::string& name, int64_t n) {
+    Tensor t = source.get(name);
+    expect_shape(t, name, {n});
+    return t;
+  };
   auto vector = [&](const std::string& name, int64_t n) {
     Tensor t = source.get(name);
     expect_shape(t, name, {n});
@@ -66,16 +78,27 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
     Layer& l = layers_[i];
     l.local = c.is_sliding(i);
     l.attn_norm = vector(p + "attn_norm.weight", H);
-    l.attn.wq = matrix(p + "attn_q.weight", q_dim, H);
-    l.attn.wk = matrix(p + "attn_k.weight", kv_dim, H);
-    l.attn.wv = matrix(p + "attn_v.weight", kv_dim, H);
+    const Tensor hq = host_matrix(p + "attn_q.weight", q_dim, H);
+    const Tensor hk = host_matrix(p + "attn_k.weight", kv_dim, H);
+    const Tensor hv = host_matrix(p + "attn_v.weight", kv_dim, H);
+    l.attn.wqkv = store_.fused_matrix({hq, hk, hv});
+    if (!l.attn.wqkv.defined()) {
+      l.attn.wq = store_.matrix(hq);
+      l.attn.wk = store_.matrix(hk);
+      l.attn.wv = store_.matrix(hv);
+    }
     l.attn.wo = matrix(p + "attn_output.weight", H, q_dim);
     if (c.output_bias) l.attn.bo = vector(p + "attn_output.bias", H);
     if (c.attn_sinks) l.sinks = vector(p + "attn_sinks.weight", c.n_heads_q);
     if (c.qkv_bias) {
-      l.attn.bq = vector(p + "attn_q.bias", q_dim);
-      l.attn.bk = vector(p + "attn_k.bias", kv_dim);
-      l.attn.bv = vector(p + "attn_v.bias", kv_dim);
+      if (l.attn.wqkv.defined()) {
+        l.attn.bqkv = store_.f32_concat({host_vector(p + "attn_q.bias", q_dim), host_vector(p + "attn_k.bias", kv_dim),
+                                         host_vector(p + "attn_v.bias", kv_dim)});
+      } else {
+        l.attn.bq = vector(p + "attn_q.bias", q_dim);
+        l.attn.bk = vector(p + "attn_k.bias", kv_dim);
+        l.attn.bv = vector(p + "attn_v.bias", kv_dim);
+      }
     }
     if (c.qk_norm) {
       l.attn.q_norm = vector(p + "attn_q_norm.weight", D);
@@ -91,8 +114,13 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
     if (c.is_moe(i)) {
       load_moe(l, source, p);
     } else {
-      l.mlp.w_gate = matrix(p + "ffn_gate.weight", F, H);
-      l.mlp.w_up = matrix(p + "ffn_up.weight", F, H);
+      const Tensor hg = host_matrix(p + "ffn_gate.weight", F, H);
+      const Tensor hu = host_matrix(p + "ffn_up.weight", F, H);
+      l.mlp.w_gate_up = store_.fused_matrix({hg, hu});
+      if (!l.mlp.w_gate_up.defined()) {
+        l.mlp.w_gate = store_.matrix(hg);
+        l.mlp.w_up = store_.matrix(hu);
+      }
       l.mlp.w_down = matrix(p + "ffn_down.weight", H, F);
     }
   }
@@ -215,12 +243,32 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
   Tensor x = act_view(n, c.hidden_size, off);
   Tensor h = act_view(n, c.hidden_size, off);
   Tensor delta = act_view(n, c.hidden_size, off);
-  layers::AttentionScratch attn{act_view(n, int64_t{c.n_heads_q} * c.head_dim, off),
-                                act_view(n, int64_t{c.n_heads_kv} * c.head_dim, off),
-                                act_view(n, int64_t{c.n_heads_kv} * c.head_dim, off),
-                                act_view(n, int64_t{c.n_heads_q} * c.head_dim, off)};
-  layers::MlpScratch mlp{act_view(n, c.intermediate_size, off), act_view(n, c.intermediate_size, off),
-                         act_view(n, c.intermediate_size, off)};
+  const int64_t q_dim = int64_t{c.n_heads_q} * c.head_dim, kv_dim = int64_t{c.n_heads_kv} * c.head_dim;
+  layers::AttentionScratch attn;
+  layers::MlpScratch mlp;
+  if (backend_.device().type != DeviceType::CPU) {
+    // Device backends fuse the projections (WeightStore::fused_matrix); a
+    // layer that could not be fused writes into column ranges of the same
+    // buffers. Same bytes as the separate buffers.
+    const int64_t F = c.intermediate_size;
+    attn.qkv = act_view(n, q_dim + 2 * kv_dim, off);
+    attn.q = attn.qkv.narrow(1, 0, q_dim);
+    attn.k = attn.qkv.narrow(1, q_dim, kv_dim);
+    attn.v = attn.qkv.narrow(1, q_dim + kv_dim, kv_dim);
+    attn.out = act_view(n, q_dim, off);
+    mlp.gate_up = act_view(n, 2 * F, off);
+    mlp.gate = mlp.gate_up.narrow(1, 0, F);
+    mlp.up = mlp.gate_up.narrow(1, F, F);
+    mlp.act = act_view(n, F, off);
+  } else {
+    attn.q = act_view(n, q_dim, off);
+    attn.k = act_view(n, kv_dim, off);
+    attn.v = act_view(n, kv_dim, off);
+    attn.out = act_view(n, q_dim, off);
+    mlp.gate = act_view(n, c.intermediate_size, off);
+    mlp.up = act_view(n, c.intermediate_size, off);
+    mlp.act = act_view(n, c.intermediate_size, off);
+  }
   Tensor x_rows = act_view(R, c.hidden_size, off);
   Tensor h_rows = act_view(R, c.hidden_size, off);
   const layers::MoeScratch moe = has_moe_ ? moe_scratch(n, off) : layers::MoeScratch{};

@@ -18,6 +18,29 @@ Tensor WeightStore::matrix(const Tensor& host) {
   return dev;
 }
 
+Tensor WeightStore::fused_matrix(std::initializer_list<Tensor> parts) {
+  if (backend_.device().type == DeviceType::CPU || parts.size() < 2) return Tensor();
+  const Tensor& first = *parts.begin();
+  int64_t rows = 0;
+  for (const Tensor& t : parts) {
+    if (t.ndim() != 2 || t.dtype() != first.dtype() || t.size(1) != first.size(1) || is_quantized(t.dtype()) ||
+        !t.is_contiguous()) {
+      return Tensor();
+    }
+    rows += t.size(0);
+  }
+  const size_t bytes = static_cast<size_t>(rows) * row_bytes(first.dtype(), first.size(1));
+  Buffer& buf = owned_.emplace_back(backend_, bytes);
+  bytes_owned_ += buf.size();
+  Tensor fused = buf.view(first.dtype(), {rows, first.size(1)});
+  int64_t at = 0;
+  for (const Tensor& t : parts) {
+    backend_.copy(fused.slice_rows(at, t.size(0)), t);
+    at += t.size(0);
+  }
+  return fused;
+}
+
 Tensor WeightStore::expert_stack(const Tensor& host) {
   if (backend_.device().type == DeviceType::CPU) {
     bytes_mapped_ += host.nbytes();
@@ -26,9 +49,13 @@ Tensor WeightStore::expert_stack(const Tensor& host) {
   return matrix(host);
 }
 
-Tensor WeightStore::f32_vector(const Tensor& host) {
+namespace {
+
+void append_f32(const Tensor& host, std::vector<float>& out) {
   const int64_t n = host.numel();
-  std::vector<float> values(static_cast<size_t>(n));
+  const size_t at = out.size();
+  out.resize(at + static_cast<size_t>(n));
+  float* values = out.data() + at;
   DI_CHECK(host.is_contiguous(), "weight {} is not contiguous", host.describe());
   switch (host.dtype()) {
     case DType::F32:
@@ -43,6 +70,19 @@ Tensor WeightStore::f32_vector(const Tensor& host) {
     default:
       fail("expected a float vector, got {}", host.describe());
   }
+}
+
+}  // namespace
+
+Tensor WeightStore::f32_vector(const Tensor& host) {
+  std::vector<float> values;
+  append_f32(host, values);
+  return f32_vector(values);
+}
+
+Tensor WeightStore::f32_concat(std::initializer_list<Tensor> parts) {
+  std::vector<float> values;
+  for (const Tensor& t : parts) append_f32(t, values);
   return f32_vector(values);
 }
 

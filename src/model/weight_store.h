@@ -15,12 +15,19 @@ class WeightStore {
 
   // A weight matrix in its stored dtype (quantised or float), on the backend.
   Tensor matrix(const Tensor& host);
+  // Matrices with equal columns and dtype stacked along their rows into one
+  // device matrix (fused QKV / gate-up projections), so one product reads
+  // them all. Returns an undefined tensor on the CPU, where weights stay
+  // zero-copy views of the file, or when the parts cannot be fused.
+  Tensor fused_matrix(std::initializer_list<Tensor> parts);
   // A stack of expert matrices [experts, rows, cols]; on the CPU any view of
   // the file (e.g. half of a fused gate_up stack), elsewhere a contiguous one.
   Tensor expert_stack(const Tensor& host);
   // A vector converted to f32 (from f32/f16/bf16), on the backend.
   Tensor f32_vector(const Tensor& host);
   Tensor f32_vector(const std::vector<float>& values);
+  // Vectors concatenated into one f32 vector (biases of fused projections).
+  Tensor f32_concat(std::initializer_list<Tensor> parts);
 
   size_t bytes_mapped() const { return bytes_mapped_; }
   size_t bytes_owned() const { return bytes_owned_; }

@@ -158,6 +158,23 @@ void linear(Backend& backend, const Tensor& x, const Tensor& weight, const Tenso
   backend.linear(x, weight, bias, out);
 }
 
+bool gated_linear(Backend& backend, const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out) {
+  const char* op = "gated_linear";
+  check_activation(op, "x", x, backend);
+  check_rank(op, "x", x, 2);
+  check_device(op, "w_gate_up", w_gate_up, backend);
+  check_rank(op, "w_gate_up", w_gate_up, 2);
+  check_activation(op, "out", out, backend);
+  check_rank(op, "out", out, 2);
+  check_same_dtype(op, "x", x, "out", out);
+  DI_CHECK(x.size(1) == w_gate_up.size(1) && w_gate_up.size(0) % 2 == 0,
+           "{}: x {} does not match the stacked gate-up weight {}", op, x.describe(), w_gate_up.describe());
+  DI_CHECK(out.size(0) == x.size(0) && out.size(1) == w_gate_up.size(0) / 2,
+           "{}: out {} must be [{}, {}] for x {} and weight {}", op, out.describe(), x.size(0),
+           w_gate_up.size(0) / 2, x.describe(), w_gate_up.describe());
+  return backend.gated_linear(x, w_gate_up, act, out);
+}
+
 void rope(Backend& backend, Tensor q, Tensor k, const Tensor& positions, const RopeParams& params) {
   const char* op = "rope";
   check_activation(op, "q", q, backend);

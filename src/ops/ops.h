@@ -34,6 +34,8 @@ void attention(Backend& backend, const Tensor& q, const KvCacheLayer& cache,
                const AttentionMetadata& meta, const AttentionParams& params, Tensor out);
 void gated_activation(Backend& backend, const Tensor& gate, const Tensor& up, Activation act,
                       Tensor out);
+// Returns false when the backend has no fused kernel (run linear + gated_activation).
+bool gated_linear(Backend& backend, const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out);
 void add(Backend& backend, const Tensor& a, const Tensor& b, Tensor out);
 void scale(Backend& backend, const Tensor& x, float factor, Tensor out);
 void gather_rows(Backend& backend, const Tensor& x, const Tensor& rows, Tensor out);

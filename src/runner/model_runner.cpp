@@ -196,7 +196,14 @@ ModelRunner::Staged ModelRunner::stage(int slot, const ScheduledBatch& batch, st
   return st;
 }
 
-ForwardInputs ModelRunner::device_inputs(const Staged& st, bool graph) const {
+int32_t ModelRunner::graph_kv_bucket(int32_t max_kv_len) const {
+  int32_t bucket = 512;
+  while (bucket < max_kv_len && bucket < limits_.max_model_len) bucket *= 4;
+  return std::min(bucket, limits_.max_model_len);
+}
+
+ForwardInputs ModelRunner::device_inputs(const Staged& st, int32_t graph_kv_len) const {
+  const bool graph = graph_kv_len > 0;
   auto view = [&](int64_t offset_ints, int64_t count) {
     return step_dev_.view(DType::I32, {count}, static_cast<size_t>(sampled_ints_ + offset_ints) * 4);
   };
@@ -211,7 +218,7 @@ ForwardInputs ModelRunner::device_inputs(const Staged& st, bool graph) const {
   a.num_seqs = st.seqs;
   // A graph is replayed for any context length: its plan must hold for the longest.
   a.max_q_len = graph ? 1 : st.max_q;
-  a.max_kv_len = graph ? limits_.max_model_len : st.max_kv;
+  a.max_kv_len = graph ? graph_kv_len : st.max_kv;
   a.q_indptr = view(l.q_indptr, st.seqs + 1);
   a.kv_indptr = view(l.kv_indptr, st.seqs + 1);
   a.kv_page_indices = view(l.kv_pages, graph ? max_kv_pages_ : st.pages);
@@ -256,10 +263,12 @@ int ModelRunner::launch(const ScheduledBatch& batch, std::span<const RowSampling
       step_dev_.view(DType::I32, {st.tokens}, static_cast<size_t>(sampled_ints_ + st.l.gather) * 4);
   ops::gather_rows(backend_, sources, gather_index, token_ids_dev_.view(DType::I32, {st.tokens, 1}));
 
-  const ForwardInputs in = device_inputs(st, padded > 0);
+  const int32_t graph_kv_len = padded > 0 ? graph_kv_bucket(st.max_kv) : 0;
+  const ForwardInputs in = device_inputs(st, graph_kv_len);
   const Tensor logits = logits_dev_.view(DType::F32, {st.rows, vocab});
   if (padded > 0) {
-    auto it = graphs_.find(padded);
+    const auto key = std::make_pair(padded, graph_kv_len);
+    auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       backend_.begin_capture();
       try {
@@ -272,7 +281,7 @@ int ModelRunner::launch(const ScheduledBatch& batch, std::span<const RowSampling
         }
         throw;
       }
-      it = graphs_.emplace(padded, backend_.end_capture()).first;
+      it = graphs_.emplace(key, backend_.end_capture()).first;
     }
     it->second->replay();
   } else {

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -87,7 +88,12 @@ class ModelRunner {
   // Fills the slot's staging with the batch (padded to `padded` sequences of
   // one token each for a graph; 0 = no padding).
   Staged stage(int slot, const ScheduledBatch& batch, std::span<const RowSampling> rows, int32_t padded);
-  ForwardInputs device_inputs(const Staged& staged, bool graph) const;
+  // graph_kv_len > 0: the inputs of a graph, whose attention plan must hold
+  // for every context up to that length.
+  ForwardInputs device_inputs(const Staged& staged, int32_t graph_kv_len) const;
+  // Context-length bucket a decode graph is captured for (a few per batch
+  // size, so short contexts do not pay for a plan sized for --max-model-len).
+  int32_t graph_kv_bucket(int32_t max_kv_len) const;
   int32_t graph_batch_size(const ScheduledBatch& batch) const;
   void ensure_logits_capacity(int slot, int64_t rows);
 
@@ -121,7 +127,7 @@ class ModelRunner {
   uint64_t launches_ = 0;
   int last_launched_slot_ = -1;
 
-  std::map<int32_t, std::unique_ptr<OpGraph>> graphs_;  // by padded batch size
+  std::map<std::pair<int32_t, int32_t>, std::unique_ptr<OpGraph>> graphs_;  // by (padded batch, context bucket)
   std::vector<int32_t> graph_sizes_;
 };
 

@@ -427,6 +427,24 @@ void CudaBackend::gated_activation(const Tensor& gate, const Tensor& up, Activat
   check_launch("gated_activation");
 }
 
+bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out) {
+  const int64_t n = x.size(0), k = x.size(1);
+  auto aligned = [](const void* p, int64_t stride) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
+  };
+  // The decode-sized product only; larger batches are compute-bound GEMMs.
+  if ((act != Activation::Silu && act != Activation::GeluTanh) || n < 1 || n > kGemvMaxRows || x.dtype() == DType::F32 || x.dtype() != w_gate_up.dtype() || k % 8 != 0 ||
+      !aligned(x.data(), x.stride_bytes(0)) || !aligned(w_gate_up.data(), w_gate_up.stride_bytes(0))) {
+    return false;
+  }
+  launch_gemv_glu(elem_type(x.dtype(), "gated_linear"), static_cast<int>(n), static_cast<const char*>(x.data()),
+                  x.stride_bytes(0), static_cast<const char*>(w_gate_up.data()), w_gate_up.stride_bytes(0),
+                  out.size(1), k, act == Activation::GeluTanh, static_cast<char*>(out.data()), out.stride_bytes(0),
+                  stream_);
+  check_launch("gated_linear");
+  return true;
+}
+
 void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor out) {
   launch_add(elem_type(a.dtype(), "add"), rows_of(a), rows_of(b), rows_of(out), stream_);
   check_launch("add");

@@ -62,6 +62,7 @@ class CudaBackend final : public Backend {
   void attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,
                  const AttentionParams& params, Tensor out) override;
   void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor out) override;
+  bool gated_linear(const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out) override;
   void add(const Tensor& a, const Tensor& b, Tensor out) override;
   void scale(const Tensor& x, float factor, Tensor out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override;

@@ -38,6 +38,13 @@ __device__ __forceinline__ T* row_as(const RowView& v, int64_t r) {
   return reinterpret_cast<T*>(row_ptr(v, r));
 }
 
+// Gate activations of gated MLPs (SwiGLU, GeGLU with the tanh approximation).
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+__device__ __forceinline__ float gelu_tanh(float g) {
+  const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;

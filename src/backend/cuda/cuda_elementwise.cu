@@ -185,12 +185,6 @@ __global__ void store_kv_kernel(HeadView k, HeadView v, const int32_t* slots, Ca
   }
 }
 
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
-__device__ __forceinline__ float gelu_tanh(float g) {
-  const float k = 0.7978845608028654f;
-  return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
-}
-
 template <typename T>
 __global__ void gated_kernel(RowView gate, RowView up, bool gelu, RowView out) {
   int64_t total = gate.rows * gate.cols;

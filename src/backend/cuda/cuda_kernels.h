@@ -71,8 +71,21 @@ void launch_linear_f32x(RowView x, ElemType w_type, const char* w, int64_t w_str
 // Decode-sized linear (1 <= n <= kGemvMaxRows) with bf16/f16 x and weights of
 // the same type; needs k % 8 == 0 and 16-byte aligned rows.
 constexpr int kGemvMaxRows = 4;
+// Work partition of a gemv: warps sharing one weight row (1, 2, 4 or 8; a
+// block holds 8 warps) and 16-byte loads in flight per lane (4 or 8).
+struct GemvConfig {
+  int warps_per_row = 1;
+  int unroll = 4;
+};
+GemvConfig gemv_config(int64_t m, int64_t k);  // the launcher's choice for an [m, k] weight
+// config.warps_per_row <= 0 = gemv_config(m, k).
 void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride, int64_t m,
-                 int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride, Stream stream);
+                 int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride, Stream stream,
+                 GemvConfig config = GemvConfig{0, 4});
+// Gated-MLP decode product: out[n, f] = act(x W[0:f]^T) * (x W[f:2f]^T) for a
+// stacked gate-up weight [2f, k] (same conditions as launch_gemv; bf16/f16 out).
+void launch_gemv_glu(ElemType type, int n, const char* x, int64_t x_stride, const char* w_gate_up, int64_t w_stride,
+                     int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride, Stream stream);
 // Element-type conversion of a row view into a contiguous buffer.
 void launch_convert(ElemType from, RowView x, ElemType to, char* out, Stream stream);
 

@@ -8,24 +8,30 @@ void attention_layer(Backend& backend, const AttentionWeights& w, const Attentio
                      const RopeParams& rope, const AttentionParams& params, const Tensor& h,
                      const ForwardInputs& inputs, const KvCacheLayer& cache,
                      const AttentionScratch& scratch, Tensor out) {
-  const int64_t n = h.size(0);
   const int64_t d = shape.head_dim;
-  ops::linear(backend, h, w.wq, w.bq, scratch.q);
-  ops::linear(backend, h, w.wk, w.bk, scratch.k);
-  ops::linear(backend, h, w.wv, w.bv, scratch.v);
-
-  Tensor q = scratch.q.reshape({n, shape.n_heads_q, d});
-  Tensor k = scratch.k.reshape({n, shape.n_heads_kv, d});
-  Tensor v = scratch.v.reshape({n, shape.n_heads_kv, d});
+  const int64_t q_dim = shape.n_heads_q * d, kv_dim = shape.n_heads_kv * d;
+  Tensor q, k, v;
+  if (w.wqkv.defined()) {
+    ops::linear(backend, h, w.wqkv, w.bqkv, scratch.qkv);
+    q = scratch.qkv.narrow(1, 0, q_dim).split_last(shape.n_heads_q, d);
+    k = scratch.qkv.narrow(1, q_dim, kv_dim).split_last(shape.n_heads_kv, d);
+    v = scratch.qkv.narrow(1, q_dim + kv_dim, kv_dim).split_last(shape.n_heads_kv, d);
+  } else {
+    ops::linear(backend, h, w.wq, w.bq, scratch.q);
+    ops::linear(backend, h, w.wk, w.bk, scratch.k);
+    ops::linear(backend, h, w.wv, w.bv, scratch.v);
+    q = scratch.q.split_last(shape.n_heads_q, d);
+    k = scratch.k.split_last(shape.n_heads_kv, d);
+    v = scratch.v.split_last(shape.n_heads_kv, d);
+  }
   if (w.q_norm.defined()) {
-    Tensor q_rows = scratch.q.reshape({n * shape.n_heads_q, d});
-    Tensor k_rows = scratch.k.reshape({n * shape.n_heads_kv, d});
-    ops::rms_norm(backend, q_rows, w.q_norm, shape.rms_eps, shape.norm_weight_offset, q_rows);
-    ops::rms_norm(backend, k_rows, w.k_norm, shape.rms_eps, shape.norm_weight_offset, k_rows);
+    // Per-head norms over [n, heads, head_dim] views (rows of head_dim).
+    ops::rms_norm(backend, q, w.q_norm, shape.rms_eps, shape.norm_weight_offset, q);
+    ops::rms_norm(backend, k, w.k_norm, shape.rms_eps, shape.norm_weight_offset, k);
   }
   ops::rope(backend, q, k, inputs.positions, rope);
   ops::store_kv(backend, k, v, inputs.slot_mapping, cache);
-  Tensor attn = scratch.out.reshape({n, shape.n_heads_q, d});
+  Tensor attn = scratch.out.split_last(shape.n_heads_q, d);
   ops::attention(backend, q, cache, inputs.attention, params, attn);
   ops::linear(backend, scratch.out, w.wo, w.bo, out);
 }

@@ -11,6 +11,9 @@ struct AttentionWeights {
   Tensor wq, wk, wv, wo;  // [out, in]
   Tensor bq, bk, bv;      // optional f32 biases (Qwen2)
   Tensor bo;              // optional f32 output projection bias (gpt-oss)
+  // Optional: wq, wk and wv stacked into one matrix (and their biases), so a
+  // decode step streams them in one product; used instead of the three.
+  Tensor wqkv, bqkv;
   Tensor q_norm, k_norm;  // optional f32[head_dim] (Qwen3, Gemma 3)
 };
 
@@ -28,6 +31,9 @@ struct AttentionScratch {
   Tensor k;    // [n, n_heads_kv * head_dim]
   Tensor v;    // [n, n_heads_kv * head_dim]
   Tensor out;  // [n, n_heads_q * head_dim]
+  // With fused weights: [n, (n_heads_q + 2 n_heads_kv) * head_dim]; q, k and
+  // v are then column ranges of it.
+  Tensor qkv;
 };
 
 // out[n, hidden] = attention(h[n, hidden]).

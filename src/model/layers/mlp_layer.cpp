@@ -6,9 +6,20 @@ namespace deepinfer::layers {
 
 void mlp_layer(Backend& backend, const MlpWeights& w, Activation activation, const Tensor& h,
                const MlpScratch& scratch, Tensor out) {
-  ops::linear(backend, h, w.w_gate, Tensor(), scratch.gate);
-  ops::linear(backend, h, w.w_up, Tensor(), scratch.up);
-  ops::gated_activation(backend, scratch.gate, scratch.up, activation, scratch.act);
+  if (w.w_gate_up.defined()) {
+    const int64_t f = w.w_gate_up.size(0) / 2;
+    if (ops::gated_linear(backend, h, w.w_gate_up, activation, scratch.act)) {
+      ops::linear(backend, scratch.act, w.w_down, Tensor(), out);
+      return;
+    }
+    ops::linear(backend, h, w.w_gate_up, Tensor(), scratch.gate_up);
+    ops::gated_activation(backend, scratch.gate_up.narrow(1, 0, f), scratch.gate_up.narrow(1, f, f), activation,
+                          scratch.act);
+  } else {
+    ops::linear(backend, h, w.w_gate, Tensor(), scratch.gate);
+    ops::linear(backend, h, w.w_up, Tensor(), scratch.up);
+    ops::gated_activation(backend, scratch.gate, scratch.up, activation, scratch.act);
+  }
   ops::linear(backend, scratch.act, w.w_down, Tensor(), out);
 }
 

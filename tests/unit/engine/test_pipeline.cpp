@@ -3,7 +3,8 @@
 // different steps, finishing by length, EOS and stop strings, aborted
 // mid-flight, preempted under a small KV cache, seeded sampling, host-side
 // penalties and logprobs — must give every request the same tokens, text and
-// finish reason, with the pool consistent after every step and nothing leaked.
+// finish reason, with the pool consistent after every step and nothing leaked;
+// n > 1 requests (fanned out by the LLM API) sample the same tokens.
 // Batch-invariant mode makes a request's tokens independent of its batch, so
 // equality is exact by construction.
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <map>
 
+#include "deepinfer/llm.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -166,6 +168,38 @@ TEST(Pipeline, SameOutputsUnderPreemption) {
   const auto got = run(pipe_engine, jobs);
   EXPECT_GT(pipe_engine.stats().num_preemptions, 0) << "the test must exercise preemption";
   expect_same(expected, got);
+}
+
+TEST(Pipeline, NSamplesMatchTheSynchronousLoop) {
+  REQUIRE_MODEL();
+  auto run = [](bool pipelined) {
+    LLM llm(config(pipelined, 4096));
+    EXPECT_EQ(llm.engine().pipelined(), pipelined);
+    GenerateInput in;
+    in.prompt = "My favourite animal is";
+    in.params = params(12, 0.9f);
+    in.params.n = 3;
+    in.params.seed = 99;
+    in.params.top_p = 0.9f;
+    in.params.top_k = 40;
+    GenerateInput greedy_in;
+    greedy_in.prompt = "The capital of France is";
+    greedy_in.params = params(10);
+    greedy_in.params.n = 2;
+    auto out = llm.generate({in, greedy_in});
+    llm.engine().check_integrity();
+    return out;
+  };
+  const auto sync = run(false);
+  const auto piped = run(true);
+  ASSERT_EQ(sync.size(), piped.size());
+  for (size_t r = 0; r < sync.size(); ++r) {
+    ASSERT_EQ(sync[r].choices.size(), piped[r].choices.size());
+    for (size_t i = 0; i < sync[r].choices.size(); ++i) {
+      EXPECT_EQ(sync[r].choices[i].token_ids, piped[r].choices[i].token_ids) << "request " << r << " choice " << i;
+      EXPECT_EQ(sync[r].choices[i].text, piped[r].choices[i].text);
+    }
+  }
 }
 
 TEST(Pipeline, ResultsArriveOneStepLaterAndTheDeviceTimelineIsRecorded) {

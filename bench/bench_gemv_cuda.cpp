@@ -1,0 +1,125 @@
+// Decode-sized matrix-vector products on the GPU (the weight stream of a
+// batch-1 decode step): GB/s of weights read for the Llama-3-8B projection
+// shapes (fused QKV, o, fused gate-up, down, LM head) under every work
+// partition of the gemv kernel, against the device-to-device copy rate
+// measured in the same run (bytes read + written), so the launcher's choice
+// (gemv_config) can be checked and tuned.
+// Usage: bench_gemv_cuda [reps=50]
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#ifdef DEEPINFER_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_kernels.h"
+
+using namespace deepinfer::cuda;
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  fmt::print(stderr, "{}: {}\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+
+template <typename F>
+double median_ms(int reps, cudaStream_t s, F&& launch) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  for (int i = 0; i < 3; ++i) launch();
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(a, s), "record");
+    launch();
+    check(cudaEventRecord(b, s), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 50;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device: nothing to measure\n");
+    return 0;
+  }
+  cudaStream_t s;
+  check(cudaStreamCreate(&s), "stream");
+  // The largest weight (LM head 128256 x 4096 bf16, 1 GB) plus x and out; the
+  // weights are garbage bytes: only the time matters here.
+  const size_t max_w = size_t{128256} * 4096 * 2;
+  char *w = nullptr, *x = nullptr, *out = nullptr, *copy_dst = nullptr;
+  check(cudaMalloc(&w, max_w), "malloc");
+  check(cudaMalloc(&copy_dst, max_w), "malloc");
+  check(cudaMalloc(&x, 4 * 14336 * 2), "malloc");
+  check(cudaMalloc(&out, 4 * 128256 * 4), "malloc");
+  check(cudaMemset(w, 0, max_w), "memset");
+  check(cudaMemset(x, 0, 4 * 14336 * 2), "memset");
+  const double copy_ms = median_ms(reps / 5 + 3, s, [&] { cudaMemcpyAsync(copy_dst, w, max_w, cudaMemcpyDeviceToDevice, s); });
+  const double copy_gbs = 2.0 * max_w / copy_ms / 1e6;
+  fmt::print("device copy: {:.0f} GB/s (read + write)\n", copy_gbs);
+
+  struct Shape {
+    const char* name;
+    int64_t m, k;
+  };
+  const Shape shapes[] = {{"qkv fused", 6144, 4096},   {"q / o", 4096, 4096},     {"k or v", 1024, 4096},
+                          {"gate-up fused", 28672, 4096}, {"gate or up", 14336, 4096}, {"down", 4096, 14336},
+                          {"lm head", 128256, 4096}};
+  fmt::print("| shape | m x k | n | chosen (wpr/unroll) | chosen GB/s | best (wpr/unroll) | best GB/s | best / copy |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|\n");
+  for (const Shape& sh : shapes) {
+    for (int n : {1, 4}) {
+      const double bytes = double(sh.m) * sh.k * 2;
+      auto run = [&](GemvConfig c) {
+        return median_ms(reps, s, [&] {
+          launch_gemv(ElemType::BF16, n, x, sh.k * 2, w, sh.k * 2, sh.m, sh.k, nullptr, false, out, sh.m * 2, s, c);
+        });
+      };
+      const GemvConfig chosen = gemv_config(sh.m, sh.k);
+      const double chosen_ms = run(chosen);
+      GemvConfig best = chosen;
+      double best_ms = chosen_ms;
+      for (int wpr : {1, 2, 4, 8}) {
+        for (int u : {4, 8}) {
+          const double ms = run(GemvConfig{wpr, u});
+          if (ms < best_ms) {
+            best_ms = ms;
+            best = GemvConfig{wpr, u};
+          }
+        }
+      }
+      check(cudaGetLastError(), "gemv launch");
+      fmt::print("| {} | {} x {} | {} | {}/{} | {:.0f} | {}/{} | {:.0f} | {:.2f} |\n", sh.name, sh.m, sh.k, n,
+                 chosen.warps_per_row, chosen.unroll, bytes / chosen_ms / 1e6, best.warps_per_row, best.unroll,
+                 bytes / best_ms / 1e6, bytes / best_ms / 1e6 / copy_gbs);
+    }
+  }
+  return 0;
+}
+
+#else
+
+int main() {
+  std::printf("no CUDA: built without the CUDA backend\n");
+  return 0;
+}
+
+#endif
