@@ -96,6 +96,24 @@ def make_config(name):
                                    num_attention_heads=4, num_key_value_heads=1, head_dim=256,
                                    sliding_window=64, query_pre_attn_scalar=256, max_position_embeddings=4096,
                                    rms_norm_eps=1e-6, bos_token_id=2, eos_token_id=1, pad_token_id=0)
+    # Mixture-of-experts models (issue 8), small enough to create in seconds.
+    if name == "qwen3_moe":
+        return tf.Qwen3MoeConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2048, moe_intermediate_size=512,
+                                 num_experts=32, num_experts_per_tok=4, norm_topk_prob=True, num_hidden_layers=4,
+                                 num_attention_heads=16, num_key_value_heads=4, head_dim=64,
+                                 max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    if name == "mixtral":
+        return tf.MixtralConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2048, num_hidden_layers=4,
+                                num_attention_heads=16, num_key_value_heads=8, num_local_experts=8,
+                                num_experts_per_tok=2, max_position_embeddings=4096, rms_norm_eps=1e-5,
+                                rope_theta=1000000.0, sliding_window=None, bos_token_id=1, eos_token_id=2)
+    if name == "gpt_oss":
+        return tf.GptOssConfig(vocab_size=32000, hidden_size=512, intermediate_size=512, num_hidden_layers=4,
+                               num_attention_heads=8, num_key_value_heads=2, head_dim=64, num_local_experts=8,
+                               num_experts_per_tok=2, sliding_window=32,
+                               layer_types=["sliding_attention", "full_attention"] * 2,
+                               max_position_embeddings=4096, bos_token_id=1, eos_token_id=2)
     raise ValueError(name)
 
 

@@ -307,8 +307,10 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
     }
     if (l.post_ffw_norm.defined()) ops::rms_norm(backend_, delta, l.post_ffw_norm, eps, off1, delta);
   }
-  ops::add(backend_, x, delta, x);
+  // Only the rows that produce logits need the last residual add.
   ops::gather_rows(backend_, x, in.logit_rows, x_rows);
+  ops::gather_rows(backend_, delta, in.logit_rows, h_rows);
+  ops::add(backend_, x_rows, h_rows, x_rows);
   ops::rms_norm(backend_, x_rows, output_norm_, eps, off1, h_rows);
   ops::linear(backend_, h_rows, output_, Tensor(), logits);
 }

@@ -181,36 +181,36 @@ __global__ void store_kv_kernel(HeadView k, HeadView v, const int32_t* slots, Ca
     T* kd = reinterpret_cast<T*>(ck.base + page * ck.stride0 + offset * ck.stride1 + h * ck.stride2);
     T* vd = reinterpret_cast<T*>(cv.base + page * cv.stride0 + offset * cv.stride1 + h * cv.stride2);
     kd[d] = ks[d];
-    vd[d] = vs[d];
+    if (d < v.dim) vd[d] = vs[d];
   }
 }
 
+// Element-wise kernels walk rows (grid y, strided) and columns (grid x and
+// threads): the row address is computed once per row, never with a 64-bit
+// division per element (which made these kernels compute-bound).
+#define DI_FOR_EACH_ELEMENT(v)                                                                     \
+  for (int64_t r = blockIdx.y; r < (v).rows; r += gridDim.y)                                      \
+    for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < (v).cols;                 \
+         c += int64_t{gridDim.x} * blockDim.x)
+
 template <typename T>
 __global__ void gated_kernel(RowView gate, RowView up, bool gelu, RowView out) {
-  int64_t total = gate.rows * gate.cols;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    int64_t r = i / gate.cols, c = i % gate.cols;
-    float g = to_f(row_as<T>(gate, r)[c]), u = to_f(row_as<T>(up, r)[c]);
+  DI_FOR_EACH_ELEMENT(gate) {
+    const float g = to_f(row_as<T>(gate, r)[c]), u = to_f(row_as<T>(up, r)[c]);
     row_as<T>(out, r)[c] = from_f<T>((gelu ? gelu_tanh(g) : silu(g)) * u);
   }
 }
 
 template <typename T>
 __global__ void add_kernel(RowView a, RowView b, RowView out) {
-  int64_t total = a.rows * a.cols;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    int64_t r = i / a.cols, c = i % a.cols;
+  DI_FOR_EACH_ELEMENT(a) {
     row_as<T>(out, r)[c] = from_f<T>(to_f(row_as<T>(a, r)[c]) + to_f(row_as<T>(b, r)[c]));
   }
 }
 
 template <typename T>
 __global__ void scale_kernel(RowView x, float factor, RowView out) {
-  int64_t total = x.rows * x.cols;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    int64_t r = i / x.cols, c = i % x.cols;
-    row_as<T>(out, r)[c] = from_f<T>(to_f(row_as<T>(x, r)[c]) * factor);
-  }
+  DI_FOR_EACH_ELEMENT(x) { row_as<T>(out, r)[c] = from_f<T>(to_f(row_as<T>(x, r)[c]) * factor); }
 }
 
 template <typename E>
@@ -229,9 +229,7 @@ __global__ void gather_kernel(RowView x, int64_t x_outer, int64_t sub, const int
 
 template <typename T>
 __global__ void bias_kernel(RowView out, const float* bias) {
-  int64_t total = out.rows * out.cols;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    int64_t r = i / out.cols, c = i % out.cols;
+  DI_FOR_EACH_ELEMENT(out) {
     T* o = row_as<T>(out, r);
     o[c] = from_f<T>(to_f(o[c]) + bias[c]);
   }
@@ -320,21 +318,27 @@ void launch_store_kv(ElemType type, HeadView k, HeadView v, const int32_t* slots
                                 k, v, slots, ck, cv, err)));
 }
 
+// Grid for DI_FOR_EACH_ELEMENT: about four elements per thread along a row,
+// one block row per row (up to the grid limit; the kernels stride over the rest).
+static dim3 element_grid(const RowView& v) {
+  const int64_t x = std::min<int64_t>((v.cols + 1023) / 1024, 64);
+  const int64_t y = std::min<int64_t>(v.rows, 65535);
+  return dim3(static_cast<unsigned>(std::max<int64_t>(x, 1)), static_cast<unsigned>(std::max<int64_t>(y, 1)));
+}
+
 void launch_gated(ElemType type, RowView gate, RowView up, bool gelu, RowView out, Stream stream) {
   if (gate.rows * gate.cols == 0) return;
-  DI_DISPATCH_ELEM(type, T, (gated_kernel<T><<<blocks_for(gate.rows * gate.cols, 256), 256, 0, as_stream(stream)>>>(
-                                gate, up, gelu, out)));
+  DI_DISPATCH_ELEM(type, T, (gated_kernel<T><<<element_grid(gate), 256, 0, as_stream(stream)>>>(gate, up, gelu, out)));
 }
 
 void launch_add(ElemType type, RowView a, RowView b, RowView out, Stream stream) {
   if (a.rows * a.cols == 0) return;
-  DI_DISPATCH_ELEM(type, T, (add_kernel<T><<<blocks_for(a.rows * a.cols, 256), 256, 0, as_stream(stream)>>>(a, b, out)));
+  DI_DISPATCH_ELEM(type, T, (add_kernel<T><<<element_grid(a), 256, 0, as_stream(stream)>>>(a, b, out)));
 }
 
 void launch_scale(ElemType type, RowView x, float factor, RowView out, Stream stream) {
   if (x.rows * x.cols == 0) return;
-  DI_DISPATCH_ELEM(type, T, (scale_kernel<T><<<blocks_for(x.rows * x.cols, 256), 256, 0, as_stream(stream)>>>(
-                                x, factor, out)));
+  DI_DISPATCH_ELEM(type, T, (scale_kernel<T><<<element_grid(x), 256, 0, as_stream(stream)>>>(x, factor, out)));
 }
 
 void launch_gather_rows(int elem_bytes, RowView x, int64_t x_outer, int64_t sub, const int32_t* rows, int64_t n,
@@ -350,8 +354,7 @@ void launch_gather_rows(int elem_bytes, RowView x, int64_t x_outer, int64_t sub,
 
 void launch_add_bias(ElemType type, RowView out, const float* bias, Stream stream) {
   if (out.rows * out.cols == 0) return;
-  DI_DISPATCH_ELEM(type, T, (bias_kernel<T><<<blocks_for(out.rows * out.cols, 256), 256, 0, as_stream(stream)>>>(
-                                out, bias)));
+  DI_DISPATCH_ELEM(type, T, (bias_kernel<T><<<element_grid(out), 256, 0, as_stream(stream)>>>(out, bias)));
 }
 
 void launch_linear_f32x(RowView x, ElemType w_type, const char* w, int64_t w_stride, int64_t m, const float* bias,
