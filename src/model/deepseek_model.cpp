@@ -42,12 +42,6 @@ DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& source, Bac
   config_.validate();
   const ModelConfig& c = config_;
   DI_CHECK(c.mla.enabled(), "{}: DeepseekModel needs a Multi-head Latent Attention config", c.arch);
-  // The latent KV cache (a value head smaller than the key head) and the MoE
-  // kernels exist on the CPU only: fail before reading any weights.
-  DI_CHECK(backend.device().type == DeviceType::CPU,
-           "{}: DeepSeek models (MLA latent KV cache, MoE) are not supported on the {} backend yet; use the CPU "
-           "backend",
-           c.arch, backend.name());
   mla_shape_ = {c.n_heads_q,         c.mla.q_lora_rank, c.mla.kv_lora_rank, c.mla.qk_nope_head_dim,
                 c.mla.qk_rope_head_dim, c.mla.v_head_dim, c.rms_eps};
   attention_scale_ = softmax_scale(c);

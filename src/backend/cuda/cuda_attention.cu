@@ -1,8 +1,12 @@
 // Paged attention on the GPU for prefill and decode in one kernel family.
 //
-// A block takes one (sequence, KV head, query tile, KV split): its rows are the
-// q_tile query tokens times the `group` query heads that share the KV head, so
-// each K/V tile read from the cache serves the whole group (GQA). K/V tiles of
+// A block takes one (sequence, head tile, query tile, KV split): its rows are
+// the q_tile query tokens times head_tile of the `group` query heads that
+// share a KV head, so each K/V tile read from the cache serves them all (GQA;
+// MLA's one latent KV head shared by up to 128 query heads is cut into head
+// tiles so that the rows fit in shared memory). V's head size may be smaller
+// than K's; an MLA latent cache's V is the first channels of K's own rows, so
+// the V tile is then the K tile itself and the cache is read once. K/V tiles of
 // kBlockN keys are converted to f32 in shared memory; each warp owns some rows
 // and runs the online softmax over a tile with one key per lane (QK) and one
 // head dimension slice per lane (PV). All arithmetic is f32.
@@ -27,28 +31,38 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
 struct SmemLayout {
-  int rows, ldk;
+  int rows, ldk, ldv;
   size_t q, acc, m, l, k, v, p, total;
 };
+
+// V is a view of K's first channels (MLA latent cache): same pages and strides.
+__host__ __device__ inline bool v_in_k(const AttentionLaunch& a) {
+  return a.v.base == a.k.base && a.v.pages == a.k.pages && a.v.page_size == a.k.page_size &&
+         a.v.stride0 == a.k.stride0 && a.v.stride1 == a.k.stride1 && a.v.stride2 == a.k.stride2 &&
+         a.v.dim <= a.k.dim;
+}
 
 // kBlocked (prefill): each warp takes its rows four at a time, so one read of
 // a key or value from shared memory serves four query rows; rows are padded to
 // a multiple of 16 and K/V rows to 16 bytes for float4 reads.
 constexpr int kRowBlock = 4;
 
-__host__ __device__ inline SmemLayout smem_layout(int rows, int dim, bool blocked) {
+// q rows hold dk floats, acc rows dv; with v_shared the V tile is the K tile.
+__host__ __device__ inline SmemLayout smem_layout(int rows, int dk, int dv, bool v_shared, bool blocked) {
   SmemLayout s{};
   if (blocked) rows = (rows + kWarps * kRowBlock - 1) / (kWarps * kRowBlock) * (kWarps * kRowBlock);
   s.rows = rows;
   // Padding so lane-per-key reads hit distinct banks (one float; four for float4 reads).
-  s.ldk = dim + (blocked ? 4 : 1);
+  const int pad = blocked ? 4 : 1;
+  s.ldk = dk + pad;
+  s.ldv = v_shared ? s.ldk : dv + pad;
   s.q = 0;
-  s.acc = s.q + size_t(rows) * dim;
-  s.m = s.acc + size_t(rows) * dim;
+  s.acc = s.q + size_t(rows) * dk;
+  s.m = s.acc + size_t(rows) * dv;
   s.l = s.m + rows;
   s.k = s.l + rows;
-  s.v = s.k + size_t(kBlockN) * s.ldk;
-  s.p = s.v + size_t(kBlockN) * s.ldk;
+  s.v = v_shared ? s.k : s.k + size_t(kBlockN) * s.ldk;
+  s.p = s.v + size_t(kBlockN) * (v_shared ? s.ldk : s.ldv);
   s.total = (s.p + kWarps * kBlockN * (blocked ? kRowBlock : 1)) * sizeof(float);
   return s;
 }
@@ -97,9 +111,10 @@ __device__ void load_tile(const CacheView& c, const int32_t* pages, int n_pages,
 template <typename T, bool kVec, bool kBlocked>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) {
   extern __shared__ float smem[];
-  const int dim = static_cast<int>(a.q.dim);
-  const int rows = a.q_tile * a.group;
-  const SmemLayout L = smem_layout(rows, dim, kBlocked);
+  const int dk = static_cast<int>(a.q.dim), dv = static_cast<int>(a.v.dim);
+  const int ht = a.head_tile;
+  const bool v_shared = v_in_k(a);
+  const SmemLayout L = smem_layout(a.q_tile * ht, dk, dv, v_shared, kBlocked);
   float* q_s = smem + L.q;
   float* acc_s = smem + L.acc;
   float* m_s = smem + L.m;
@@ -108,9 +123,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
   float* v_s = smem + L.v;
   float* p_s = smem + L.p;
 
-  const int qb = blockIdx.x, g = blockIdx.y;
+  // blockIdx.y is the head tile: query heads h0 .. h0 + ht - 1, all in KV head kvh.
+  const int qb = blockIdx.x, h0 = blockIdx.y * ht, kvh = h0 / a.group;
   const int s = blockIdx.z / a.num_splits, split = blockIdx.z % a.num_splits;
-  const bool first_block = qb == 0 && g == 0 && split == 0;
+  const bool first_block = qb == 0 && blockIdx.y == 0 && split == 0;
   if (first_block && s == 0 && threadIdx.x == 0 &&
       (a.q_indptr[0] != 0 || a.q_indptr[a.num_seqs] != a.q.n || a.kv_indptr[0] != 0)) {
     atomicOr(a.err, kErrAttentionLayout);
@@ -131,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
   const int t0 = qb * a.q_tile;
   if (t0 >= q_len) return;
   const int t_count = min(a.q_tile, q_len - t0);
-  const int valid_rows = t_count * a.group;
+  const int valid_rows = t_count * ht;
 
   const int last_lo = kv_len - q_len + t0;
   const int last_hi = last_lo + t_count - 1;
@@ -143,16 +159,16 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
     k_end = min(k_end, (split + 1) * chunk);
   }
 
-  for (int idx = threadIdx.x; idx < L.rows * dim; idx += kThreads) {
-    int r = idx / dim, d = idx % dim;
+  for (int idx = threadIdx.x; idx < L.rows * dk; idx += kThreads) {
+    int r = idx / dk, d = idx % dk;
     float val = 0.0f;
     if (r < valid_rows) {
-      int t = q_begin + t0 + r / a.group, h = g * a.group + r % a.group;
+      int t = q_begin + t0 + r / ht, h = h0 + r % ht;
       val = to_f(reinterpret_cast<const T*>(a.q.base + t * a.q.stride0 + h * a.q.stride1)[d]) * a.scale;
     }
     q_s[idx] = val;
-    acc_s[idx] = 0.0f;
   }
+  for (int idx = threadIdx.x; idx < L.rows * dv; idx += kThreads) acc_s[idx] = 0.0f;
   for (int r = threadIdx.x; r < L.rows; r += kThreads) {
     m_s[r] = -INFINITY;
     l_s[r] = 0.0f;
@@ -162,8 +178,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int32_t* pages = a.page_ids + kv_p0;
   for (int kt = k_begin; kt < k_end; kt += kBlockN) {
-    load_tile<T, kVec>(a.k, pages, n_pages, g, kt, k_end, k_s, L.ldk, a.err);
-    load_tile<T, kVec>(a.v, pages, n_pages, g, kt, k_end, v_s, L.ldk, a.err);
+    load_tile<T, kVec>(a.k, pages, n_pages, kvh, kt, k_end, k_s, L.ldk, a.err);
+    if (!v_shared) load_tile<T, kVec>(a.v, pages, n_pages, kvh, kt, k_end, v_s, L.ldv, a.err);
     __syncthreads();
     if constexpr (kBlocked) {
       for (int r0 = warp * kRowBlock; r0 < valid_rows; r0 += kWarps * kRowBlock) {
@@ -172,17 +188,17 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
         bool valid[kRowBlock];
 #pragma unroll
         for (int i = 0; i < kRowBlock; ++i) {
-          const int last = kv_len - q_len + t0 + (r0 + i) / a.group;
+          const int last = kv_len - q_len + t0 + (r0 + i) / ht;
           const int first = a.window > 0 ? max(0, last - a.window + 1) : 0;
           valid[i] = r0 + i < valid_rows && j >= first && j <= last && j < k_end;
           sc[i] = 0.0f;
         }
         const float* kr = k_s + lane * L.ldk;
-        for (int d = 0; d < dim; d += 4) {
+        for (int d = 0; d < dk; d += 4) {
           const float4 k4 = *reinterpret_cast<const float4*>(kr + d);
 #pragma unroll
           for (int i = 0; i < kRowBlock; ++i) {
-            const float4 q4 = *reinterpret_cast<const float4*>(q_s + (r0 + i) * dim + d);
+            const float4 q4 = *reinterpret_cast<const float4*>(q_s + (r0 + i) * dk + d);
             sc[i] = fmaf(q4.x, k4.x, fmaf(q4.y, k4.y, fmaf(q4.z, k4.z, fmaf(q4.w, k4.w, sc[i]))));
           }
         }
@@ -200,13 +216,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
         }
         *reinterpret_cast<float4*>(p_s + (warp * kBlockN + lane) * kRowBlock) = make_float4(p[0], p[1], p[2], p[3]);
         __syncwarp();
-        for (int d = lane; d < dim; d += 32) {
+        for (int d = lane; d < dv; d += 32) {
           float o[kRowBlock];
 #pragma unroll
-          for (int i = 0; i < kRowBlock; ++i) o[i] = acc_s[(r0 + i) * dim + d] * alpha[i];
+          for (int i = 0; i < kRowBlock; ++i) o[i] = acc_s[(r0 + i) * dv + d] * alpha[i];
 #pragma unroll 8
           for (int jj = 0; jj < kBlockN; ++jj) {
-            const float v = v_s[jj * L.ldk + d];
+            const float v = v_s[jj * L.ldv + d];
             const float4 p4 = *reinterpret_cast<const float4*>(p_s + (warp * kBlockN + jj) * kRowBlock);
             o[0] = fmaf(p4.x, v, o[0]);
             o[1] = fmaf(p4.y, v, o[1]);
@@ -214,7 +230,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
             o[3] = fmaf(p4.w, v, o[3]);
           }
 #pragma unroll
-          for (int i = 0; i < kRowBlock; ++i) acc_s[(r0 + i) * dim + d] = o[i];
+          for (int i = 0; i < kRowBlock; ++i) acc_s[(r0 + i) * dv + d] = o[i];
         }
         __syncwarp();
         if (lane < kRowBlock) {
@@ -237,16 +253,16 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
       }
     } else {
       for (int r = warp; r < valid_rows; r += kWarps) {
-        const int last = kv_len - q_len + t0 + r / a.group;
+        const int last = kv_len - q_len + t0 + r / ht;
         const int first = a.window > 0 ? max(0, last - a.window + 1) : 0;
         const int j = kt + lane;
         const bool valid = j >= first && j <= last && j < k_end;
         float score = -INFINITY;
         if (valid) {
-          const float* qr = q_s + r * dim;
+          const float* qr = q_s + r * dk;
           const float* kr = k_s + lane * L.ldk;
           float dot = 0.0f;
-          for (int d = 0; d < dim; ++d) dot = fmaf(qr[d], kr[d], dot);
+          for (int d = 0; d < dk; ++d) dot = fmaf(qr[d], kr[d], dot);
           if (a.softcap > 0.0f) dot = a.softcap * tanhf(dot / a.softcap);
           score = dot;
         }
@@ -259,11 +275,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
         const float psum = warp_sum(p);
         p_s[warp * kBlockN + lane] = p;
         __syncwarp();
-        float* ar = acc_s + r * dim;
-        for (int d = lane; d < dim; d += 32) {
+        float* ar = acc_s + r * dv;
+        for (int d = lane; d < dv; d += 32) {
           float o = ar[d] * alpha;
   #pragma unroll 8
-          for (int jj = 0; jj < kBlockN; ++jj) o = fmaf(p_s[warp * kBlockN + jj], v_s[jj * L.ldk + d], o);
+          for (int jj = 0; jj < kBlockN; ++jj) o = fmaf(p_s[warp * kBlockN + jj], v_s[jj * L.ldv + d], o);
           ar[d] = o;
         }
         __syncwarp();
@@ -278,9 +294,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
   }
 
   const int heads_q = static_cast<int>(a.q.heads);
-  for (int idx = threadIdx.x; idx < valid_rows * dim; idx += kThreads) {
-    int r = idx / dim, d = idx % dim;
-    int t = q_begin + t0 + r / a.group, h = g * a.group + r % a.group;
+  for (int idx = threadIdx.x; idx < valid_rows * dv; idx += kThreads) {
+    int r = idx / dv, d = idx % dv;
+    int t = q_begin + t0 + r / ht, h = h0 + r % ht;
     float m = m_s[r], l = l_s[r], o = acc_s[idx];
     if (a.num_splits == 1) {
       if (a.sinks) {
@@ -293,11 +309,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
       T* out = reinterpret_cast<T*>(a.out.base + t * a.out.stride0 + h * a.out.stride1);
       out[d] = from_f<T>(l > 0.0f ? o / l : 0.0f);
     } else {
-      float* part = a.partial + ((int64_t(split) * a.q.n + t) * heads_q + h) * (dim + 2);
+      float* part = a.partial + ((int64_t(split) * a.q.n + t) * heads_q + h) * (dv + 2);
       part[d] = o;
       if (d == 0) {
-        part[dim] = m;
-        part[dim + 1] = l;
+        part[dv] = m;
+        part[dv + 1] = l;
       }
     }
   }
@@ -305,7 +321,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
 
 template <typename T>
 __global__ void combine_kernel(AttentionLaunch a) {
-  const int heads_q = static_cast<int>(a.q.heads), dim = static_cast<int>(a.q.dim);
+  // Partial rows have V's head size (the output's).
+  const int heads_q = static_cast<int>(a.q.heads), dim = static_cast<int>(a.v.dim);
   const int64_t t = blockIdx.x / heads_q;
   const int h = blockIdx.x % heads_q;
   const int64_t split_stride = a.q.n * heads_q * int64_t(dim + 2);
@@ -335,13 +352,23 @@ __global__ void combine_kernel(AttentionLaunch a) {
 template <typename T>
 bool vector_loads_ok(const AttentionLaunch& a) {
   auto aligned = [](int64_t x) { return x % 16 == 0; };
-  int64_t row_bytes = a.k.dim * int64_t(sizeof(T));
-  return aligned(row_bytes) && aligned(reinterpret_cast<uintptr_t>(a.k.base)) &&
+  const bool v_rows_ok = v_in_k(a) || aligned(a.v.dim * int64_t(sizeof(T)));
+  return aligned(a.k.dim * int64_t(sizeof(T))) && v_rows_ok && aligned(reinterpret_cast<uintptr_t>(a.k.base)) &&
          aligned(reinterpret_cast<uintptr_t>(a.v.base)) && aligned(a.k.stride0) && aligned(a.k.stride1) &&
          aligned(a.k.stride2) && aligned(a.v.stride0) && aligned(a.v.stride1) && aligned(a.v.stride2);
 }
 
-bool use_blocked(const AttentionLaunch& a) { return a.q_tile * a.group >= kWarps * kRowBlock && a.q.dim % 4 == 0; }
+bool use_blocked(const AttentionLaunch& a) {
+  return a.q_tile * a.head_tile >= kWarps * kRowBlock && a.q.dim % 4 == 0;
+}
+
+// The largest divisor of n that is at most cap (at least 1).
+int divisor_at_most(int n, int cap) {
+  for (int d = std::min(n, cap); d > 1; --d) {
+    if (n % d == 0) return d;
+  }
+  return 1;
+}
 
 template <typename T, bool kVec, bool kBlocked>
 void launch_kernel(const AttentionLaunch& a, dim3 grid, size_t smem, cudaStream_t stream) {
@@ -352,7 +379,7 @@ void launch_kernel(const AttentionLaunch& a, dim3 grid, size_t smem, cudaStream_
 template <typename T>
 void launch_typed(const AttentionLaunch& a, cudaStream_t stream) {
   size_t smem = attention_smem_bytes(a);
-  dim3 grid(static_cast<unsigned>(a.q_blocks), static_cast<unsigned>(a.k.heads),
+  dim3 grid(static_cast<unsigned>(a.q_blocks), static_cast<unsigned>(a.k.heads * (a.group / a.head_tile)),
             static_cast<unsigned>(a.num_seqs * a.num_splits));
   const bool vec = vector_loads_ok<T>(a), blocked = use_blocked(a);
   if (vec && blocked) launch_kernel<T, true, true>(a, grid, smem, stream);
@@ -376,16 +403,26 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
                                                                            : AttentionKernel::MmaPrefill;
     const int block_rows = attention_mma_rows(a.kernel, dim);
     a.q_blocks = static_cast<int>((rows + block_rows - 1) / block_rows);
+    a.head_tile = a.group;
     min_keys_per_split = 128;  // two tensor-core key tiles
   } else {
     a.kernel = AttentionKernel::Simt;
+    const int group = std::max(a.group, 1);
     const int rows_target = dim <= 128 ? 64 : 32;
-    a.q_tile = std::max(1, std::min(max_q, rows_target / std::max(a.group, 1)));
+    // The whole group in one block when it fits the row target, so that each
+    // K/V tile is read once per group; larger groups (MLA) in equal tiles.
+    a.head_tile = divisor_at_most(group, rows_target);
+    a.q_tile = std::max(1, std::min(max_q, rows_target / a.head_tile));
+    // Large heads (MLA's 576) shrink the rows until the block fits.
+    while (attention_smem_bytes(a) > hints.max_smem_bytes && (a.q_tile > 1 || a.head_tile > 1)) {
+      if (a.q_tile > 1) a.q_tile /= 2;
+      else a.head_tile = divisor_at_most(group, a.head_tile - 1);
+    }
     a.q_blocks = (max_q + a.q_tile - 1) / a.q_tile;
   }
   // Split the keys when the blocks would leave SMs idle (decode at small
   // batch); each split keeps at least two key tiles.
-  const int64_t blocks = int64_t{a.num_seqs} * a.k.heads * a.q_blocks;
+  const int64_t blocks = int64_t{a.num_seqs} * a.k.heads * (a.group / a.head_tile) * a.q_blocks;
   a.num_splits = 1;
   if (hints.max_kv_len >= 2 * min_keys_per_split && blocks < hints.num_sms) {
     // The tensor-core kernels hold one or two blocks per SM: round down so
@@ -394,7 +431,7 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
     int64_t want = a.kernel == AttentionKernel::Simt ? (2 * int64_t{hints.num_sms} + blocks - 1) / blocks
                                                      : 2 * int64_t{hints.num_sms} / blocks;
     want = std::min<int64_t>({want, hints.max_kv_len / min_keys_per_split, 64, 65535 / std::max(a.num_seqs, 1)});
-    const int64_t per_split = n * a.q.heads * (dim + 2) * static_cast<int64_t>(sizeof(float));
+    const int64_t per_split = n * a.q.heads * (a.v.dim + 2) * static_cast<int64_t>(sizeof(float));
     want = std::min<int64_t>(want, static_cast<int64_t>(hints.workspace_bytes) / std::max<int64_t>(per_split, 1));
     a.num_splits = static_cast<int>(std::max<int64_t>(want, 1));
   }
@@ -402,7 +439,9 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
 
 size_t attention_smem_bytes(const AttentionLaunch& a) {
   if (a.kernel != AttentionKernel::Simt) return attention_mma_smem_bytes(a);
-  return smem_layout(a.q_tile * a.group, static_cast<int>(a.q.dim), use_blocked(a)).total;
+  return smem_layout(a.q_tile * a.head_tile, static_cast<int>(a.q.dim), static_cast<int>(a.v.dim), v_in_k(a),
+                     use_blocked(a))
+      .total;
 }
 
 void launch_attention(const AttentionLaunch& a, Stream stream) {

@@ -360,28 +360,18 @@ void CudaBackend::rope(Tensor q, Tensor k, const Tensor& positions, const RopePa
   check_launch("rope");
 }
 
-namespace {
-
-// The CUDA kernels assume K and V rows of one head size in separate pages.
-void check_no_latent_cache(const KvCacheLayer& cache, const char* op) {
-  DI_CHECK(cache.v.size(3) == cache.k.size(3),
-           "CUDA {}: a value head size ({}) smaller than the key head size ({}) (MLA latent cache) is not "
-           "supported on CUDA yet",
-           op, cache.v.size(3), cache.k.size(3));
-}
-
-}  // namespace
-
 void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping, KvCacheLayer cache) {
-  check_no_latent_cache(cache, "store_kv");
-  launch_store_kv(elem_type(k.dtype(), "store_kv"), heads_of(k), heads_of(v), slot_mapping.data_as<const int32_t>(),
+  HeadView vv = heads_of(v);
+  // A latent cache's V is a view of K (ops::store_kv checks that v is k's
+  // view): writing K's row stores both, so V's part is not written again.
+  if (cache.v.data() == cache.k.data()) vv.dim = 0;
+  launch_store_kv(elem_type(k.dtype(), "store_kv"), heads_of(k), vv, slot_mapping.data_as<const int32_t>(),
                   cache_of(cache.k), cache_of(cache.v), error_word_, stream_);
   check_launch("store_kv");
 }
 
 void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,
                             const AttentionParams& params, Tensor out) {
-  check_no_latent_cache(cache, "attention");
   AttentionLaunch a;
   a.type = elem_type(q.dtype(), "attention");
   a.q = heads_of(q);
@@ -407,6 +397,7 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const At
   hints.max_kv_len = meta.max_kv_len;
   hints.num_sms = num_sms_;
   hints.workspace_bytes = kAttentionWorkspaceBytes;
+  hints.max_smem_bytes = max_smem_per_block_;
   plan_attention(a, hints);
   DI_CHECK(int64_t{a.num_seqs} * a.num_splits <= 65535, "attention: {} sequences exceed the CUDA grid limit",
            a.num_seqs);

@@ -54,6 +54,7 @@ void launch_rms_norm(ElemType type, RowView x, RowView residual_or_null, const f
                      float weight_offset, RowView out, bool add_residual, Stream stream);
 void launch_rope(ElemType type, HeadView q, HeadView k, const int32_t* positions, const float* inv_freq,
                  int rotary_dim, bool neox, float attention_factor, Stream stream);
+// v rows hold v.dim <= k.dim elements; v.dim 0 writes K only (an MLA latent cache's V is K's view).
 void launch_store_kv(ElemType type, HeadView k, HeadView v, const int32_t* slots, CacheView ck,
                      CacheView cv, uint32_t* err, Stream stream);
 void launch_gated(ElemType type, RowView gate, RowView up, bool gelu, RowView out, Stream stream);
@@ -92,7 +93,9 @@ void launch_convert(ElemType from, RowView x, ElemType to, char* out, Stream str
 // Paged attention. plan_attention() picks the kernel and the partition
 // (q_tile or row blocks, q_blocks, num_splits) on the host from shapes and
 // hints only, so a captured CUDA graph stays valid; the kernels read the CSR
-// metadata on the device.
+// metadata on the device. V's head size may be smaller than K's (out has
+// V's; SIMT only): with an MLA latent cache V is a view of K's first
+// channels (same pages and strides) and the kernel reads it from the K tile.
 enum class AttentionKernel : uint8_t {
   Simt,        // f32 arithmetic, any dtype and head size (cuda_attention.cu)
   MmaPrefill,  // tensor cores, bf16/f16, head 64/128/256; each warp owns 16 rows
@@ -114,12 +117,15 @@ struct AttentionLaunch {
   float scale = 1.0f;
   int window = 0;
   float softcap = 0.0f;
-  // Simt: query tokens per block (rows = q_tile * group). Mma: unused; a
-  // block takes attention_mma_rows() consecutive (token, head) rows.
+  // Simt: query tokens per block and query heads of a group per block (a
+  // divisor of group: many heads sharing one KV head, as MLA's 128, are
+  // tiled); rows = q_tile * head_tile. Mma: unused; a block takes
+  // attention_mma_rows() consecutive (token, head) rows.
   int q_tile = 1;
+  int head_tile = 1;
   int q_blocks = 1;     // blocks along the query axis per sequence
   int num_splits = 1;   // KV splits per (sequence, head); >1 needs the workspace
-  float* partial = nullptr;  // [num_splits, n, heads_q, dim + 2] when num_splits > 1
+  float* partial = nullptr;  // [num_splits, n, heads_q, v dim + 2] when num_splits > 1
   uint32_t* err = nullptr;
 };
 struct AttentionHints {
@@ -128,6 +134,7 @@ struct AttentionHints {
   int num_sms = 1;
   size_t workspace_bytes = 0;  // room for split-KV partials
   bool allow_mma = true;       // false keeps the SIMT kernel (benchmarks compare the two)
+  size_t max_smem_bytes = 232448;  // per block (sm_90 opt-in limit); the SIMT tiles shrink to fit
 };
 void plan_attention(AttentionLaunch& a, const AttentionHints& hints);
 // Shared memory bytes one attention block needs for the planned kernel.

@@ -296,21 +296,5 @@ TEST(MlaModels, RejectsMalformedConfigs) {
   }
 }
 
-// Until CUDA has latent-cache attention and MoE kernels, loading fails at once.
-TEST(MlaModels, CudaRejectsDeepseekAtLoad) {
-  std::unique_ptr<Backend> cuda;
-  try {
-    cuda = create_backend(DeviceType::CUDA);
-  } catch (const Error&) {
-    GTEST_SKIP() << "no CUDA device";
-  }
-  try {
-    LoadedModel::open((kData / "deepseek_v3").string(), *cuda);
-    ADD_FAILURE() << "loaded a DeepSeek model on CUDA";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("not supported on the cuda backend yet"));
-  }
-}
-
 }  // namespace
 }  // namespace deepinfer

@@ -1,0 +1,174 @@
+// DeepSeek-V2/V3 (MLA latent cache + DeepSeek MoE) on the CUDA backend
+// against the CPU backend, on the tiny models of test_mla_models (skipped
+// without a GPU). CUDA runs bf16 checkpoints only, so both backends load a
+// bf16 copy of the same weights: the CPU computes in f32 with an f32 cache,
+// CUDA in its production precision (bf16 activations and latent cache, f32
+// accumulation). Each prompt runs through ModelRunner as 16-token prefill
+// chunks (queries after cached latent rows) and then single-token decode
+// steps (the decode path, CUDA graphs); every decode step's logits are
+// compared.
+//
+// Tolerance: 0.1 x the largest |logit| (about 1.3 here). bf16 activations
+// move these logits by a few hundredths, but a router margin can be as small
+// as 4e-4, so a bf16 rounding may send a token to another expert; a wrong
+// attention moves them by several units (the rope details recorded in the
+// reference data move them by 4 to 10).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "kv/kv_storage.h"
+#include "model/model_loader.h"
+#include "runner/model_runner.h"
+#include "sched/request.h"
+
+namespace deepinfer {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kData = fs::path(DEEPINFER_SOURCE_DIR) / "tests" / "data" / "hf_tiny";
+constexpr double kRelTolerance = 0.1;
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream f(p);
+  EXPECT_TRUE(f.good()) << p;
+  return nlohmann::json::parse(f);
+}
+
+// A temporary copy of a case folder whose f32 tensors are rounded to bf16.
+class Bf16Copy {
+ public:
+  explicit Bf16Copy(const std::string& name) {
+    path_ = fs::temp_directory_path() / fmt::format("deepinfer_mla_cuda_{}_{}", getpid(), name);
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+    fs::copy_file(kData / name / "config.json", path_ / "config.json");
+    std::ifstream in(kData / name / "model.safetensors", std::ios::binary);
+    const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    uint64_t header_len = 0;
+    std::memcpy(&header_len, bytes.data(), 8);
+    nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + long(header_len));
+    const char* data = bytes.data() + 8 + header_len;
+    std::vector<char> out_data;
+    for (auto& [tensor, entry] : header.items()) {
+      if (tensor == "__metadata__") continue;
+      const auto begin = entry["data_offsets"][0].get<uint64_t>(), end = entry["data_offsets"][1].get<uint64_t>();
+      const uint64_t at = out_data.size();
+      if (entry["dtype"] == "F32") {
+        for (uint64_t o = begin; o < end; o += 4) {
+          float f;
+          std::memcpy(&f, data + o, 4);
+          const uint16_t h = f32_to_bf16(f);
+          out_data.insert(out_data.end(), reinterpret_cast<const char*>(&h), reinterpret_cast<const char*>(&h) + 2);
+        }
+        entry["dtype"] = "BF16";
+      } else {
+        out_data.insert(out_data.end(), data + begin, data + end);
+      }
+      entry["data_offsets"] = nlohmann::json::array({at, static_cast<uint64_t>(out_data.size())});
+    }
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned
+    const uint64_t len = text.size();
+    std::ofstream out(path_ / "model.safetensors", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(&len), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.write(out_data.data(), static_cast<std::streamsize>(out_data.size()));
+  }
+  ~Bf16Copy() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string path() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+// Logits of the decode steps after 16-token prefill chunks: the last
+// min(3, n) tokens are decoded one at a time.
+std::vector<std::vector<float>> decode_logits(LoadedModel& loaded, Backend& backend,
+                                              const std::vector<int32_t>& tokens) {
+  const int32_t page = 16, n = static_cast<int32_t>(tokens.size());
+  const int32_t pages = n / page + 1;
+  KvStorage kv(backend, loaded.model().kv_spec(page, backend.activation_dtype()), pages);
+  ModelRunner runner(loaded.model(), backend, kv, {16, 1});
+  Request r(1, tokens, SamplingParams{}, 0);
+  for (int32_t i = 0; i < pages; ++i) r.block_ids.push_back(i);
+  const int32_t prefill = n - std::min(3, n);
+  std::vector<std::vector<float>> out;
+  for (int32_t start = 0; start < n;) {
+    const bool decode = start >= prefill;
+    const int32_t len = decode ? 1 : std::min(16, prefill - start);
+    ScheduledBatch batch;
+    batch.seqs.push_back({&r, start, len, decode});
+    batch.num_tokens = len;
+    RowSampling row;
+    row.params.temperature = 0.0f;
+    row.copy_logits = true;
+    const StepResults res = runner.wait(runner.launch(batch, std::span(&row, decode ? 1 : 0)));
+    if (decode) out.emplace_back(res.logits.begin(), res.logits.end());
+    start += len;
+  }
+  return out;
+}
+
+class MlaModelCuda : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MlaModelCuda, LogitsMatchTheCpu) {
+  std::unique_ptr<Backend> gpu;
+  try {
+    gpu = create_backend(DeviceType::CUDA);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no CUDA backend: " << e.what();
+  }
+  BackendOptions o;
+  o.num_threads = 2;
+  auto cpu = create_backend(DeviceType::CPU, o);
+  const std::string& name = GetParam();
+  const Bf16Copy copy(name);
+  auto on_gpu = LoadedModel::open(copy.path(), *gpu);
+  auto on_cpu = LoadedModel::open(copy.path(), *cpu);
+  const nlohmann::json ref = read_json(kData / name / "reference.json");
+  for (const auto& p : ref["prompts"]) {
+    const auto tokens = p["tokens"].get<std::vector<int32_t>>();
+    const auto got = decode_logits(*on_gpu, *gpu, tokens);
+    const auto want = decode_logits(*on_cpu, *cpu, tokens);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t step = 0; step < got.size(); ++step) {
+      ASSERT_EQ(got[step].size(), want[step].size());
+      double max_diff = 0, max_abs = 0;
+      for (size_t i = 0; i < got[step].size(); ++i) {
+        max_diff = std::max(max_diff, std::abs(double(got[step][i]) - want[step][i]));
+        max_abs = std::max(max_abs, std::abs(double(want[step][i])));
+      }
+      const auto top = [](const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); };
+      std::printf("[mla cuda] %s %s decode step %zu: max-abs %.3g (|logit| up to %.2f), top-1 %s\n", name.c_str(),
+                  p["name"].get<std::string>().c_str(), step, max_diff, max_abs,
+                  top(got[step]) == top(want[step]) ? "same" : "differs");
+      EXPECT_LE(max_diff, kRelTolerance * std::max(1.0, max_abs)) << name << "/" << p["name"] << " step " << step;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DeepSeek, MlaModelCuda,
+                         ::testing::Values("deepseek_v2_lite", "deepseek_v2", "deepseek_v3"));
+
+}  // namespace
+}  // namespace deepinfer
