@@ -47,10 +47,12 @@ void mla_layer(Backend& backend, const MlaWeights& w, const MlaShape& s, const R
 
   // The rope halves: each head's q_pe moves to the tail of its absorbed query
   // and is rotated there together with the token's shared k_pe.
-  const Tensor q_heads = scratch.q.reshape({scratch.q.size(0), heads, qk});
   const Tensor q_att = scratch.q_att.reshape({scratch.q_att.size(0), heads, row});
   const Tensor k_row = scratch.kv_a.reshape({scratch.kv_a.size(0), 1, row});
-  ops::copy(backend, q_att.narrow(2, lora, rot), q_heads.narrow(2, nope, rot));
+  // As [tokens * heads] rows: one strided 2-D copy on device backends.
+  const int64_t n_rows = scratch.q.size(0) * heads;
+  ops::copy(backend, scratch.q_att.reshape({n_rows, row}).narrow(1, lora, rot),
+            scratch.q.reshape({n_rows, qk}).narrow(1, nope, rot));
   ops::rope(backend, q_att.narrow(2, lora, rot), k_row.narrow(2, lora, rot), inputs.positions, rope);
   for (int64_t i = 0; i < heads; ++i) {
     ops::linear(backend, scratch.q.narrow(1, i * qk, nope), w.w_uk_t.row(i), none,
