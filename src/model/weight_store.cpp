@@ -1,20 +1,45 @@
 #include "model/weight_store.h"
 
+#include <vector>
+
 #include "core/error.h"
 #include "core/half.h"
 
 namespace deepinfer {
 
+namespace {
+
+// Appends the innermost rows of a strided host view to `out`, in order.
+void gather_rows_to(const Tensor& t, std::vector<char>& out) {
+  if (t.ndim() <= 1) {
+    const auto* p = static_cast<const char*>(t.data());
+    out.insert(out.end(), p, p + row_bytes(t.dtype(), t.ndim() == 1 ? t.size(0) : 1));
+    return;
+  }
+  for (int64_t i = 0; i < t.size(0); ++i) gather_rows_to(t.row(i), out);
+}
+
+}  // namespace
+
 Tensor WeightStore::matrix(const Tensor& host) {
-  DI_CHECK(host.is_contiguous(), "weight {} is not contiguous", host.describe());
   if (backend_.device().type == DeviceType::CPU) {
+    DI_CHECK(host.is_contiguous(), "weight {} is not contiguous", host.describe());
     bytes_mapped_ += host.nbytes();
     return host;
   }
-  Buffer& buf = owned_.emplace_back(backend_, host.nbytes());
+  // Views of the file with strides (halves of a stacked gate-up, transposed
+  // or per-head slices) are packed on the host once before the upload.
+  std::vector<char> packed;
+  Tensor src = host;
+  if (!host.is_contiguous()) {
+    DI_CHECK(!is_quantized(host.dtype()), "weight {} is a strided view of quantised blocks", host.describe());
+    gather_rows_to(host, packed);
+    src = Tensor(packed.data(), host.dtype(), host.shape());
+  }
+  Buffer& buf = owned_.emplace_back(backend_, src.nbytes());
   bytes_owned_ += buf.size();
-  Tensor dev(buf.data(), host.dtype(), host.shape(), backend_.device());
-  backend_.copy(dev, host);
+  Tensor dev(buf.data(), src.dtype(), src.shape(), backend_.device());
+  backend_.copy(dev, src);
   return dev;
 }
 
