@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,profile (default: build,test,e2e,bench)
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,moe,profile (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
 # (needs the C++ dependencies that build.sh installs). Then runs the op tests
@@ -54,16 +54,7 @@ if [ -z "$BIN" ] && has build; then
     tail -30 "$OUT/build.log" | sed 's/^/    /' >> "$REPORT"
   fi
 fi
-[ -n "$BIN" ] || { if has profile && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
-  # Per-kernel GPU time of a short run (prefill of 64 tokens + 3 decode steps).
-  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  echo -e "\n## Kernel times (ncu, llama8b, 64-token prompt + 3 decode steps)\n" >> "$REPORT"
-  timeout "${PROFILE_TIMEOUT:-150}" "$NCU" --clock-control none --metrics gpu__time_duration.sum \
-    --print-summary per-kernel "$BIN/deepinfer" generate --device cuda --model /tmp/deepinfer_e2e/llama8b \
-    --prompt "$(printf 'a%.0s' $(seq 64))" -n 4 --kv-cache-memory 4294967296 > "$OUT/ncu.txt" 2>&1
-  echo "exit code $? (full summary in ncu.txt)" >> "$REPORT"
-fi
-cat "$REPORT"; exit 1; }
+[ -n "$BIN" ] || { cat "$REPORT"; exit 1; }
 
 if has probe; then
   # Kernel-level questions: the gemv partitions per projection shape, and
@@ -147,5 +138,12 @@ if has profile && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
     --print-summary per-kernel "$BIN/deepinfer" generate --device cuda --model /tmp/deepinfer_e2e/llama8b \
     --prompt "$(printf 'a%.0s' $(seq 64))" -n 4 --kv-cache-memory 4294967296 > "$OUT/ncu.txt" 2>&1
   echo "exit code $? (full summary in ncu.txt)" >> "$REPORT"
+fi
+if has moe; then
+  echo -e "\n## MoE decode: Qwen3-30B-A3B-shaped slice vs transformers (scripts/gpu_bench_moe.py)\n" >> "$REPORT"
+  timeout "${MOE_TIMEOUT:-420}" python3 scripts/gpu_bench_moe.py --deepinfer "$BIN/deepinfer" --out "$OUT" \
+    --layers "${MOE_LAYERS:-16}" > "$OUT/bench_moe.log" 2>&1
+  echo "exit code $?" >> "$REPORT"
+  grep '^\[moe\]' "$OUT/bench_moe.log" | sed 's/^/    /' >> "$REPORT"
 fi
 cat "$REPORT"
