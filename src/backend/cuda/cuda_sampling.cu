@@ -361,8 +361,24 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(RowView logits, const 
 
   // Argmax: highest logit, lowest id; NaN counts as -inf and never wins.
   u64 best = 0;
-  for (int i = tid; i < r.vocab; i += kThreads) {
-    best = max(best, (static_cast<u64>(order_key(r.x[i])) << 32) | (0xffffffffu - static_cast<uint32_t>(i)));
+  auto consider = [&](float x, int i) {
+    best = max(best, (static_cast<u64>(order_key(x)) << 32) | (0xffffffffu - static_cast<uint32_t>(i)));
+  };
+  if (r.vocab % 4 == 0 && reinterpret_cast<uintptr_t>(r.x) % 16 == 0) {
+    // 16-byte loads, several in flight per thread: one block streams the
+    // whole row, so the latency of single loads would bound it.
+    const float4* x4 = reinterpret_cast<const float4*>(r.x);
+    const int n4 = r.vocab / 4;
+#pragma unroll 4
+    for (int j = tid; j < n4; j += kThreads) {
+      const float4 v = x4[j];
+      consider(v.x, 4 * j);
+      consider(v.y, 4 * j + 1);
+      consider(v.z, 4 * j + 2);
+      consider(v.w, 4 * j + 3);
+    }
+  } else {
+    for (int i = tid; i < r.vocab; i += kThreads) consider(r.x[i], i);
   }
   best = block_max(best, s);
   const uint32_t best_key = static_cast<uint32_t>(best >> 32);
