@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <span>
 
 #include "backend/cpu/quants.h"
 #include "core/error.h"
@@ -67,6 +68,34 @@ std::vector<float> download_f32(Backend& backend, const Tensor& t) {
   backend.copy(host_view, t);
   backend.synchronize();
   return host;
+}
+
+std::vector<float> download_any(Backend& backend, const Tensor& t) {
+  if (t.dtype() == DType::F32) return download_f32(backend, t);
+  std::vector<uint16_t> h(static_cast<size_t>(t.numel()));
+  std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+  backend.copy(Tensor(h.data(), t.dtype(), std::span<const int64_t>(shape)), t);
+  backend.synchronize();
+  std::vector<float> out(h.size());
+  for (size_t i = 0; i < h.size(); ++i) out[i] = t.dtype() == DType::BF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
+  return out;
+}
+
+DeviceTensor upload_bf16(Backend& backend, std::initializer_list<int64_t> shape, const std::vector<float>& values) {
+  std::vector<uint16_t> h(values.size());
+  for (size_t i = 0; i < values.size(); ++i) h[i] = f32_to_bf16(values[i]);
+  return upload(backend, DType::BF16, shape, h.data());
+}
+
+void CudaVsCpuTest::SetUp() {
+  try {
+    gpu_ = create_backend(DeviceType::CUDA);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no CUDA backend: " << e.what();
+  }
+  BackendOptions o;
+  o.num_threads = 2;
+  cpu_ = create_backend(DeviceType::CPU, o);
 }
 
 std::vector<float> Rng::floats(size_t n, float lo, float hi) {

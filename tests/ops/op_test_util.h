@@ -45,6 +45,10 @@ DeviceTensor zeros(Backend& backend, DType dtype, std::initializer_list<int64_t>
 
 // The elements of an f32 view (any strides), row-major and contiguous on the host.
 std::vector<float> download_f32(Backend& backend, const Tensor& t);
+// The same for f32, bf16 or f16 views, widened to f32.
+std::vector<float> download_any(Backend& backend, const Tensor& t);
+// Values rounded to bf16 and placed on the backend as a bf16 tensor.
+DeviceTensor upload_bf16(Backend& backend, std::initializer_list<int64_t> shape, const std::vector<float>& values);
 
 class Rng {
  public:
@@ -69,6 +73,18 @@ HostWeights random_weights(Rng& rng, DType dtype, int64_t m, int64_t k);
 // Whether the backend has kernels for GGUF block-quantised weights (the CPU
 // does; CUDA rejects them with a clear error for now).
 inline bool backend_supports_quantised(const Backend& b) { return b.device().type == DeviceType::CPU; }
+
+// Fixture base for CUDA-vs-CPU comparisons in the GPU's production
+// precision: skipped when no CUDA device is present.
+class CudaVsCpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  Backend& gpu() { return *gpu_; }
+  Backend& cpu() { return *cpu_; }
+
+ private:
+  std::unique_ptr<Backend> gpu_, cpu_;
+};
 
 // Fixture base: one backend per test parameter.
 class BackendTest : public ::testing::TestWithParam<BackendCase> {

@@ -162,41 +162,10 @@ TEST_P(LatentAttentionTest, StoreKvWritesTheRowOnce) {
 
 
 // CUDA against the CPU backend on the same values.
-class LatentAttentionCudaTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    try {
-      gpu_ = create_backend(DeviceType::CUDA);
-    } catch (const Error& e) {
-      GTEST_SKIP() << "no CUDA backend: " << e.what();
-    }
-    BackendOptions o;
-    o.num_threads = 2;
-    cpu_ = create_backend(DeviceType::CPU, o);
-  }
-  Backend& gpu() { return *gpu_; }
-  Backend& cpu() { return *cpu_; }
-
- private:
-  std::unique_ptr<Backend> gpu_, cpu_;
-};
+class LatentAttentionCudaTest : public CudaVsCpuTest {};
 
 DeviceTensor upload_as(Backend& b, DType type, std::initializer_list<int64_t> shape, const std::vector<float>& v) {
-  if (type == DType::F32) return upload_f32(b, shape, v);
-  std::vector<uint16_t> h(v.size());
-  for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
-  return upload(b, DType::BF16, shape, h.data());
-}
-
-std::vector<float> download_as_f32(Backend& b, const Tensor& t) {
-  if (t.dtype() == DType::F32) return download_f32(b, t);
-  std::vector<uint16_t> h(static_cast<size_t>(t.numel()));
-  std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
-  b.copy(Tensor(h.data(), t.dtype(), std::span<const int64_t>(shape)), t);
-  b.synchronize();
-  std::vector<float> out(h.size());
-  for (size_t i = 0; i < h.size(); ++i) out[i] = bf16_to_f32(h[i]);
-  return out;
+  return type == DType::F32 ? upload_f32(b, shape, v) : upload_bf16(b, shape, v);
 }
 
 // store_kv of every sequence's rows into a latent cache, then attention: the
@@ -262,7 +231,7 @@ void compare_latent(Backend& gpu, Backend& cpu, Rng& rng, int heads, int latent,
     m.kv_last_page_len = dl.t;
     DeviceTensor out = zeros(b, t, {n, heads, latent});
     ops::attention(b, dq.t, layer, m, params, out.t);
-    return download_as_f32(b, out.t);
+    return download_any(b, out.t);
   };
   const std::vector<float> got = run(gpu, type);
   const std::vector<float> want = run(cpu, DType::F32);

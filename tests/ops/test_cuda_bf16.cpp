@@ -25,49 +25,15 @@ std::vector<float> round_bf16(std::vector<float> v) {
   return v;
 }
 
-DeviceTensor upload_bf16(Backend& b, std::initializer_list<int64_t> shape, const std::vector<float>& v) {
-  std::vector<uint16_t> h(v.size());
-  for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
-  return upload(b, DType::BF16, shape, h.data());
-}
-
 DeviceTensor upload_f16(Backend& b, std::initializer_list<int64_t> shape, const std::vector<float>& v) {
   std::vector<uint16_t> h(v.size());
   for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]);
   return upload(b, DType::F16, shape, h.data());
 }
 
-std::vector<float> download_any(Backend& b, const Tensor& t) {
-  if (t.dtype() == DType::F32) return download_f32(b, t);
-  std::vector<uint16_t> h(static_cast<size_t>(t.numel()));
-  std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
-  b.copy(Tensor(h.data(), t.dtype(), std::span<const int64_t>(shape)), t);
-  b.synchronize();
-  std::vector<float> out(h.size());
-  for (size_t i = 0; i < h.size(); ++i) out[i] = t.dtype() == DType::BF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
-  return out;
-}
-
 std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-class CudaBf16Test : public ::testing::Test {
- protected:
-  void SetUp() override {
-    try {
-      gpu_ = create_backend(DeviceType::CUDA);
-    } catch (const Error& e) {
-      GTEST_SKIP() << "no CUDA backend: " << e.what();
-    }
-    BackendOptions o;
-    o.num_threads = 2;
-    cpu_ = create_backend(DeviceType::CPU, o);
-  }
-  Backend& gpu() { return *gpu_; }
-  Backend& cpu() { return *cpu_; }
-
- private:
-  std::unique_ptr<Backend> gpu_, cpu_;
-};
+class CudaBf16Test : public CudaVsCpuTest {};
 
 TEST_F(CudaBf16Test, ActivationDtypeIsBf16) { EXPECT_EQ(gpu().activation_dtype(), DType::BF16); }
 

@@ -46,17 +46,6 @@ Pair rounded(Backend& gpu, Backend& cpu, Rng& rng, DType dtype, std::initializer
   return p;
 }
 
-std::vector<float> download_any(Backend& b, const Tensor& t) {
-  if (t.dtype() == DType::F32) return download_f32(b, t);
-  std::vector<uint16_t> h(static_cast<size_t>(t.numel()));
-  std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
-  b.copy(Tensor(h.data(), t.dtype(), std::span<const int64_t>(shape)), t);
-  b.synchronize();
-  std::vector<float> out(h.size());
-  for (size_t i = 0; i < h.size(); ++i) out[i] = t.dtype() == DType::BF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
-  return out;
-}
-
 void expect_close(const std::vector<float>& got, const std::vector<float>& want) {
   ASSERT_EQ(got.size(), want.size());
   double sq = 0;
@@ -69,24 +58,7 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want)
   }
 }
 
-class MoeCudaTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    try {
-      gpu_ = create_backend(DeviceType::CUDA);
-    } catch (const Error& e) {
-      GTEST_SKIP() << "no CUDA backend: " << e.what();
-    }
-    BackendOptions o;
-    o.num_threads = 2;
-    cpu_ = create_backend(DeviceType::CPU, o);
-  }
-  Backend& gpu() { return *gpu_; }
-  Backend& cpu() { return *cpu_; }
-
- private:
-  std::unique_ptr<Backend> gpu_, cpu_;
-};
+class MoeCudaTest : public CudaVsCpuTest {};
 
 struct Case {
   int64_t n, n_experts, hidden, ffn;

@@ -36,6 +36,7 @@
 #include "model/model_loader.h"
 #include "runner/model_runner.h"
 #include "sched/request.h"
+#include "../../support/greedy_reference.h"
 #include "../../support/prompt_logits.h"
 
 namespace deepinfer {
@@ -145,22 +146,9 @@ TEST_P(ReferenceModel, GreedyContinuationMatchesLlamaCpp) {
   Engine engine(c);
   for (const auto& p : ref["prompts"]) {
     const auto expected = p["greedy_tokens"].get<std::vector<int32_t>>();
-    SamplingParams sp;
-    sp.temperature = 0;
-    sp.ignore_eos = true;
-    sp.max_tokens = static_cast<int32_t>(expected.size());
-    engine.add_request(p["tokens"].get<std::vector<int32_t>>(), sp);
-    std::vector<int32_t> got;
-    while (engine.has_unfinished()) {
-      for (auto& o : engine.step()) {
-        for (auto& t : o.new_tokens) got.push_back(t.token);
-      }
-    }
     const auto margins = p["greedy_margins"].get<std::vector<double>>();
-    size_t decided = 0;  // steps before the first near-tie of the reference
-    while (decided < margins.size() && margins[decided] >= kNearTie) ++decided;
-    size_t same = 0;
-    while (same < got.size() && same < expected.size() && got[same] == expected[same]) ++same;
+    const auto [got, same, decided] =
+        testing::compare_greedy(engine, p["tokens"].get<std::vector<int32_t>>(), expected, margins, kNearTie);
     std::printf("[e2e] %s/%s: %zu of %zu greedy tokens identical to llama.cpp (first near-tie at step %zu%s)\n",
                 GetParam().c_str(), p["name"].get<std::string>().c_str(), same, expected.size(), decided,
                 same < expected.size() ? fmt::format(", reference margin where we differ {:.3f}", margins[same]).c_str() : "");

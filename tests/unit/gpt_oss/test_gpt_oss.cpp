@@ -10,16 +10,12 @@
 // allows 2e-5 x the largest |logit|, and checks that dropping any one gpt-oss
 // detail moves the logits far more than that. YaRN tables are compared with
 // transformers' inv_freq to 2 ulp.
-#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 
@@ -28,6 +24,8 @@
 #include "engine/engine.h"
 #include "model/arch_registry.h"
 #include "model/model_loader.h"
+#include "../../support/checkpoint_copy.h"
+#include "../../support/greedy_reference.h"
 #include "../../support/prompt_logits.h"
 
 namespace deepinfer {
@@ -35,64 +33,13 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using testing::load_error;
+using testing::read_json;
 
 const fs::path kData = fs::path(DEEPINFER_SOURCE_DIR) / "tests" / "data" / "hf_tiny";
 const fs::path kCase = kData / "gpt_oss";
 constexpr double kRelTolerance = 2e-5;
 constexpr double kNearTie = 0.01;
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  EXPECT_TRUE(f.good()) << p;
-  return nlohmann::json::parse(f);
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-// A temporary copy of the case with config.json replaced (legacy spelling or
-// edited) and, optionally, tensors renamed in model.safetensors.
-class CaseCopy {
- public:
-  CaseCopy(const nlohmann::json& config, const std::function<void(nlohmann::json&)>& edit_header = {}) {
-    path_ = fs::temp_directory_path() / fmt::format("deepinfer_gpt_oss_{}_{}", getpid(), counter_++);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-    std::ofstream(path_ / "config.json") << config.dump();
-    std::string st = read_file(kCase / "model.safetensors");
-    if (edit_header) {
-      uint64_t header_len = 0;
-      std::memcpy(&header_len, st.data(), 8);
-      nlohmann::json header = nlohmann::json::parse(st.substr(8, header_len));
-      edit_header(header);
-      const std::string text = header.dump();
-      const uint64_t len = text.size();
-      st = std::string(reinterpret_cast<const char*>(&len), 8) + text + st.substr(8 + header_len);
-    }
-    std::ofstream(path_ / "model.safetensors", std::ios::binary) << st;
-  }
-  ~CaseCopy() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string path() const { return path_.string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
-
-std::string load_error(const std::string& path) {
-  auto backend = create_backend(DeviceType::CPU);
-  try {
-    LoadedModel::open(path, *backend);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(loaded without error)";
-}
 
 double tolerance(const nlohmann::json& prompt) {
   return kRelTolerance * std::max(1.0, prompt["max_abs_logit"].get<double>());
@@ -101,10 +48,10 @@ double tolerance(const nlohmann::json& prompt) {
 class GptOss : public ::testing::TestWithParam<std::string> {
  protected:
   // The case folder itself for "v5", a copy with config_legacy.json for "legacy".
-  std::unique_ptr<CaseCopy> copy_;
+  std::unique_ptr<testing::CheckpointCopy> copy_;
   std::string path() {
     if (GetParam() == "v5") return kCase.string();
-    if (!copy_) copy_ = std::make_unique<CaseCopy>(read_json(kCase / "config_legacy.json"));
+    if (!copy_) copy_ = std::make_unique<testing::CheckpointCopy>(kCase, read_json(kCase / "config_legacy.json"));
     return copy_->path();
   }
 };
@@ -137,21 +84,8 @@ TEST_P(GptOss, GreedyContinuationMatchesTransformers) {
   for (const auto& p : ref["prompts"]) {
     const auto expected = p["greedy_tokens"].get<std::vector<int32_t>>();
     const auto margins = p["greedy_margins"].get<std::vector<double>>();
-    SamplingParams sp;
-    sp.temperature = 0;
-    sp.ignore_eos = true;
-    sp.max_tokens = static_cast<int32_t>(expected.size());
-    engine.add_request(p["tokens"].get<std::vector<int32_t>>(), sp);
-    std::vector<int32_t> got;
-    while (engine.has_unfinished()) {
-      for (auto& o : engine.step()) {
-        for (auto& t : o.new_tokens) got.push_back(t.token);
-      }
-    }
-    size_t decided = 0;
-    while (decided < margins.size() && margins[decided] >= kNearTie) ++decided;
-    size_t same = 0;
-    while (same < got.size() && same < expected.size() && got[same] == expected[same]) ++same;
+    const auto [got, same, decided] =
+        testing::compare_greedy(engine, p["tokens"].get<std::vector<int32_t>>(), expected, margins, kNearTie);
     std::printf("[gpt_oss] %s config, %s: %zu of %zu greedy tokens identical (smallest margin %.4f)\n",
                 GetParam().c_str(), p["name"].get<std::string>().c_str(), same, expected.size(),
                 *std::min_element(margins.begin(), margins.end()));
@@ -235,26 +169,26 @@ TEST(GptOssConfig, RejectsUnsupportedConfigs) {
   auto edited = [&](const std::function<void(nlohmann::json&)>& edit) {
     nlohmann::json c = cfg;
     edit(c);
-    return CaseCopy(c);
+    return testing::CheckpointCopy(kCase, c);
   };
   {
-    CaseCopy mxfp4 = edited([](nlohmann::json& c) { c["quantization_config"] = {{"quant_method", "mxfp4"}}; });
+    const testing::CheckpointCopy mxfp4 = edited([](nlohmann::json& c) { c["quantization_config"] = {{"quant_method", "mxfp4"}}; });
     EXPECT_THAT(load_error(mxfp4.path()), HasSubstr("quantised with 'mxfp4'"));
   }
   {
-    CaseCopy limit = edited([](nlohmann::json& c) { c["swiglu_limit"] = 5.0; });
+    const testing::CheckpointCopy limit = edited([](nlohmann::json& c) { c["swiglu_limit"] = 5.0; });
     EXPECT_THAT(load_error(limit.path()), HasSubstr("swiglu_limit 5 are not supported"));
   }
   {
-    CaseCopy types = edited([](nlohmann::json& c) { c["layer_types"][1] = "chunked_attention"; });
+    const testing::CheckpointCopy types = edited([](nlohmann::json& c) { c["layer_types"][1] = "chunked_attention"; });
     EXPECT_THAT(load_error(types.path()), HasSubstr("layer_types[1] is \"chunked_attention\""));
   }
   {
-    CaseCopy top_k = edited([](nlohmann::json& c) { c["num_experts_per_tok"] = 9; });
+    const testing::CheckpointCopy top_k = edited([](nlohmann::json& c) { c["num_experts_per_tok"] = 9; });
     EXPECT_THAT(load_error(top_k.path()), HasSubstr("num_experts_per_tok 9 must be between 1"));
   }
   {
-    CaseCopy yarn = edited([](nlohmann::json& c) { c["rope_parameters"].erase("factor"); });
+    const testing::CheckpointCopy yarn = edited([](nlohmann::json& c) { c["rope_parameters"].erase("factor"); });
     EXPECT_THAT(load_error(yarn.path()), HasSubstr("missing field 'factor'"));
   }
 }
@@ -268,13 +202,13 @@ TEST(GptOssConfig, RejectsMxfp4AndMissingTensors) {
       header.erase(from);
     };
   };
-  CaseCopy blocks(cfg, rename("model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.gate_up_proj_blocks"));
+  const testing::CheckpointCopy blocks(kCase, cfg, rename("model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.gate_up_proj_blocks"));
   EXPECT_THAT(load_error(blocks.path()), HasSubstr("MXFP4-quantised experts"));
-  CaseCopy sinks(cfg, rename("model.layers.2.self_attn.sinks", "model.layers.2.self_attn.sinks_hidden"));
+  const testing::CheckpointCopy sinks(kCase, cfg, rename("model.layers.2.self_attn.sinks", "model.layers.2.self_attn.sinks_hidden"));
   EXPECT_THAT(load_error(sinks.path()), HasSubstr("no tensor 'blk.2.attn_sinks.weight'"));
-  CaseCopy bias(cfg, rename("model.layers.1.mlp.experts.gate_up_proj_bias", "hidden"));
+  const testing::CheckpointCopy bias(kCase, cfg, rename("model.layers.1.mlp.experts.gate_up_proj_bias", "hidden"));
   EXPECT_THAT(load_error(bias.path()), HasSubstr("no tensor 'blk.1.ffn_gate_exps.bias'"));
-  CaseCopy router(cfg, rename("model.layers.0.mlp.router.bias", "hidden"));
+  const testing::CheckpointCopy router(kCase, cfg, rename("model.layers.0.mlp.router.bias", "hidden"));
   EXPECT_THAT(load_error(router.path()), HasSubstr("no tensor 'blk.0.ffn_gate_inp.bias'"));
 }
 

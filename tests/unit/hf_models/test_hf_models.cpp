@@ -38,6 +38,7 @@
 #include "model/model_loader.h"
 #include "runner/model_runner.h"
 #include "sched/request.h"
+#include "../../support/greedy_reference.h"
 #include "../../support/prompt_logits.h"
 
 namespace deepinfer {
@@ -135,21 +136,8 @@ TEST_P(HfTinyModel, GreedyContinuationMatchesTransformers) {
   for (const auto& p : ref["prompts"]) {
     const auto expected = p["greedy_tokens"].get<std::vector<int32_t>>();
     const auto margins = p["greedy_margins"].get<std::vector<double>>();
-    SamplingParams sp;
-    sp.temperature = 0;
-    sp.ignore_eos = true;
-    sp.max_tokens = static_cast<int32_t>(expected.size());
-    engine.add_request(p["tokens"].get<std::vector<int32_t>>(), sp);
-    std::vector<int32_t> got;
-    while (engine.has_unfinished()) {
-      for (auto& o : engine.step()) {
-        for (auto& t : o.new_tokens) got.push_back(t.token);
-      }
-    }
-    size_t decided = 0;  // steps before the reference's first near-tie
-    while (decided < margins.size() && margins[decided] >= kNearTie) ++decided;
-    size_t same = 0;
-    while (same < got.size() && same < expected.size() && got[same] == expected[same]) ++same;
+    const auto [got, same, decided] =
+        testing::compare_greedy(engine, p["tokens"].get<std::vector<int32_t>>(), expected, margins, kNearTie);
     std::printf("[hf_tiny] %s (%s config) %s: %zu of %zu greedy tokens identical (smallest margin %.4f%s)\n",
                 name.c_str(), flavour.c_str(), p["name"].get<std::string>().c_str(), same, expected.size(),
                 *std::min_element(margins.begin(), margins.end()),

@@ -8,18 +8,18 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 
+#include "../../support/checkpoint_copy.h"
+#include "../../support/greedy_reference.h"
 #include "../../support/prompt_logits.h"
 #include "backend/backend.h"
 #include "core/error.h"
@@ -33,6 +33,8 @@ namespace deepinfer {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::load_error;
+using testing::read_json;
 using ::testing::HasSubstr;
 
 const fs::path kData = fs::path(DEEPINFER_SOURCE_DIR) / "tests" / "data" / "hf_tiny";
@@ -40,49 +42,16 @@ const char* const kCases[] = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"};
 constexpr double kRelTolerance = 1e-4;
 constexpr double kNearTie = 0.01;
 
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  EXPECT_TRUE(f.good()) << p;
-  return nlohmann::json::parse(f);
-}
-
 double tolerance(const nlohmann::json& prompt) {
   return kRelTolerance * std::max(1.0, prompt["max_abs_logit"].get<double>());
 }
 
-// A temporary copy of a case folder with another config.json: the legacy
-// spelling ("legacy") or the case's own config edited.
-class CaseCopy {
- public:
-  CaseCopy(const std::string& name, const std::string& config_file,
-           const std::function<void(nlohmann::json&)>& edit = {}) {
-    path_ = fs::temp_directory_path() / fmt::format("deepinfer_mla_{}_{}_{}", getpid(), name, counter_++);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-    fs::copy_file(kData / name / "model.safetensors", path_ / "model.safetensors");
-    nlohmann::json cfg = read_json(kData / name / config_file);
-    if (edit) edit(cfg);
-    std::ofstream(path_ / "config.json") << cfg.dump();
-  }
-  ~CaseCopy() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string path() const { return path_.string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
-
-std::string load_error(const std::string& path) {
-  auto backend = create_backend(DeviceType::CPU);
-  try {
-    LoadedModel::open(path, *backend);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(loaded without error)";
+// A copy of a case folder with config_file (edited) as its config.json.
+testing::CheckpointCopy case_copy(const std::string& name, const std::string& config_file,
+                                  const std::function<void(nlohmann::json&)>& edit = {}) {
+  nlohmann::json cfg = read_json(kData / name / config_file);
+  if (edit) edit(cfg);
+  return testing::CheckpointCopy(kData / name, cfg);
 }
 
 using Param = std::tuple<std::string, std::string>;  // case, config flavour ("v5" or "legacy")
@@ -92,12 +61,12 @@ class MlaModel : public ::testing::TestWithParam<Param> {
   std::string path() {
     const auto& [name, flavour] = GetParam();
     if (flavour == "v5") return (kData / name).string();
-    legacy_ = std::make_unique<CaseCopy>(name, "config_legacy.json");
+    legacy_ = std::make_unique<testing::CheckpointCopy>(kData / name, read_json(kData / name / "config_legacy.json"));
     return legacy_->path();
   }
 
  private:
-  std::unique_ptr<CaseCopy> legacy_;
+  std::unique_ptr<testing::CheckpointCopy> legacy_;
 };
 
 TEST_P(MlaModel, LastPositionLogitsMatchTransformers) {
@@ -131,21 +100,8 @@ TEST_P(MlaModel, GreedyContinuationMatchesTransformers) {
   for (const auto& p : ref["prompts"]) {
     const auto expected = p["greedy_tokens"].get<std::vector<int32_t>>();
     const auto margins = p["greedy_margins"].get<std::vector<double>>();
-    SamplingParams sp;
-    sp.temperature = 0;
-    sp.ignore_eos = true;
-    sp.max_tokens = static_cast<int32_t>(expected.size());
-    engine.add_request(p["tokens"].get<std::vector<int32_t>>(), sp);
-    std::vector<int32_t> got;
-    while (engine.has_unfinished()) {
-      for (auto& o : engine.step()) {
-        for (auto& t : o.new_tokens) got.push_back(t.token);
-      }
-    }
-    size_t decided = 0;  // steps before the reference's first near-tie
-    while (decided < margins.size() && margins[decided] >= kNearTie) ++decided;
-    size_t same = 0;
-    while (same < got.size() && same < expected.size() && got[same] == expected[same]) ++same;
+    const auto [got, same, decided] =
+        testing::compare_greedy(engine, p["tokens"].get<std::vector<int32_t>>(), expected, margins, kNearTie);
     std::printf("[mla] %s (%s config) %s: %zu of %zu greedy tokens identical%s\n", name.c_str(), flavour.c_str(),
                 p["name"].get<std::string>().c_str(), same, expected.size(),
                 decided < margins.size() ? fmt::format(" (near-tie at step {})", decided).c_str() : "");
@@ -291,7 +247,7 @@ TEST(MlaModels, RejectsMalformedConfigs) {
        "tensor 'blk.0.attn_kv_b.weight' is f32[160, 32] cpu, expected shape [128, 32]"},
   };
   for (const Case& c : cases) {
-    CaseCopy copy(c.name, "config.json", c.edit);
+    const testing::CheckpointCopy copy = case_copy(c.name, "config.json", c.edit);
     EXPECT_THAT(load_error(copy.path()), HasSubstr(c.message)) << c.name;
   }
 }

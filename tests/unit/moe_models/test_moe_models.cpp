@@ -2,18 +2,15 @@
 // malformed configurations and checkpoints are rejected. The logits and greedy
 // comparisons with transformers run in test_hf_models (the MoE cases there),
 // on the data of scripts/gen_hf_moe_reference.py.
-#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "../../support/checkpoint_copy.h"
 #include "backend/backend.h"
 #include "core/error.h"
 #include "model/model_loader.h"
@@ -23,68 +20,29 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using testing::load_error;
+using testing::read_json;
 
 const fs::path kData = fs::path(DEEPINFER_SOURCE_DIR) / "tests" / "data" / "hf_tiny";
 const char* const kCases[] = {"mixtral", "mixtral_fused", "qwen2_moe", "qwen3_moe", "qwen3_moe_bf16_fused"};
 
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  EXPECT_TRUE(f.good()) << p;
-  return nlohmann::json::parse(f);
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
 // A copy of a case folder with config.json edited and, optionally, tensors
 // renamed in model.safetensors (so the loader no longer finds them).
-class BrokenCheckpoint {
- public:
-  BrokenCheckpoint(const std::string& name, const std::function<void(nlohmann::json&)>& edit_config,
-                   const std::vector<std::string>& hide_tensors = {}) {
-    path_ = fs::temp_directory_path() / fmt::format("deepinfer_moe_{}_{}_{}", getpid(), name, counter_++);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-    nlohmann::json cfg = read_json(kData / name / "config.json");
-    edit_config(cfg);
-    std::ofstream(path_ / "config.json") << cfg.dump();
-    std::string st = read_file(kData / name / "model.safetensors");
-    if (!hide_tensors.empty()) {
-      uint64_t header_len = 0;
-      std::memcpy(&header_len, st.data(), 8);
-      nlohmann::json header = nlohmann::json::parse(st.substr(8, header_len));
+testing::CheckpointCopy broken(const std::string& name, const std::function<void(nlohmann::json&)>& edit_config,
+                               const std::vector<std::string>& hide_tensors = {}) {
+  nlohmann::json cfg = read_json(kData / name / "config.json");
+  edit_config(cfg);
+  testing::CheckpointCopy::HeaderEdit hide;
+  if (!hide_tensors.empty()) {
+    hide = [&](nlohmann::json& header) {
       for (const std::string& t : hide_tensors) {
         EXPECT_TRUE(header.contains(t)) << t;
         header[t + "_hidden"] = header[t];
         header.erase(t);
       }
-      const std::string text = header.dump();
-      const uint64_t len = text.size();
-      st = std::string(reinterpret_cast<const char*>(&len), 8) + text + st.substr(8 + header_len);
-    }
-    std::ofstream(path_ / "model.safetensors", std::ios::binary) << st;
+    };
   }
-  ~BrokenCheckpoint() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string path() const { return path_.string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
-
-std::string load_error(const std::string& path) {
-  auto backend = create_backend(DeviceType::CPU);
-  try {
-    LoadedModel::open(path, *backend);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(loaded without error)";
+  return testing::CheckpointCopy(kData / name, cfg, hide);
 }
 
 // The data can catch a wrong implementation: every expert is used, the
@@ -137,37 +95,37 @@ TEST(MoeModels, ConfigSummaryNamesTheExperts) {
 }
 
 TEST(MoeModels, RejectsMalformedConfigs) {
-  BrokenCheckpoint top_k("mixtral", [](nlohmann::json& c) { c["num_experts_per_tok"] = 9; });
+  const testing::CheckpointCopy top_k = broken("mixtral", [](nlohmann::json& c) { c["num_experts_per_tok"] = 9; });
   EXPECT_THAT(load_error(top_k.path()),
               HasSubstr("num_experts_per_tok 9 must be between 1 and the number of experts (8)"));
-  BrokenCheckpoint zero_k("qwen3_moe", [](nlohmann::json& c) { c["num_experts_per_tok"] = 0; });
+  const testing::CheckpointCopy zero_k = broken("qwen3_moe", [](nlohmann::json& c) { c["num_experts_per_tok"] = 0; });
   EXPECT_THAT(load_error(zero_k.path()), HasSubstr("num_experts_per_tok 0 must be between 1"));
-  BrokenCheckpoint no_experts("mixtral", [](nlohmann::json& c) { c.erase("num_local_experts"); });
+  const testing::CheckpointCopy no_experts = broken("mixtral", [](nlohmann::json& c) { c.erase("num_local_experts"); });
   EXPECT_THAT(load_error(no_experts.path()), HasSubstr("missing field 'num_local_experts'"));
-  BrokenCheckpoint bad_step("qwen2_moe", [](nlohmann::json& c) { c["decoder_sparse_step"] = 0; });
+  const testing::CheckpointCopy bad_step = broken("qwen2_moe", [](nlohmann::json& c) { c["decoder_sparse_step"] = 0; });
   EXPECT_THAT(load_error(bad_step.path()), HasSubstr("decoder_sparse_step must be positive"));
-  BrokenCheckpoint bad_layer("qwen2_moe", [](nlohmann::json& c) { c["mlp_only_layers"] = {7}; });
+  const testing::CheckpointCopy bad_layer = broken("qwen2_moe", [](nlohmann::json& c) { c["mlp_only_layers"] = {7}; });
   EXPECT_THAT(load_error(bad_layer.path()), HasSubstr("mlp_only_layers entry 7 is not a layer index below 3"));
-  BrokenCheckpoint act("qwen3_moe", [](nlohmann::json& c) { c["hidden_act"] = "gelu"; });
+  const testing::CheckpointCopy act = broken("qwen3_moe", [](nlohmann::json& c) { c["hidden_act"] = "gelu"; });
   EXPECT_THAT(load_error(act.path()), HasSubstr("hidden_act \"gelu\" is not supported"));
-  BrokenCheckpoint window("qwen3_moe", [](nlohmann::json& c) { c["use_sliding_window"] = true; });
+  const testing::CheckpointCopy window = broken("qwen3_moe", [](nlohmann::json& c) { c["use_sliding_window"] = true; });
   EXPECT_THAT(load_error(window.path()), HasSubstr("use_sliding_window is not supported"));
 }
 
 TEST(MoeModels, RejectsMissingOrMismatchedExperts) {
   const auto keep = [](nlohmann::json&) {};
-  BrokenCheckpoint gap("mixtral", keep, {"model.layers.1.block_sparse_moe.experts.3.w2.weight"});
+  const testing::CheckpointCopy gap = broken("mixtral", keep, {"model.layers.1.block_sparse_moe.experts.3.w2.weight"});
   EXPECT_THAT(load_error(gap.path()), HasSubstr("model file lacks expert 3 of 'blk.1.ffn_down_exps.weight'"));
-  BrokenCheckpoint last("qwen2_moe", keep, {"model.layers.0.mlp.experts.7.up_proj.weight"});
+  const testing::CheckpointCopy last = broken("qwen2_moe", keep, {"model.layers.0.mlp.experts.7.up_proj.weight"});
   EXPECT_THAT(load_error(last.path()),
               HasSubstr("tensor 'blk.0.ffn_up_exps.weight' is f32[7, 32, 64] cpu: expected 8 experts (config)"));
-  BrokenCheckpoint router("qwen3_moe", keep, {"model.layers.1.mlp.gate.weight"});
+  const testing::CheckpointCopy router = broken("qwen3_moe", keep, {"model.layers.1.mlp.gate.weight"});
   EXPECT_THAT(load_error(router.path()), HasSubstr("no tensor 'blk.1.ffn_gate_inp.weight'"));
-  BrokenCheckpoint shared("qwen2_moe", keep, {"model.layers.2.mlp.shared_expert_gate.weight"});
+  const testing::CheckpointCopy shared = broken("qwen2_moe", keep, {"model.layers.2.mlp.shared_expert_gate.weight"});
   EXPECT_THAT(load_error(shared.path()), HasSubstr("no tensor 'blk.2.ffn_gate_inp_shexp.weight'"));
-  BrokenCheckpoint stack("mixtral_fused", keep, {"model.layers.0.mlp.experts.gate_up_proj"});
+  const testing::CheckpointCopy stack = broken("mixtral_fused", keep, {"model.layers.0.mlp.experts.gate_up_proj"});
   EXPECT_THAT(load_error(stack.path()), HasSubstr("no tensor 'blk.0.ffn_gate_exps.weight'"));
-  BrokenCheckpoint count("mixtral_fused", [](nlohmann::json& c) { c["num_local_experts"] = 5; });
+  const testing::CheckpointCopy count = broken("mixtral_fused", [](nlohmann::json& c) { c["num_local_experts"] = 5; });
   EXPECT_THAT(load_error(count.path()),
               HasSubstr("tensor 'blk.0.ffn_gate_inp.weight' is f32[4, 64] cpu, expected shape [5, 64]"));
 }
