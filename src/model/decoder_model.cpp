@@ -13,19 +13,6 @@ KvCacheSpec Model::kv_spec(int32_t page_size, DType dtype) const {
   return KvCacheSpec{c.n_layers, c.n_heads_kv, c.head_dim, page_size, dtype};
 }
 
-namespace {
-
-void expect_shape(const Tensor& t, std::string_view name, std::initializer_list<int64_t> shape) {
-  bool ok = t.ndim() == static_cast<int>(shape.size());
-  int i = 0;
-  for (int64_t s : shape) ok = ok && t.size(i++) == s;
-  std::string want;
-  for (int64_t s : shape) want += fmt::format("{}{}", want.empty() ? "" : ", ", s);
-  DI_CHECK(ok, "tensor '{}' is {}, expected shape [{}]", name, t.describe(), want);
-}
-
-}  // namespace
-
 DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backend& backend)
     : config_(std::move(config)), backend_(backend), store_(backend) {
   config_.validate();
@@ -37,26 +24,22 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
   const int64_t q_dim = int64_t{c.n_heads_q} * D, kv_dim = int64_t{c.n_heads_kv} * D;
 
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    Tensor t = source.get(name);
-    expect_shape(t, name, {rows, cols});
+    Tensor t = source.get(name, {rows, cols});
     weight_bytes_ += t.nbytes();
     return store_.matrix(t);
   };
   // A matrix still in the file (for fusing on device backends), counted as read per step.
   auto host_matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    Tensor t = source.get(name);
-    expect_shape(t, name, {rows, cols});
+    Tensor t = source.get(name, {rows, cols});
     weight_bytes_ += t.nbytes();
     return t;
   };
   auto host_vector = [&](const std::string& name, int64_t n) {
-    Tensor t = source.get(name);
-    expect_shape(t, name, {n});
+    Tensor t = source.get(name, {n});
     return t;
   };
   auto vector = [&](const std::string& name, int64_t n) {
-    Tensor t = source.get(name);
-    expect_shape(t, name, {n});
+    Tensor t = source.get(name, {n});
     return store_.f32_vector(t);
   };
   auto optional_vector = [&](const std::string& name, int64_t n) {
@@ -132,17 +115,13 @@ void DecoderModel::load_moe(Layer& l, const WeightSource& source, const std::str
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size, E = c.moe.n_experts, F = c.moe.expert_ffn_size, S = c.moe.shared_ffn_size;
   auto stack = [&](const std::string& name, int64_t rows, int64_t cols) {
-    Tensor t = source.get(name);
-    DI_CHECK(t.ndim() == 3 && t.size(0) == E, "tensor '{}' is {}: expected {} experts (config) of [{}, {}]", name,
-             t.describe(), E, rows, cols);
-    expect_shape(t, name, {E, rows, cols});
+    Tensor t = source.get_experts(name, E, rows, cols);
     // Decode reads only the chosen experts' weights.
     weight_bytes_ += t.nbytes() / static_cast<size_t>(E) * static_cast<size_t>(c.moe.n_experts_used);
     return store_.expert_stack(t);
   };
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    Tensor t = source.get(name);
-    expect_shape(t, name, {rows, cols});
+    Tensor t = source.get(name, {rows, cols});
     weight_bytes_ += t.nbytes();
     return store_.matrix(t);
   };
@@ -152,13 +131,11 @@ void DecoderModel::load_moe(Layer& l, const WeightSource& source, const std::str
   m.experts.up = stack(p + "ffn_up_exps.weight", F, H);
   m.experts.down = stack(p + "ffn_down_exps.weight", H, F);
   auto bias = [&](const std::string& name, int64_t rows, int64_t cols) {
-    Tensor t = source.get(name);
-    expect_shape(t, name, {rows, cols});
+    Tensor t = source.get(name, {rows, cols});
     return store_.f32_vector(t).reshape({rows, cols});
   };
   if (c.moe.router_bias) {
-    const Tensor t = source.get(p + "ffn_gate_inp.bias");
-    expect_shape(t, p + "ffn_gate_inp.bias", {E});
+    const Tensor t = source.get(p + "ffn_gate_inp.bias", {E});
     m.router_bias = store_.f32_vector(t);
   }
   if (c.moe.expert_bias) {

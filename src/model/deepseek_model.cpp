@@ -11,15 +11,6 @@ namespace deepinfer {
 
 namespace {
 
-void expect_shape(const Tensor& t, const std::string& name, std::initializer_list<int64_t> shape) {
-  bool ok = t.ndim() == static_cast<int>(shape.size());
-  int i = 0;
-  for (int64_t s : shape) ok = ok && t.size(i++) == s;
-  std::string want;
-  for (int64_t s : shape) want += fmt::format("{}{}", want.empty() ? "" : ", ", s);
-  DI_CHECK(ok, "tensor '{}' is {}, expected shape [{}]", name, t.describe(), want);
-}
-
 // transformers' yarn_get_mscale.
 double yarn_mscale(double factor, double mscale) { return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0; }
 
@@ -80,15 +71,13 @@ DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& source, Bac
 }
 
 Tensor DeepseekModel::matrix(const std::string& name, int64_t rows, int64_t cols) {
-  Tensor t = source_.get(name);
-  expect_shape(t, name, {rows, cols});
+  Tensor t = source_.get(name, {rows, cols});
   weight_bytes_ += t.nbytes();
   return store_.matrix(t);
 }
 
 Tensor DeepseekModel::vector(const std::string& name, int64_t n) {
-  Tensor t = source_.get(name);
-  expect_shape(t, name, {n});
+  Tensor t = source_.get(name, {n});
   return store_.f32_vector(t);
 }
 
@@ -109,8 +98,7 @@ void DeepseekModel::load_mla(Layer& l, const std::string& p) {
   if (c.mla.attention_bias) w.bkv_a = vector(p + "attn_kv_a_mqa.bias", s.cache_row());
   w.kv_a_norm = vector(p + "attn_kv_a_norm.weight", lora);
   const std::string kv_b_name = p + "attn_kv_b.weight";
-  const Tensor kv_b = source_.get(kv_b_name);
-  expect_shape(kv_b, kv_b_name, {int64_t{s.n_heads} * (s.nope_dim + s.v_dim), lora});
+  const Tensor kv_b = source_.get(kv_b_name, {int64_t{s.n_heads} * (s.nope_dim + s.v_dim), lora});
   weight_bytes_ += kv_b.nbytes();
   w.wkv_b = store_.matrix(kv_b);
   std::vector<uint8_t>& uk = absorbed_.emplace_back(layers::absorbed_key_weights(kv_b, s));
@@ -123,10 +111,7 @@ void DeepseekModel::load_moe(Layer& l, const std::string& p) {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size, E = c.moe.n_experts, F = c.moe.expert_ffn_size, S = c.moe.shared_ffn_size;
   auto stack = [&](const std::string& name, int64_t rows, int64_t cols) {
-    Tensor t = source_.get(name);
-    DI_CHECK(t.ndim() == 3 && t.size(0) == E, "tensor '{}' is {}: expected {} experts (config) of [{}, {}]", name,
-             t.describe(), E, rows, cols);
-    expect_shape(t, name, {E, rows, cols});
+    Tensor t = source_.get_experts(name, E, rows, cols);
     // Decode reads only the chosen experts' weights.
     weight_bytes_ += t.nbytes() / static_cast<size_t>(E) * static_cast<size_t>(c.moe.n_experts_used);
     return store_.expert_stack(t);
@@ -230,7 +215,7 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
   }
   auto mlp_scratch = [&](const layers::MlpWeights& w) {
     const int64_t f = w.w_gate.size(0);
-    return layers::MlpScratch{ffn_gate.narrow(1, 0, f), ffn_up.narrow(1, 0, f), ffn_act.narrow(1, 0, f)};
+    return layers::MlpScratch{ffn_gate.narrow(1, 0, f), ffn_up.narrow(1, 0, f), ffn_act.narrow(1, 0, f), Tensor()};
   };
 
   const RopeParams rope{inv_freq_, s.rope_dim, c.rope_style, rope_attention_factor(c, false)};

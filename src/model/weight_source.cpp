@@ -15,6 +15,24 @@ Tensor WeightSource::get(std::string_view canonical_name) const {
   return *t;
 }
 
+Tensor WeightSource::get(std::string_view canonical_name, std::initializer_list<int64_t> shape) const {
+  Tensor t = get(canonical_name);
+  bool ok = t.ndim() == static_cast<int>(shape.size());
+  int i = 0;
+  for (int64_t s : shape) ok = ok && t.size(i++) == s;
+  std::string want;
+  for (int64_t s : shape) want += fmt::format("{}{}", want.empty() ? "" : ", ", s);
+  DI_CHECK(ok, "tensor '{}' is {}, expected shape [{}]", canonical_name, t.describe(), want);
+  return t;
+}
+
+Tensor WeightSource::get_experts(std::string_view canonical_name, int64_t experts, int64_t rows, int64_t cols) const {
+  Tensor t = get(canonical_name);
+  DI_CHECK(t.ndim() == 3 && t.size(0) == experts, "tensor '{}' is {}: expected {} experts (config) of [{}, {}]",
+           canonical_name, t.describe(), experts, rows, cols);
+  return get(canonical_name, {experts, rows, cols});
+}
+
 std::optional<Tensor> GgufWeightSource::find(std::string_view canonical_name) const {
   const GgufTensorInfo* info = file_.find_tensor(canonical_name);
   if (!info) return std::nullopt;

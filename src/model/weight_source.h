@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -39,6 +40,10 @@ class WeightSource {
   virtual std::optional<Tensor> find(std::string_view canonical_name) const = 0;
   // Throws deepinfer::Error naming the tensor when it is missing.
   Tensor get(std::string_view canonical_name) const;
+  // The same, and the tensor must have exactly this shape.
+  Tensor get(std::string_view canonical_name, std::initializer_list<int64_t> shape) const;
+  // A stack of `experts` expert matrices [experts, rows, cols].
+  Tensor get_experts(std::string_view canonical_name, int64_t experts, int64_t rows, int64_t cols) const;
   bool has(std::string_view canonical_name) const { return find(canonical_name).has_value(); }
 };
 
