@@ -101,8 +101,11 @@ TEST_F(CudaBf16Test, Linear) {
 
 TEST_F(CudaBf16Test, NormsActivationsEmbedding) {
   Rng rng(101);
-  for (int64_t cols : {128, 4096}) {
-    const int64_t rows = 37;
+  // Widths cover the chunked kernels' warp splits (1/2/4/8 warps per row), a
+  // width that is not whole 16-byte chunks and one past the chunked limit
+  // (both take the scalar kernels); one row is the decode shape.
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {37, 128}, {37, 1000}, {37, 2048}, {1, 4096}, {37, 4096}, {3, 5120}, {37, 14336}, {2, 16392}}) {
     std::vector<float> x = round_bf16(rng.floats(static_cast<size_t>(rows * cols), -3, 3));
     std::vector<float> r = round_bf16(rng.floats(static_cast<size_t>(rows * cols), -3, 3));
     std::vector<float> w = rng.floats(static_cast<size_t>(cols));
@@ -128,6 +131,22 @@ TEST_F(CudaBf16Test, NormsActivationsEmbedding) {
       ops::gated_activation(cpu(), cg.t, cu.t, act, co.t);
       EXPECT_TRUE(all_close(download_any(gpu(), go.t), to_double(download_f32(cpu(), co.t)), 1e-2, 1e-2));
     }
+    // Gate and up as the two halves of one fused row (strided views), and add.
+    std::vector<float> fused_rows = round_bf16(rng.floats(static_cast<size_t>(rows * 2 * cols), -3, 3));
+    DeviceTensor gf = upload_bf16(gpu(), {rows, 2 * cols}, fused_rows);
+    DeviceTensor cf = upload_f32(cpu(), {rows, 2 * cols}, fused_rows);
+    DeviceTensor go = zeros(gpu(), DType::BF16, {rows, cols});
+    DeviceTensor co = zeros(cpu(), DType::F32, {rows, cols});
+    ops::gated_activation(gpu(), gf.t.narrow(1, 0, cols), gf.t.narrow(1, cols, cols),
+                          Activation::Silu, go.t);
+    ops::gated_activation(cpu(), cf.t.narrow(1, 0, cols), cf.t.narrow(1, cols, cols),
+                          Activation::Silu, co.t);
+    EXPECT_TRUE(all_close(download_any(gpu(), go.t), to_double(download_f32(cpu(), co.t)), 1e-2, 1e-2));
+    DeviceTensor ga = upload_bf16(gpu(), {rows, cols}, x), gb = upload_bf16(gpu(), {rows, cols}, r);
+    DeviceTensor ca = upload_f32(cpu(), {rows, cols}, x), cb = upload_f32(cpu(), {rows, cols}, r);
+    ops::add(gpu(), ga.t, gb.t, go.t);
+    ops::add(cpu(), ca.t, cb.t, co.t);
+    EXPECT_TRUE(all_close(download_any(gpu(), go.t), to_double(download_f32(cpu(), co.t)), 1e-2, 1e-2));
   }
   // Embedding of a bf16 table into bf16 activations is exact.
   HostWeights table = random_weights(rng, DType::BF16, 100, 64);
