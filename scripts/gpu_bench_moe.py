@@ -1,22 +1,31 @@
 #!/usr/bin/env python3
-"""MoE decode speed on the GPU machine: a Qwen3-30B-A3B-shaped model (hidden
-2048, 32 query / 4 KV heads of 128, 128 experts of 768, top 8, vocab 151,936;
---layers of its 48, so the weights fit the machine's disk and memory
-budget), random bf16 weights from `from_config`, decoded by DeepInfer
-(`deepinfer bench`) and by transformers in the same run, at batch 1 and 256.
+"""MoE decode speed on the GPU machine, for two layer shapes with random bf16
+weights from `from_config`, decoded by DeepInfer (`deepinfer bench`) and by
+transformers in the same run, at batch 1 and 256:
 
-The roofline counts the bytes one decode step must read: every non-expert
-weight, the experts the batch routes to (8 per token at batch 1; all 128 at
-batch 256, where 2,048 picks cover every expert), the LM head and the KV
-cache at the mean context, against the copy bandwidth measured here.
+- qwen3_30b_a3b: hidden 2048, 32 query / 4 KV heads of 128, 128 experts of
+  768, top 8, vocab 151,936 (48 layers in the real model);
+- deepseek_v2_lite: hidden 2048, MLA with 16 heads (nope 128 + rope 64,
+  v 128, kv_lora_rank 512, no q LoRA), the first layer dense (10,944), then
+  64 routed experts of 1,408, top 6, and 2 shared experts; vocab 102,400
+  (27 layers in the real model).
 
-Usage (scripts/gpu_run.sh does not call it; run it directly on the GPU machine):
-  scripts/gpu_bench_moe.py --deepinfer build-gpu/bin/deepinfer --out $OUT [--layers 16]
+--layers of them are built, so that creating, saving and loading the weights
+fit one device call; per-layer work is that of the real model.
+
+The roofline counts the bytes one decode step must read: every weight except
+the embedding table (one row per token), the routed experts in proportion to
+how many the batch can pick (top_k per token, at most all of them) and the KV
+cache at the mean context (DeepSeek: the compressed latent row of
+kv_lora_rank + rope dims, which is what we store), over the copy bandwidth
+measured here.
+
+Usage (scripts/gpu_run.sh's moe stage runs it for each MOE_SHAPES entry):
+  scripts/gpu_bench_moe.py --deepinfer build-gpu/bin/deepinfer --out $OUT --shape deepseek_v2_lite [--layers 12]
 """
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -28,23 +37,56 @@ from gpu_bench import ceilings  # noqa: E402
 from gpu_e2e import legacy_rope_fields, write_tokenizer  # noqa: E402
 
 
-def make_config(layers):
+def make_config(shape, layers):
     import transformers as tf
-    return tf.Qwen3MoeConfig(vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
-                             num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, num_hidden_layers=layers,
-                             num_attention_heads=32, num_key_value_heads=4, head_dim=128,
-                             max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=1000000.0,
-                             tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    if shape == "qwen3_30b_a3b":
+        return tf.Qwen3MoeConfig(vocab_size=151936, hidden_size=2048, intermediate_size=6144,
+                                 moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8,
+                                 norm_topk_prob=True, num_hidden_layers=layers, num_attention_heads=32,
+                                 num_key_value_heads=4, head_dim=128, max_position_embeddings=4096, rms_norm_eps=1e-6,
+                                 rope_theta=1000000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    if shape == "deepseek_v2_lite":
+        return tf.DeepseekV2Config(vocab_size=102400, hidden_size=2048, intermediate_size=10944,
+                                   moe_intermediate_size=1408, num_hidden_layers=layers, num_attention_heads=16,
+                                   num_key_value_heads=16, n_routed_experts=64, n_shared_experts=2,
+                                   num_experts_per_tok=6, first_k_dense_replace=1, topk_method="greedy",
+                                   n_group=1, topk_group=1, norm_topk_prob=False, routed_scaling_factor=1.0,
+                                   kv_lora_rank=512, q_lora_rank=None, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                                   v_head_dim=128, max_position_embeddings=4096, rms_norm_eps=1e-6,
+                                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                                   tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    raise SystemExit(f"unknown shape {shape}")
 
 
-def step_bytes(cfg, tokens, ctx):
-    h, d, hq, hkv = cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
-    attn = h * hq * d * 2 + 2 * h * hkv * d + cfg.num_experts * h
-    experts_used = min(cfg.num_experts, tokens * cfg.num_experts_per_tok)
-    experts = experts_used * 3 * cfg.moe_intermediate_size * h
-    lm_head = cfg.vocab_size * h
-    kv = tokens * ctx * 2 * hkv * d
-    return 2 * (cfg.num_hidden_layers * (attn + experts + kv) + lm_head)
+def experts_of(cfg):
+    n = getattr(cfg, "num_experts", None) or cfg.n_routed_experts
+    return n, cfg.num_experts_per_tok
+
+
+def weight_bytes(model, num_experts):
+    """(bytes of every weight but the embedding and routed experts, bytes of all routed experts)."""
+    dense = experts = 0
+    for name, p in model.named_parameters():
+        if "embed_tokens" in name:
+            continue
+        routed = ".experts." in name and "shared" not in name
+        if routed:
+            experts += p.numel() * p.element_size()
+        else:
+            dense += p.numel() * p.element_size()
+    return dense, experts
+
+
+def kv_bytes_per_token(cfg):
+    if hasattr(cfg, "kv_lora_rank"):
+        return cfg.num_hidden_layers * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * 2
+    return cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * cfg.head_dim * 2
+
+
+def step_bytes(weights, cfg, tokens, ctx):
+    dense, experts = weights
+    n, k = experts_of(cfg)
+    return dense + experts * min(n, tokens * k) / n + tokens * ctx * kv_bytes_per_token(cfg)
 
 
 def hf_decode(model, batch, prompt_len, gen):
@@ -66,17 +108,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--deepinfer", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--shape", default="qwen3_30b_a3b", choices=["qwen3_30b_a3b", "deepseek_v2_lite"])
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--workdir", default="/tmp/deepinfer_moe_bench")
     args = ap.parse_args()
     import transformers as tf
-    res = {"layers": args.layers, "prompt": args.prompt, "gen": args.gen}
+    res = {"shape": args.shape, "layers": args.layers, "prompt": args.prompt, "gen": args.gen}
     bw, peak = ceilings()
     res.update(copy_bandwidth_TBps=bw / 1e12)
-    cfg = make_config(args.layers)
-    path = os.path.join(args.workdir, "qwen3_30b_a3b_slice")
+    cfg = make_config(args.shape, args.layers)
+    path = os.path.join(args.workdir, args.shape)
     t0 = time.time()
     torch.manual_seed(0)
     with torch.device("cuda"):
@@ -87,12 +130,14 @@ def main():
     legacy_rope_fields(path)
     write_tokenizer(path, cfg.vocab_size)
     res["params_B"] = sum(p.numel() for p in model.parameters()) / 1e9
-    print(f"[moe] {res['params_B']:.2f} B params, created and saved in {time.time() - t0:.0f} s", flush=True)
+    weights = weight_bytes(model, experts_of(cfg)[0])
+    res["dense_weight_GB"], res["expert_weight_GB"] = weights[0] / 1e9, weights[1] / 1e9
+    print(f"[moe {args.shape}] {res['params_B']:.2f} B params, created and saved in {time.time() - t0:.0f} s", flush=True)
     with torch.no_grad():
         for b, g in ((1, args.gen), (256, 16)):
             try:
                 res[f"hf_ms_per_step_b{b}"] = hf_decode(model, b, args.prompt, g)
-                print(f"[moe] transformers batch {b}: {res[f'hf_ms_per_step_b{b}']:.2f} ms/step", flush=True)
+                print(f"[moe {args.shape}] transformers batch {b}: {res[f'hf_ms_per_step_b{b}']:.2f} ms/step", flush=True)
             except Exception as e:  # keep going: the report says what failed
                 res[f"hf_error_b{b}"] = str(e)[-500:]
     del model
@@ -103,20 +148,20 @@ def main():
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
     if r.returncode != 0:
         res["deepinfer_error"] = r.stderr[-2000:]
-        print("[moe] deepinfer failed:", r.stderr[-2000:], flush=True)
+        print(f"[moe {args.shape}] deepinfer failed:", r.stderr[-2000:], flush=True)
     else:
         for p in json.loads(r.stdout):
             b = p["batch"]
             ms = 1000.0 * b / p["decode_tok_s"]
-            ideal = 1000.0 * step_bytes(cfg, b, args.prompt + args.gen // 2) / bw
+            ideal = 1000.0 * step_bytes(weights, cfg, b, args.prompt + args.gen // 2) / bw
             res[f"ours_ms_per_step_b{b}"] = ms
             res[f"roofline_ms_b{b}"] = ideal
             res[f"roofline_fraction_b{b}"] = ideal / ms
             hf = res.get(f"hf_ms_per_step_b{b}")
-            print(f"[moe] deepinfer batch {b}: {ms:.2f} ms/step = {p['decode_tok_s']:.0f} tok/s; roofline {ideal:.2f} ms "
+            print(f"[moe {args.shape}] deepinfer batch {b}: {ms:.2f} ms/step = {p['decode_tok_s']:.0f} tok/s; roofline {ideal:.2f} ms "
                   f"({100 * ideal / ms:.1f}%)" + (f"; transformers {hf:.2f} ms/step ({hf / ms:.1f}x)" if hf else ""),
                   flush=True)
-    json.dump(res, open(os.path.join(args.out, "bench_moe.json"), "w"), indent=1)
+    json.dump(res, open(os.path.join(args.out, f"bench_moe_{args.shape}.json"), "w"), indent=1)
     return 0
 
 

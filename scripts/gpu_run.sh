@@ -140,10 +140,13 @@ if has profile && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
   echo "exit code $? (full summary in ncu.txt)" >> "$REPORT"
 fi
 if has moe; then
-  echo -e "\n## MoE decode: Qwen3-30B-A3B-shaped slice vs transformers (scripts/gpu_bench_moe.py)\n" >> "$REPORT"
-  timeout "${MOE_TIMEOUT:-420}" python3 scripts/gpu_bench_moe.py --deepinfer "$BIN/deepinfer" --out "$OUT" \
-    --layers "${MOE_LAYERS:-16}" > "$OUT/bench_moe.log" 2>&1
-  echo "exit code $?" >> "$REPORT"
-  grep '^\[moe\]' "$OUT/bench_moe.log" | sed 's/^/    /' >> "$REPORT"
+  for shape in ${MOE_SHAPES:-qwen3_30b_a3b deepseek_v2_lite}; do
+    echo -e "\n## MoE decode: $shape-shaped slice vs transformers (scripts/gpu_bench_moe.py)\n" >> "$REPORT"
+    timeout "${MOE_TIMEOUT:-420}" python3 scripts/gpu_bench_moe.py --deepinfer "$BIN/deepinfer" --out "$OUT" \
+      --shape "$shape" --layers "${MOE_LAYERS:-16}" > "$OUT/bench_moe_$shape.log" 2>&1
+    echo "exit code $?" >> "$REPORT"
+    grep '^\[moe' "$OUT/bench_moe_$shape.log" | sed 's/^/    /' >> "$REPORT"
+    rm -rf "/tmp/deepinfer_moe_bench/$shape"  # disk: one slice at a time
+  done
 fi
 cat "$REPORT"
