@@ -110,6 +110,8 @@ __device__ void load_tile(const CacheView& c, const int32_t* pages, int n_pages,
 
 template <typename T, bool kVec, bool kBlocked>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) {
+  wait_for_prior_kernel();
+  release_next_kernel();
   extern __shared__ float smem[];
   const int dk = static_cast<int>(a.q.dim), dv = static_cast<int>(a.v.dim);
   const int ht = a.head_tile;
@@ -321,6 +323,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
 
 template <typename T>
 __global__ void combine_kernel(AttentionLaunch a) {
+  wait_for_prior_kernel();
+  release_next_kernel();
   // Partial rows have V's head size (the output's).
   const int heads_q = static_cast<int>(a.q.heads), dim = static_cast<int>(a.v.dim);
   const int64_t t = blockIdx.x / heads_q;
@@ -373,7 +377,7 @@ int divisor_at_most(int n, int cap) {
 template <typename T, bool kVec, bool kBlocked>
 void launch_kernel(const AttentionLaunch& a, dim3 grid, size_t smem, cudaStream_t stream) {
   cudaFuncSetAttribute(attention_kernel<T, kVec, kBlocked>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  attention_kernel<T, kVec, kBlocked><<<grid, kThreads, smem, stream>>>(a);
+  launch_chained(attention_kernel<T, kVec, kBlocked>, grid, kThreads, smem, stream, a);
 }
 
 template <typename T>
@@ -454,7 +458,7 @@ void launch_attention(const AttentionLaunch& a, Stream stream) {
   }
   if (a.num_splits > 1) {
     DI_DISPATCH_ELEM(a.type, T,
-                     combine_kernel<T><<<static_cast<unsigned>(a.q.n * a.q.heads), 128, 0, s>>>(a));
+                     launch_chained(combine_kernel<T>, static_cast<unsigned>(a.q.n * a.q.heads), 128, 0, s, a));
   }
 }
 

@@ -138,6 +138,8 @@ __device__ __forceinline__ float fast_exp2(float x) {
 template <typename T, int D, bool kDecode>
 __global__ void __launch_bounds__(MmaConfig<D, kDecode>::kThreads, MmaConfig<D, kDecode>::kMinBlocks)
     attention_mma_kernel(AttentionLaunch a) {
+  wait_for_prior_kernel();
+  release_next_kernel();
   using C = MmaConfig<D, kDecode>;
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   constexpr int kLoadRows = C::kBlockN * kChunks / C::kThreads;
@@ -488,7 +490,7 @@ void launch_config(const AttentionLaunch& a, cudaStream_t stream) {
   }
   dim3 grid(static_cast<unsigned>(a.q_blocks), static_cast<unsigned>(a.k.heads),
             static_cast<unsigned>(a.num_seqs * a.num_splits));
-  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(a);
+  launch_chained(kernel, grid, C::kThreads, C::kSmemBytes, stream, a);
 }
 
 template <typename T, int D>

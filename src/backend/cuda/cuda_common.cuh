@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <utility>
+
 #include "backend/cuda/cuda_kernels.h"
 
 namespace deepinfer::cuda {
@@ -59,6 +61,39 @@ inline unsigned blocks_for(int64_t items, int threads, int64_t cap = 65535LL * 1
   int64_t b = (items + threads - 1) / threads;
   if (b < 1) b = 1;
   return static_cast<unsigned>(b < cap ? b : cap);
+}
+
+
+// ---------------------------------------------------------------- programmatic dependent launch
+// A decode step is a chain of short kernels; between two of them the GPU
+// otherwise drains and refills. Kernels launched with launch_chained may be
+// scheduled while the kernel before them in the stream still runs: each calls
+// wait_for_prior_kernel() before it touches memory an earlier kernel reads or
+// writes (only read-only data such as weights may be read before), then
+// release_next_kernel() so the kernel after it can get on the SMs in turn.
+// Both are no-ops for a kernel launched normally.
+__device__ __forceinline__ void wait_for_prior_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void release_next_kernel() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// Whether launch_chained asks for early scheduling (DEEPINFER_PDL=0 turns it off).
+bool chained_launch_enabled();
+
+template <typename... Params, typename... Args>
+void launch_chained(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                    Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = chained_launch_enabled() ? 1 : 0;
+  // A failure is left in cudaGetLastError for the backend's check_launch.
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace deepinfer::cuda

@@ -2,12 +2,22 @@
 // (optionally fused with the residual add), RoPE, KV-cache writes, gated
 // activations, add/scale, row gathers, bias add and conversions.
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <initializer_list>
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
 
 namespace deepinfer::cuda {
+
+bool chained_launch_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("DEEPINFER_PDL");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+}
 
 namespace {
 
@@ -16,6 +26,8 @@ cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s); }
 template <typename TT, typename TO>
 __global__ void embedding_kernel(const char* table, int64_t table_stride, int64_t vocab, const int32_t* ids,
                                  RowView out, uint32_t* err) {
+  wait_for_prior_kernel();
+  release_next_kernel();
   int64_t i = blockIdx.x;
   int32_t id = ids[i];
   TO* o = row_as<TO>(out, i);
@@ -34,6 +46,8 @@ __global__ void embedding_kernel(const char* table, int64_t table_stride, int64_
 template <typename T, bool kWarpPerRow>
 __global__ void rms_norm_kernel(RowView x, RowView residual, const float* weight, float eps, float offset,
                                 RowView out, bool add_residual) {
+  wait_for_prior_kernel();
+  release_next_kernel();
   __shared__ float partial[32];
   int64_t r;
   int lane_count, lane;
@@ -89,6 +103,8 @@ template <typename T, int kWarps>
 __global__ void __launch_bounds__(kNormThreads) rms_norm_rows_kernel(RowView x, RowView residual,
                                                                      const float* weight, float eps, float offset,
                                                                      RowView out, bool add_residual) {
+  wait_for_prior_kernel();
+  release_next_kernel();
   constexpr int kRowsPerBlock = kNormThreads / 32 / kWarps;
   __shared__ float partial[kNormThreads / 32];
   const int warp = threadIdx.x / 32;
@@ -163,6 +179,8 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_rows_kernel(RowView x, 
 template <typename T>
 __global__ void rope_kernel(HeadView q, HeadView k, const int32_t* positions, const float* inv_freq, int half,
                             bool neox, float factor) {
+  wait_for_prior_kernel();
+  release_next_kernel();
   extern __shared__ float table[];  // cos[half], sin[half]
   int64_t t = blockIdx.x;
   float pos = static_cast<float>(positions[t]);
@@ -190,6 +208,8 @@ __global__ void rope_kernel(HeadView q, HeadView k, const int32_t* positions, co
 template <typename T>
 __global__ void store_kv_kernel(HeadView k, HeadView v, const int32_t* slots, CacheView ck, CacheView cv,
                                 uint32_t* err) {
+  wait_for_prior_kernel();
+  release_next_kernel();
   int64_t t = blockIdx.x;
   int64_t slot = slots[t];
   if (slot < 0) return;  // padding token
@@ -243,6 +263,8 @@ struct Add {
 
 template <typename T, class Op>
 __global__ void binary_vec_kernel(RowView a, RowView b, RowView out, Op op) {
+  wait_for_prior_kernel();
+  release_next_kernel();
   const int64_t chunks = a.cols / 8;
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (c >= chunks) return;
@@ -284,6 +306,8 @@ __global__ void scale_kernel(RowView x, float factor, RowView out) {
 template <typename E>
 __global__ void gather_kernel(RowView x, int64_t x_outer, int64_t sub, const int32_t* rows, RowView out,
                               uint32_t* err) {
+  wait_for_prior_kernel();
+  release_next_kernel();
   int64_t i = blockIdx.x / sub, s = blockIdx.x % sub;
   int32_t src = rows[i];
   E* o = row_as<E>(out, i * sub + s);
@@ -334,8 +358,8 @@ void launch_embedding(ElemType table_type, const char* table, int64_t table_stri
                       const int32_t* ids, ElemType out_type, RowView out, uint32_t* err, Stream stream) {
   if (out.rows == 0) return;
   DI_DISPATCH_ELEM(table_type, TT, DI_DISPATCH_ELEM(out_type, TO,
-      (embedding_kernel<TT, TO><<<static_cast<unsigned>(out.rows), 256, 0, as_stream(stream)>>>(
-          table, table_stride, vocab, ids, out, err))));
+      launch_chained(embedding_kernel<TT, TO>, static_cast<unsigned>(out.rows), 256, 0, as_stream(stream),
+          table, table_stride, vocab, ids, out, err)));
 }
 
 void launch_rms_norm(ElemType type, RowView x, RowView residual, const float* weight, float eps,
@@ -363,10 +387,10 @@ void launch_rms_norm(ElemType type, RowView x, RowView residual, const float* we
     auto go = [&](auto warps_tag) {
       constexpr int W = decltype(warps_tag)::value;
       if (type == ElemType::BF16) {
-        rms_norm_rows_kernel<__nv_bfloat16, W><<<blocks, kNormThreads, 0, as_stream(stream)>>>(
+        launch_chained(rms_norm_rows_kernel<__nv_bfloat16, W>, blocks, kNormThreads, 0, as_stream(stream),
             x, residual, weight, eps, weight_offset, out, add_residual);
       } else {
-        rms_norm_rows_kernel<__half, W><<<blocks, kNormThreads, 0, as_stream(stream)>>>(
+        launch_chained(rms_norm_rows_kernel<__half, W>, blocks, kNormThreads, 0, as_stream(stream),
             x, residual, weight, eps, weight_offset, out, add_residual);
       }
     };
@@ -378,10 +402,10 @@ void launch_rms_norm(ElemType type, RowView x, RowView residual, const float* we
     }
   } else if (x.cols <= 1024) {
     unsigned blocks = static_cast<unsigned>((x.rows + 7) / 8);
-    DI_DISPATCH_ELEM(type, T, (rms_norm_kernel<T, true><<<blocks, 256, 0, as_stream(stream)>>>(
+    DI_DISPATCH_ELEM(type, T, (launch_chained(rms_norm_kernel<T, true>, blocks, 256, 0, as_stream(stream),
                                   x, residual, weight, eps, weight_offset, out, add_residual)));
   } else {
-    DI_DISPATCH_ELEM(type, T, (rms_norm_kernel<T, false><<<static_cast<unsigned>(x.rows), 512, 0, as_stream(stream)>>>(
+    DI_DISPATCH_ELEM(type, T, (launch_chained(rms_norm_kernel<T, false>, static_cast<unsigned>(x.rows), 512, 0, as_stream(stream),
                                   x, residual, weight, eps, weight_offset, out, add_residual)));
   }
 }
@@ -391,14 +415,14 @@ void launch_rope(ElemType type, HeadView q, HeadView k, const int32_t* positions
   if (q.n == 0) return;
   int half = rotary_dim / 2;
   size_t smem = 2 * static_cast<size_t>(half) * sizeof(float);
-  DI_DISPATCH_ELEM(type, T, (rope_kernel<T><<<static_cast<unsigned>(q.n), 256, smem, as_stream(stream)>>>(
+  DI_DISPATCH_ELEM(type, T, (launch_chained(rope_kernel<T>, static_cast<unsigned>(q.n), 256, smem, as_stream(stream),
                                 q, k, positions, inv_freq, half, neox, attention_factor)));
 }
 
 void launch_store_kv(ElemType type, HeadView k, HeadView v, const int32_t* slots, CacheView ck, CacheView cv,
                      uint32_t* err, Stream stream) {
   if (k.n == 0) return;
-  DI_DISPATCH_ELEM(type, T, (store_kv_kernel<T><<<static_cast<unsigned>(k.n), 256, 0, as_stream(stream)>>>(
+  DI_DISPATCH_ELEM(type, T, (launch_chained(store_kv_kernel<T>, static_cast<unsigned>(k.n), 256, 0, as_stream(stream),
                                 k, v, slots, ck, cv, err)));
 }
 
@@ -435,9 +459,9 @@ static dim3 chunk_grid(const RowView& v) {
 template <class Op>
 static void launch_binary_vec(ElemType type, RowView a, RowView b, RowView out, Op op, Stream stream) {
   if (type == ElemType::BF16) {
-    binary_vec_kernel<__nv_bfloat16><<<chunk_grid(a), 256, 0, as_stream(stream)>>>(a, b, out, op);
+    launch_chained(binary_vec_kernel<__nv_bfloat16, Op>, chunk_grid(a), 256, 0, as_stream(stream), a, b, out, op);
   } else {
-    binary_vec_kernel<__half><<<chunk_grid(a), 256, 0, as_stream(stream)>>>(a, b, out, op);
+    launch_chained(binary_vec_kernel<__half, Op>, chunk_grid(a), 256, 0, as_stream(stream), a, b, out, op);
   }
 }
 
@@ -473,9 +497,9 @@ void launch_gather_rows(int elem_bytes, RowView x, int64_t x_outer, int64_t sub,
   if (n * sub == 0) return;
   unsigned blocks = static_cast<unsigned>(n * sub);
   if (elem_bytes == 2) {
-    gather_kernel<uint16_t><<<blocks, 128, 0, as_stream(stream)>>>(x, x_outer, sub, rows, out, err);
+    launch_chained(gather_kernel<uint16_t>, blocks, 128, 0, as_stream(stream), x, x_outer, sub, rows, out, err);
   } else {
-    gather_kernel<uint32_t><<<blocks, 128, 0, as_stream(stream)>>>(x, x_outer, sub, rows, out, err);
+    launch_chained(gather_kernel<uint32_t>, blocks, 128, 0, as_stream(stream), x, x_outer, sub, rows, out, err);
   }
 }
 

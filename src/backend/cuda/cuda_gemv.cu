@@ -44,6 +44,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const char* x, in
 #pragma unroll
     for (int i = 0; i < N; ++i) acc[r][i] = 0.0f;
   }
+  // Weights are never written, so this block's rows can be pulled into L2
+  // while the kernel producing x still runs (see launch_chained).
+  if (j < m) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const char* row = w + (j + r * m) * w_stride;
+      for (int64_t c = (sub * 32 + lane) * 8; c < chunks; c += stride * 8) prefetch_l2(row + c * 16);
+    }
+  }
+  wait_for_prior_kernel();
+  release_next_kernel();
   if (j < m) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -99,10 +110,10 @@ void launch_n(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64
   unsigned blocks = static_cast<unsigned>((m + kGemvWarps / wpr - 1) / (kGemvWarps / wpr));
   dim3 threads(kGemvWarps * 32);
   switch (n) {
-    case 1: gemv_kernel<T, TO, 1, U, G><<<blocks, threads, 0, s>>>(x, xs, w, ws, m, k, bias, out, os, wpr, gelu); break;
-    case 2: gemv_kernel<T, TO, 2, U, G><<<blocks, threads, 0, s>>>(x, xs, w, ws, m, k, bias, out, os, wpr, gelu); break;
-    case 3: gemv_kernel<T, TO, 3, U, G><<<blocks, threads, 0, s>>>(x, xs, w, ws, m, k, bias, out, os, wpr, gelu); break;
-    default: gemv_kernel<T, TO, 4, U, G><<<blocks, threads, 0, s>>>(x, xs, w, ws, m, k, bias, out, os, wpr, gelu); break;
+    case 1: launch_chained(gemv_kernel<T, TO, 1, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu); break;
+    case 2: launch_chained(gemv_kernel<T, TO, 2, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu); break;
+    case 3: launch_chained(gemv_kernel<T, TO, 3, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu); break;
+    default: launch_chained(gemv_kernel<T, TO, 4, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu); break;
   }
 }
 

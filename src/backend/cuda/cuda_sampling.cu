@@ -349,6 +349,8 @@ __device__ u64 draw_threshold(double u, u64 total) {
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(RowView logits, const SamplingRowParams* params,
                                                            int32_t* tokens, uint32_t* err) {
+  wait_for_prior_kernel();
+  release_next_kernel();
   __shared__ Smem s;
   const int tid = threadIdx.x;
   const int64_t row = blockIdx.x;
@@ -466,8 +468,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(RowView logits, const 
 
 void launch_sample(RowView logits, const void* params, int32_t* tokens, uint32_t* err, Stream stream) {
   if (logits.rows == 0) return;
-  sample_kernel<<<static_cast<unsigned>(logits.rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      logits, static_cast<const SamplingRowParams*>(params), tokens, err);
+  launch_chained(sample_kernel, static_cast<unsigned>(logits.rows), kThreads, 0, static_cast<cudaStream_t>(stream),
+                 logits, static_cast<const SamplingRowParams*>(params), tokens, err);
 }
 
 }  // namespace deepinfer::cuda
