@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,moe,profile (default: build,test,e2e,bench)
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,pdl,moe,profile (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
 # (needs the C++ dependencies that build.sh installs). Then runs the op tests
@@ -138,6 +138,19 @@ if has profile && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
     --print-summary per-kernel "$BIN/deepinfer" generate --device cuda --model /tmp/deepinfer_e2e/llama8b \
     --prompt "$(printf 'a%.0s' $(seq 64))" -n 4 --kv-cache-memory 4294967296 > "$OUT/ncu.txt" 2>&1
   echo "exit code $? (full summary in ncu.txt)" >> "$REPORT"
+fi
+if has pdl && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
+  # Programmatic dependent launch on and off, alternating, same process
+  # settings: decode ms/token of the 8B shape at batch 1 and 32.
+  echo -e "\n## Decode with programmatic dependent launch on/off (DEEPINFER_PDL)\n" >> "$REPORT"
+  for round in 1 2; do
+    for pdl in 1 0; do
+      DEEPINFER_PDL=$pdl timeout 120 "$BIN/deepinfer" bench --device cuda --model /tmp/deepinfer_e2e/llama8b \
+        -b 1,32 -p 128 -g 256 -r 1 --json --max-model-len 512 2>/dev/null |
+        python3 -c 'import json,sys; print(" ".join(f"b{p[\"batch\"]}: {1000*p[\"batch\"]/p[\"decode_tok_s\"]:.3f} ms/step" for p in json.load(sys.stdin)))' |
+        sed "s/^/    round $round PDL=$pdl: /" >> "$REPORT"
+    done
+  done
 fi
 if has moe; then
   for shape in ${MOE_SHAPES:-qwen3_30b_a3b deepseek_v2_lite}; do
