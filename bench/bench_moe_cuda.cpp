@@ -1,13 +1,17 @@
 // CUDA MoE layer micro-benchmark at the Qwen3-30B-A3B shape (hidden 2048, 128
-// experts, top 8, expert ffn 768, bf16): route + grouped expert GEMMs per step,
-// captured in a CUDA graph as the runner does for decode. Decode (1 and 256
-// tokens) is memory-bound and reported in GB/s of expert weights read (each
-// distinct chosen expert's three matrices once) against the H200's ~4.2 TB/s;
-// prefill (4096 tokens) in TFLOP/s (2 * tokens * top_k * 3 * hidden * ffn).
-// Four layers' weights are cycled so that the 50 MB L2 does not serve them.
-// Usage: bench_moe_cuda [reps=50]
+// experts, top 8, expert ffn 768, bf16): route + expert kernels per step,
+// captured in a CUDA graph as the runner does for decode. Decode (1 to 8
+// tokens: the gemv path of cuda_moe_decode.cu; 16 and 256: the grouped GEMMs)
+// is memory-bound and reported as the bytes of expert weights read (each
+// distinct chosen expert's three matrices once) over the time of the experts
+// alone, against a device-to-device copy measured in the same run (bytes read
+// per second); prefill (4096 tokens) in TFLOP/s (2 * tokens * top_k * 3 *
+// hidden * ffn). Four layers' weights are cycled so that the 50 MB L2 does
+// not serve them.
+// Usage: bench_moe_cuda [reps=200]
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,7 +32,6 @@ namespace {
 
 constexpr int64_t kHidden = 2048, kExperts = 128, kFfn = 768;
 constexpr int kTopK = 8, kLayers = 4;
-constexpr double kPeakBytesPerSecond = 4.2e12;
 
 struct Layer {
   Buffer gate, up, down;
@@ -44,7 +47,25 @@ Buffer random_bf16(Backend& b, size_t count, float scale, std::mt19937& gen) {
   return buf;
 }
 
-void run_case(Backend& b, std::vector<Layer>& layers, int64_t n, int reps, std::mt19937& gen) {
+// Bytes read per second by a device-to-device copy of 1 GiB (median of 5).
+double copy_read_bandwidth(Backend& b) {
+  constexpr int64_t kBytes = int64_t{1} << 30;
+  Buffer src(b, kBytes), dst(b, kBytes);
+  Tensor s = src.view(DType::U8, {kBytes}), d = dst.view(DType::U8, {kBytes});
+  b.copy(d, s);
+  b.synchronize();
+  std::vector<double> seconds;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    b.copy(d, s);
+    b.synchronize();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return static_cast<double>(kBytes) / seconds[2];
+}
+
+void run_case(Backend& b, std::vector<Layer>& layers, int64_t n, int reps, double read_bw, std::mt19937& gen) {
   Buffer x = random_bf16(b, static_cast<size_t>(n * kHidden), 1.0f, gen);
   Buffer logits_buf(b, static_cast<size_t>(n * kExperts) * 4);
   Buffer ids_buf(b, static_cast<size_t>(n * kTopK) * 4), w_buf(b, static_cast<size_t>(n * kTopK) * 4);
@@ -90,19 +111,23 @@ void run_case(Backend& b, std::vector<Layer>& layers, int64_t n, int reps, std::
   };
   const double seconds = time_graphs(step);
   const double route_seconds = time_graphs([&](const Layer&) { ops::moe_route(b, logits, p, ids, wts); });
+  // The routing above filled ids and weights; the experts alone replay on them.
+  const double expert_seconds = time_graphs(
+      [&](const Layer& l) { ops::moe_experts(b, xt, ids, wts, l.w, Activation::Silu, false, ws, out); });
 
   const double bytes = static_cast<double>(distinct.size()) * 3.0 * kFfn * kHidden * 2.0;
   const double flops = 2.0 * static_cast<double>(n) * kTopK * 3.0 * kHidden * kFfn;
-  fmt::print("tokens {:5d}: {:8.1f} us/layer (route {:5.1f} us)  experts read {:3d}  {:7.0f} GB/s ({:4.1f}% of {:.1f} TB/s)  {:6.1f} TFLOP/s  "
-             "workspace {:.1f} MiB\n",
-             n, seconds * 1e6, route_seconds * 1e6, distinct.size(), bytes / seconds / 1e9, 100.0 * bytes / seconds / kPeakBytesPerSecond,
-             kPeakBytesPerSecond / 1e12, flops / seconds / 1e12, ws_bytes / 1048576.0);
+  fmt::print("tokens {:5d}: {:8.1f} us/layer (route {:5.1f}, experts {:8.1f})  experts read {:3d}  experts alone {:5.0f} GB/s "
+             "= {:5.1f}% of copy, with route {:5.1f}%  {:6.1f} TFLOP/s  workspace {:.1f} MiB\n",
+             n, seconds * 1e6, route_seconds * 1e6, expert_seconds * 1e6, distinct.size(), bytes / expert_seconds / 1e9,
+             100.0 * bytes / expert_seconds / read_bw, 100.0 * bytes / seconds / read_bw, flops / seconds / 1e12,
+             ws_bytes / 1048576.0);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int reps = argc > 1 ? std::atoi(argv[1]) : 50;
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 200;
   std::unique_ptr<Backend> b;
   try {
     b = create_backend(DeviceType::CUDA);
@@ -121,9 +146,11 @@ int main(int argc, char** argv) {
     l.w.up = l.up.view(DType::BF16, {kExperts, kFfn, kHidden});
     l.w.down = l.down.view(DType::BF16, {kExperts, kHidden, kFfn});
   }
-  fmt::print("MoE layer, hidden {} experts {} top {} ffn {}, bf16, route + experts per step (CUDA graph)\n", kHidden,
-             kExperts, kTopK, kFfn);
-  for (int64_t n : {1, 256}) run_case(*b, layers, n, reps, gen);
-  run_case(*b, layers, 4096, std::max(4, reps / 5), gen);
+  const double read_bw = copy_read_bandwidth(*b);
+  fmt::print("MoE layer, hidden {} experts {} top {} ffn {}, bf16, route + experts per step (CUDA graph); "
+             "device copy reads {:.2f} TB/s\n",
+             kHidden, kExperts, kTopK, kFfn, read_bw / 1e12);
+  for (int64_t n : {1, 2, 4, 8, 16, 256}) run_case(*b, layers, n, reps, read_bw, gen);
+  run_case(*b, layers, 4096, std::max(4, reps / 20), read_bw, gen);
   return 0;
 }

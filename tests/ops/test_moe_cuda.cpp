@@ -1,10 +1,12 @@
-// The CUDA MoE ops in production precision (bf16 activations and expert
-// weights: the tensor-core grouped GEMMs) against the CPU ops on the same
-// rounded inputs in f32: decode (1, 4, 33 tokens) and prefill (up to 2048
-// tokens x 64 experts x top 8) shapes, several expert counts and top-k, fused
-// gate_up views, GeGLU, shared-expert accumulation, routing at model sizes and
-// gpt-oss's biases and clamped SwiGLU, and a decode step captured in a CUDA
-// graph and replayed on new data.
+// The CUDA MoE ops in production precision (bf16/f16 activations and expert
+// weights: the gemv decode path up to kMoeDecodeMaxSlots (token, choice)
+// slots, the tensor-core grouped GEMMs beyond) against the CPU ops on the same
+// rounded inputs in f32: decode (1 to 33 tokens) and prefill (up to 2048
+// tokens x 64 experts x top 8) shapes, several expert counts and top-k, both
+// sides of the decode threshold, fused gate_up views, GeGLU, shared-expert
+// accumulation, routing at model sizes and gpt-oss's biases and clamped
+// SwiGLU, invalid expert ids, and decode steps of both paths captured in a
+// CUDA graph and replayed on new data.
 //
 // Tolerance: the GPU rounds act(gate) * up and the output to bf16 (2^-9
 // relative, each); an output element may differ from the CPU's by
@@ -17,6 +19,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/cuda/cuda_moe.h"
 #include "op_test_util.h"
 #include "ops/ops.h"
 
@@ -157,8 +160,88 @@ TEST_F(MoeCudaTest, ExpertsDecodeMatchCpu) {
     compare_experts(gpu(), cpu(), rng, {n, 64, 128, 96, 8});
     compare_experts(gpu(), cpu(), rng, {n, 60, 192, 64, 4});
   }
-  // Shapes off the tile grid (ffn not a multiple of the column tile, hidden of the k tile).
+  // Shapes off the tile grid (ffn not a multiple of the column tile, hidden of
+  // the k tile), on the decode path (15 slots) and the grouped one (90).
   compare_experts(gpu(), cpu(), rng, {5, 6, 72, 40, 3});
+  compare_experts(gpu(), cpu(), rng, {30, 6, 72, 40, 3});
+}
+
+// The gemv decode path: 1 to 8 tokens, top 2 to 10 (more than one pass of the
+// down kernel's slot group), both dtypes, the gated activations, fused views,
+// accumulation, and hidden/ffn sizes that leave partial lane loops.
+TEST_F(MoeCudaTest, ExpertsDecodePathMatchCpu) {
+  Rng rng(36);
+  int variant = 0;
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    for (int64_t n : {1, 2, 3, 8}) {
+      for (int top_k : {2, 6, 8}) {
+        const Activation act = variant % 3 == 2 ? Activation::GeluTanh : Activation::Silu;
+        const bool fused = variant % 2 == 1, accumulate = variant % 4 < 2;
+        const int64_t hidden = variant % 2 == 0 ? 1040 : 136, ffn = variant % 3 == 0 ? 264 : 72;
+        compare_experts(gpu(), cpu(), rng, {n, 16, hidden, ffn, top_k, dtype, fused, accumulate, act});
+        ++variant;
+      }
+    }
+    compare_experts(gpu(), cpu(), rng, {2, 16, 136, 72, 10, dtype, false, true});
+    compare_experts(gpu(), cpu(), rng, {3, 12, 256, 128, 10, dtype, true, false, Activation::GeluTanh}, true);
+  }
+}
+
+// gpt-oss on the decode path: f32 biases on all three products and the clamped
+// SwiGLU (whose clamp the larger inputs reach), with and without accumulation.
+TEST_F(MoeCudaTest, ExpertsDecodePathBiasClampedSwiglu) {
+  Rng rng(37);
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    for (int64_t n : {1, 2, 3, 8}) {
+      for (int top_k : {2, 4, 8}) {
+        compare_experts(gpu(), cpu(), rng,
+                        {n, 32, 128, 64, top_k, dtype, true, n % 2 == 0, Activation::ClampedSwiglu, true});
+      }
+    }
+  }
+}
+
+// Right at the threshold (the decode path) and one token above it (the grouped
+// GEMMs): both agree with the CPU, for top 8 and top 2.
+TEST_F(MoeCudaTest, ExpertsAtAndAboveDecodeThreshold) {
+  Rng rng(38);
+  for (int top_k : {8, 2}) {
+    const int64_t at = cuda::kMoeDecodeMaxSlots / top_k;
+    for (int64_t n : {at, at + 1}) {
+      compare_experts(gpu(), cpu(), rng, {n, 64, 256, 128, top_k});
+      compare_experts(gpu(), cpu(), rng, {n, 64, 256, 128, top_k, DType::F16, true, true, Activation::GeluTanh}, true);
+    }
+  }
+}
+
+// An expert id out of range on either path raises the device error at the next
+// synchronisation (the kernels clamp it, so nothing is read out of bounds) and
+// leaves the backend usable.
+TEST_F(MoeCudaTest, InvalidExpertIdRaisesOnBothPaths) {
+  Backend& g = gpu();
+  Rng rng(39);
+  for (int64_t n : {int64_t{2}, cuda::kMoeDecodeMaxSlots}) {
+    SCOPED_TRACE(fmt::format("n={}", n));
+    const Case k{n, 16, 128, 64, 2};
+    Stacks s = make_stacks(g, cpu(), rng, k);
+    Pair x = rounded(g, cpu(), rng, k.dtype, {k.n, k.hidden}, 1.0f);
+    DeviceTensor out = zeros(g, k.dtype, {k.n, k.hidden});
+    std::vector<int32_t> ids = draw_ids(rng, k.n, k.n_experts, k.top_k, false);
+    ids[3] = static_cast<int32_t>(k.n_experts);
+    ids[0] = -1;
+    DeviceTensor did = upload(g, DType::I32, {k.n, k.top_k}, ids.data());
+    DeviceTensor dw = upload_f32(g, {k.n, k.top_k}, rng.floats(ids.size(), 0.0f, 1.0f));
+    Buffer ws_buf(g, ops::moe_workspace_bytes(g, k.n, k.top_k, s.gpu));
+    Tensor ws = ws_buf.view(DType::U8, {static_cast<int64_t>(ws_buf.size())});
+    try {
+      ops::moe_experts(g, x.gpu.t, did.t, dw.t, s.gpu, Activation::Silu, false, ws, out.t);
+      g.synchronize();
+      ADD_FAILURE() << "no error for expert ids -1 and " << k.n_experts;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("moe_experts: expert id out of range"), std::string::npos) << e.what();
+    }
+    EXPECT_NO_THROW(g.synchronize());
+  }
 }
 
 TEST_F(MoeCudaTest, ExpertsPrefillMatchCpu) {
@@ -237,43 +320,46 @@ TEST_F(MoeCudaTest, DecodeStepReplaysFromGraph) {
   Backend& g = gpu();
   if (!g.supports_graphs()) GTEST_SKIP() << "no graph capture";
   Rng rng(35);
-  const Case k{4, 32, 128, 64, 4};
-  Stacks s = make_stacks(g, cpu(), rng, k);
-  Pair x = rounded(g, cpu(), rng, k.dtype, {k.n, k.hidden}, 1.0f);
-  DeviceTensor logits = zeros(g, DType::F32, {k.n, k.n_experts});
-  DeviceTensor ids = zeros(g, DType::I32, {k.n, k.top_k}), w = zeros(g, DType::F32, {k.n, k.top_k});
-  DeviceTensor out = zeros(g, k.dtype, {k.n, k.hidden});
-  Buffer ws_buf(g, ops::moe_workspace_bytes(g, k.n, k.top_k, s.gpu));
-  Tensor ws = ws_buf.view(DType::U8, {static_cast<int64_t>(ws_buf.size())});
-  MoeRouteParams p;
-  p.top_k = k.top_k;
-  p.renormalize = true;
-  auto step = [&] {
-    ops::moe_route(g, logits.t, p, ids.t, w.t);
-    ops::moe_experts(g, x.gpu.t, ids.t, w.t, s.gpu, Activation::Silu, false, ws, out.t);
-  };
-  auto set_inputs = [&](uint32_t seed) {
-    Rng r(seed);
-    std::vector<float> l = r.floats(static_cast<size_t>(k.n * k.n_experts), -3.0f, 3.0f);
-    g.copy(logits.t, Tensor(l.data(), DType::F32, {k.n, k.n_experts}));
-    Pair nx = rounded(g, cpu(), r, k.dtype, {k.n, k.hidden}, 1.0f);
-    g.copy(x.gpu.t, nx.gpu.t);
+  // 16 slots: the decode path; 80: the grouped GEMMs.
+  for (int64_t n : {4, 20}) {
+    const Case k{n, 32, 128, 64, 4};
+    Stacks s = make_stacks(g, cpu(), rng, k);
+    Pair x = rounded(g, cpu(), rng, k.dtype, {k.n, k.hidden}, 1.0f);
+    DeviceTensor logits = zeros(g, DType::F32, {k.n, k.n_experts});
+    DeviceTensor ids = zeros(g, DType::I32, {k.n, k.top_k}), w = zeros(g, DType::F32, {k.n, k.top_k});
+    DeviceTensor out = zeros(g, k.dtype, {k.n, k.hidden});
+    Buffer ws_buf(g, ops::moe_workspace_bytes(g, k.n, k.top_k, s.gpu));
+    Tensor ws = ws_buf.view(DType::U8, {static_cast<int64_t>(ws_buf.size())});
+    MoeRouteParams p;
+    p.top_k = k.top_k;
+    p.renormalize = true;
+    auto step = [&] {
+      ops::moe_route(g, logits.t, p, ids.t, w.t);
+      ops::moe_experts(g, x.gpu.t, ids.t, w.t, s.gpu, Activation::Silu, false, ws, out.t);
+    };
+    auto set_inputs = [&](uint32_t seed) {
+      Rng r(seed);
+      std::vector<float> l = r.floats(static_cast<size_t>(k.n * k.n_experts), -3.0f, 3.0f);
+      g.copy(logits.t, Tensor(l.data(), DType::F32, {k.n, k.n_experts}));
+      Pair nx = rounded(g, cpu(), r, k.dtype, {k.n, k.hidden}, 1.0f);
+      g.copy(x.gpu.t, nx.gpu.t);
+      g.synchronize();
+    };
+    set_inputs(1);
+    step();  // eager first: any lazy setup happens outside the capture
     g.synchronize();
-  };
-  set_inputs(1);
-  step();  // eager first: any lazy setup happens outside the capture
-  g.synchronize();
-  g.begin_capture();
-  step();
-  std::unique_ptr<OpGraph> graph = g.end_capture();
-  for (uint32_t seed : {2u, 3u}) {
-    set_inputs(seed);
+    g.begin_capture();
     step();
-    const std::vector<float> eager = download_any(g, out.t);
-    g.copy(out.t, zeros(g, k.dtype, {k.n, k.hidden}).t);
-    graph->replay();
-    g.synchronize();
-    EXPECT_EQ(download_any(g, out.t), eager) << "seed " << seed;
+    std::unique_ptr<OpGraph> graph = g.end_capture();
+    for (uint32_t seed : {2u, 3u}) {
+      set_inputs(seed);
+      step();
+      const std::vector<float> eager = download_any(g, out.t);
+      g.copy(out.t, zeros(g, k.dtype, {k.n, k.hidden}).t);
+      graph->replay();
+      g.synchronize();
+      EXPECT_EQ(download_any(g, out.t), eager) << "n " << n << " seed " << seed;
+    }
   }
 }
 

@@ -1,4 +1,6 @@
 // Mixture-of-experts kernels: routing, and the experts as grouped GEMMs.
+// A few slots (decode) take cuda_moe_decode.cu's gemv kernels instead (see
+// moe_decode_applies); everything else runs here.
 //
 // moe_experts runs four kernels, none of which syncs with the host, so a
 // decode step stays capturable in a CUDA graph:
@@ -26,24 +28,17 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_moe.h"
+#include "backend/cuda/cuda_moe_common.cuh"
 
 namespace deepinfer::cuda {
 
 namespace {
 
 constexpr size_t kAlign = 256;
-// Backend.h's kClampedSwigluAlpha/Limit (this file does not see that header).
-constexpr float kClampedSwigluAlpha = 1.702f;
-constexpr float kClampedSwigluLimit = 7.0f;
 
-__device__ __forceinline__ float bias_at(const char* b, ElemType type, int64_t i) {
-  if (b == nullptr) return 0.0f;
-  switch (type) {
-    case ElemType::F16: return __half2float(reinterpret_cast<const __half*>(b)[i]);
-    case ElemType::BF16: return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(b)[i]);
-    default: return reinterpret_cast<const float*>(b)[i];
-  }
-}
+using moe_detail::bias_at;
+using moe_detail::glu;
+
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 // Row tile: small for decode-like batches (few rows per expert), larger for prefill.
@@ -75,21 +70,6 @@ struct MoeLayout {
     total = at;
   }
 };
-
-__device__ __forceinline__ float glu(MoeGlu kind, float g, float u) {
-  switch (kind) {
-    case MoeGlu::ClampedSwiglu: {
-      // gpt-oss, in transformers' order of operations (as the CPU backend).
-      const float gc = fminf(g, kClampedSwigluLimit), uc = fminf(fmaxf(u, -kClampedSwigluLimit), kClampedSwigluLimit);
-      return (uc + 1.0f) * (gc * (1.0f / (1.0f + expf(-gc * kClampedSwigluAlpha))));
-    }
-    case MoeGlu::GeluTanh: {
-      const float k = 0.7978845608028654f;
-      return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * u;
-    }
-    default: return g / (1.0f + expf(-g)) * u;
-  }
-}
 
 // ---------------------------------------------------------------- routing
 
@@ -212,12 +192,7 @@ __global__ void moe_index_kernel(RowView ids, int64_t n, int top_k, int n_expert
   for (int e = threadIdx.x; e < n_experts; e += blockDim.x) counts[e] = 0;
   __syncthreads();
   auto expert_of = [&](int64_t s, bool report) {
-    int e = row_as<const int32_t>(ids, s / top_k)[s % top_k];
-    if (e < 0 || e >= n_experts) {
-      if (report) atomicOr(err, kErrMoeExpertId);
-      e = e < 0 ? 0 : n_experts - 1;
-    }
-    return e;
+    return moe_detail::expert_at(ids, s / top_k, static_cast<int>(s % top_k), n_experts, report, err);
   };
   for (int64_t s = threadIdx.x; s < rows; s += blockDim.x) atomicAdd(&counts[expert_of(s, true)], 1);
   __syncthreads();
@@ -526,11 +501,15 @@ void launch_moe_route(const MoeRouteLaunch& r, Stream stream) {
 }
 
 size_t moe_experts_workspace_bytes(int64_t n, int top_k, int n_experts, int64_t hidden, int64_t ffn) {
-  return MoeLayout(n, top_k, n_experts, hidden, ffn).total;
+  return std::max(MoeLayout(n, top_k, n_experts, hidden, ffn).total, moe_decode_workspace_bytes(n, top_k, ffn));
 }
 
 void launch_moe_experts(const MoeExpertsLaunch& m, Stream stream) {
   if (m.n == 0) return;
+  if (moe_decode_applies(m)) {
+    launch_moe_experts_decode(m, stream);
+    return;
+  }
   auto s = static_cast<cudaStream_t>(stream);
   const MoeLayout lay(m.n, m.top_k, m.n_experts, m.hidden, m.ffn);
   auto* tile_expert = reinterpret_cast<int32_t*>(m.workspace + lay.tile_expert);

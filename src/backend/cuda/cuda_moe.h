@@ -64,4 +64,17 @@ struct MoeExpertsLaunch {
 size_t moe_experts_workspace_bytes(int64_t n, int top_k, int n_experts, int64_t hidden, int64_t ffn);
 void launch_moe_experts(const MoeExpertsLaunch& m, Stream stream);
 
+// The decode path (cuda_moe_decode.cu), which launch_moe_experts takes when
+// moe_decode_applies: bf16/f16 with weights of the same dtype, 16-byte aligned
+// rows, and at most kMoeDecodeMaxSlots (token, choice) slots. It reads each
+// slot's expert rows once (slots sharing an expert: again, mostly from L2),
+// where the grouped GEMMs read each chosen expert once but pad its rows to a
+// 16-row tile and pay an index pass; up to 64 slots (8 tokens at top 8) the
+// row tile is mostly padding and the slots mostly hit distinct experts, so
+// the gemv kernels win; beyond, tokens share experts and the tiles fill.
+constexpr int64_t kMoeDecodeMaxSlots = 64;
+bool moe_decode_applies(const MoeExpertsLaunch& m);
+size_t moe_decode_workspace_bytes(int64_t n, int top_k, int64_t ffn);
+void launch_moe_experts_decode(const MoeExpertsLaunch& m, Stream stream);
+
 }  // namespace deepinfer::cuda
