@@ -254,6 +254,14 @@ class Backend {
   virtual void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                            const MoeExpertWeights& w, Activation act, bool accumulate, Tensor workspace,
                            Tensor out) = 0;
+  // Expert-load statistics: counts[e] += the number of (token t, choice j)
+  // with expert_ids[t, j] == e, over rows t whose token_slots[t] >= 0. A
+  // negative KV slot marks a padding row of a graph batch, which must not
+  // count; token_slots i32[n] may be undefined (every row counts). counts:
+  // i32[n_experts], contiguous. An id outside [0, n_experts) is an error
+  // (raised at once on the CPU, by synchronize() on a device; it is not
+  // counted). Integer adds commute, so the result is deterministic.
+  virtual void count_experts(const Tensor& expert_ids, const Tensor& token_slots, Tensor counts) = 0;
 
   // One token per row of logits f32[rows, vocab] (outer stride free): greedy
   // argmax (lowest id on ties, NaN never wins) or temperature, top-k, top-p,

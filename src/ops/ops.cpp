@@ -472,4 +472,20 @@ void moe_experts(Backend& backend, const Tensor& x, const Tensor& expert_ids, co
   backend.moe_experts(x, expert_ids, expert_weights, w, act, accumulate, workspace, out);
 }
 
+void count_experts(Backend& backend, const Tensor& expert_ids, const Tensor& token_slots, Tensor counts) {
+  const char* op = "count_experts";
+  check_device(op, "expert_ids", expert_ids, backend);
+  check_rank(op, "expert_ids", expert_ids, 2);
+  check_dtype(op, "expert_ids", expert_ids, DType::I32);
+  DI_CHECK(expert_ids.size(1) >= 1, "{}: expert_ids {} must have at least one choice per token", op,
+           expert_ids.describe());
+  if (token_slots.defined()) check_index_vector(op, "token_slots", token_slots, backend, expert_ids.size(0));
+  check_device(op, "counts", counts, backend);
+  check_rank(op, "counts", counts, 1);
+  check_dtype(op, "counts", counts, DType::I32);
+  DI_CHECK(counts.size(0) >= 1 && counts.size(0) <= INT32_MAX && counts.is_contiguous(),
+           "{}: counts {} must be a contiguous i32[n_experts]", op, counts.describe());
+  backend.count_experts(expert_ids, token_slots, counts);
+}
+
 }  // namespace deepinfer::ops

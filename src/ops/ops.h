@@ -47,6 +47,9 @@ void moe_route(Backend& backend, const Tensor& logits, const MoeRouteParams& par
 size_t moe_workspace_bytes(Backend& backend, int64_t n_tokens, int top_k, const MoeExpertWeights& w);
 void moe_experts(Backend& backend, const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                  const MoeExpertWeights& w, Activation act, bool accumulate, Tensor workspace, Tensor out);
+// Adds each routed (token, expert) choice to counts i32[n_experts] (see
+// Backend::count_experts); token_slots i32[n] may be undefined.
+void count_experts(Backend& backend, const Tensor& expert_ids, const Tensor& token_slots, Tensor counts);
 
 // Sampling (see Backend::sample). logits: f32[rows, vocab] with a free row
 // stride; params: u8[rows, sizeof(SamplingRowParams)] (rows of raw

@@ -75,6 +75,7 @@ class CpuBackend final : public Backend {
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                    const MoeExpertWeights& w, Activation act, bool accumulate, Tensor workspace,
                    Tensor out) override;
+  void count_experts(const Tensor& expert_ids, const Tensor& token_slots, Tensor counts) override;
   void sample(const Tensor& logits, const Tensor& params, Tensor tokens) override;
 
   // Up to this many rows of x, linear runs as matrix-vector products on the

@@ -210,4 +210,25 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const Te
   }, std::max<int64_t>(1, 8192 / std::max<int64_t>(hidden * top_k, 1)));
 }
 
+void CpuBackend::count_experts(const Tensor& expert_ids, const Tensor& token_slots, Tensor counts) {
+  const int64_t n = expert_ids.size(0), top_k = expert_ids.size(1), n_experts = counts.size(0);
+  const int32_t* slots = token_slots.defined() ? token_slots.data_as<const int32_t>() : nullptr;
+  Rows ids(expert_ids);
+  // Every id is checked before any is counted, so a bad row leaves counts as they were.
+  for (int64_t t = 0; t < n; ++t) {
+    if (slots && slots[t] < 0) continue;
+    const int32_t* id = ids.row<int32_t>(t);
+    for (int64_t j = 0; j < top_k; ++j) {
+      DI_CHECK(id[j] >= 0 && id[j] < n_experts, "count_experts: expert id {} of token {} out of range [0, {})",
+               id[j], t, n_experts);
+    }
+  }
+  int32_t* out = counts.data_as<int32_t>();
+  for (int64_t t = 0; t < n; ++t) {
+    if (slots && slots[t] < 0) continue;
+    const int32_t* id = ids.row<int32_t>(t);
+    for (int64_t j = 0; j < top_k; ++j) ++out[id[j]];
+  }
+}
+
 }  // namespace deepinfer::cpu

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backend/cuda/cuda_expert_counts.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_moe.h"
 #include "backend/cuda/cuda_sampling.h"
@@ -235,6 +236,7 @@ void CudaBackend::synchronize() {
   if (err & kErrAttentionLayout) what.push_back("attention: inconsistent q_indptr/kv_indptr/kv_last_page_len");
   if (err & kErrSampleLogits) what.push_back("sample: +inf logit in a non-greedy row");
   if (err & kErrMoeExpertId) what.push_back("moe_experts: expert id out of range");
+  if (err & kErrExpertCountId) what.push_back("count_experts: expert id out of range");
   fail("CUDA backend: bad input data detected on the device: {}", fmt::join(what, "; "));
 }
 
@@ -522,6 +524,12 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   m.err = error_word_;
   launch_moe_experts(m, stream_);
   check_launch("moe_experts");
+}
+
+void CudaBackend::count_experts(const Tensor& expert_ids, const Tensor& token_slots, Tensor counts) {
+  launch_count_experts(rows_of(expert_ids), token_slots.defined() ? token_slots.data_as<const int32_t>() : nullptr,
+                       counts.data_as<int32_t>(), static_cast<int>(counts.size(0)), error_word_, stream_);
+  check_launch("count_experts");
 }
 
 void CudaBackend::sample(const Tensor& logits, const Tensor& params, Tensor tokens) {

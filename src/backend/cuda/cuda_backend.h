@@ -71,6 +71,8 @@ class CudaBackend final : public Backend {
   size_t moe_workspace_bytes(int64_t n_tokens, int top_k, const MoeExpertWeights& w) const override;
   void moe_experts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights, const MoeExpertWeights& w,
                    Activation act, bool accumulate, Tensor workspace, Tensor out) override;
+  // Expert-load counts (cuda_expert_counts.cu).
+  void count_experts(const Tensor& expert_ids, const Tensor& token_slots, Tensor counts) override;
   void sample(const Tensor& logits, const Tensor& params, Tensor tokens) override;
 
   int num_sms() const { return num_sms_; }
