@@ -34,6 +34,9 @@ struct SweepPoint {
   int64_t decode_steps = 0;
   double decode_busy_ms = 0;
   double decode_idle_ms = 0;
+  // --eplb-ep-size: the engine's moe_lb (window over the last steps) at the end of the point.
+  double moe_lb = 0;
+  double moe_lb_contiguous = 0;
   double decode_idle_max_ms = 0;
   int64_t graph_steps = 0;
 };
@@ -88,6 +91,10 @@ SweepPoint run_point(Engine& engine, int32_t batch, int32_t prompt_len, int32_t 
     pt.decode_busy_ms = s.device_busy_ms - decode_start->device_busy_ms;
     pt.decode_idle_ms = s.device_idle_ms - decode_start->device_idle_ms;
     pt.graph_steps = s.graph_steps - decode_start->graph_steps;
+  }
+  if (const EngineStats s = engine.stats(); s.eplb) {
+    pt.moe_lb = s.moe_lb;
+    pt.moe_lb_contiguous = s.moe_lb_contiguous;
   }
   const double prefill_s = Seconds(last_first_token - start).count();
   const double decode_s = Seconds(end - last_first_token).count();
@@ -220,6 +227,7 @@ int run_bench(int argc, char** argv) {
   }
   engine.check_integrity();
   const ModelConfig& mc = engine.model_config();
+  const bool eplb = engine.stats().eplb;
   if (json) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& p : points) {
@@ -230,6 +238,10 @@ int run_bench(int argc, char** argv) {
                    {"pipelined", engine.pipelined()}, {"decode_steps", p.decode_steps},
                    {"graph_steps", p.graph_steps}, {"decode_device_busy_ms", p.decode_busy_ms},
                    {"decode_device_idle_ms", p.decode_idle_ms}, {"decode_idle_max_ms", p.decode_idle_max_ms}});
+      if (eplb) {
+        j.back()["moe_lb"] = p.moe_lb;
+        j.back()["moe_lb_contiguous"] = p.moe_lb_contiguous;
+      }
     }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -240,6 +252,17 @@ int run_bench(int argc, char** argv) {
     const double idle_pct = p.decode_busy_ms > 0 ? 100.0 * p.decode_idle_ms / (p.decode_busy_ms + p.decode_idle_ms) : 0;
     std::printf("| %s | %d | %d | %d | %.1f | %.1f | %.3f | %.2f%% |\n", mc.arch.c_str(), p.batch, p.prompt_len,
                 p.gen_len, p.prefill_tok_s, p.decode_tok_s, p.ttft_mean_s, idle_pct);
+  }
+  if (eplb) {
+    std::printf("\nEPLB simulated over %d ranks (window %d steps, re-placement every %d, %d re-placements so far); "
+                "moe_lb = max rank load / mean, mean over MoE layers, at the end of each point:\n",
+                config.eplb_ep_size, config.eplb_window_steps, config.eplb_interval_steps,
+                static_cast<int>(engine.stats().eplb_replacements));
+    std::printf("| batch | prompt | gen | moe_lb | moe_lb contiguous |\n| ---: | ---: | ---: | ---: | ---: |\n");
+    for (const auto& p : points) {
+      std::printf("| %d | %d | %d | %.3f | %.3f |\n", p.batch, p.prompt_len, p.gen_len, p.moe_lb,
+                  p.moe_lb_contiguous);
+    }
   }
   return 0;
 }

@@ -37,6 +37,19 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "on GPUs unless --kv-cache-tokens is given)")
       ->check(CLI::Range(0.05, 0.99));
   app.add_flag("--enforce-eager", c.enforce_eager, "never run decode steps as CUDA graphs");
+  app.add_option("--eplb-ep-size", c.eplb_ep_size,
+                 "MoE models: collect expert-load statistics and simulate EPLB over this many ranks "
+                 "(0 = off; exports moe_lb)")
+      ->check(CLI::Range(0, 1 << 16));
+  app.add_option("--eplb-window-steps", c.eplb_window_steps, "EPLB: steps of expert load kept")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--eplb-interval-steps", c.eplb_interval_steps, "EPLB: re-place experts every this many steps")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--eplb-redundant-slots", c.eplb_redundant_slots, "EPLB: extra expert slots per rank")
+      ->check(CLI::Range(0, 1 << 16));
+  app.add_option("--routing-trace", c.routing_trace_path,
+                 "MoE models: write each step's tokens per expert to PATH.layer<L>.csv, one file per MoE layer "
+                 "(input of `deepinfer eplb-sim --trace`)");
 }
 
 std::string default_model_path(const char* argv0) {

@@ -12,6 +12,7 @@
 #include "kv/kv_storage.h"
 #include "kv/prefix_cache.h"
 #include "model/model_loader.h"
+#include "moe/expert_load_monitor.h"
 #include "runner/model_runner.h"
 #include "runner/rng.h"
 #include "sched/scheduler.h"
@@ -123,6 +124,30 @@ Engine::Engine(EngineConfig config) : config_(std::move(config)) {
   limits.max_num_seqs = config_.max_num_seqs;
   limits.max_model_len = max_model_len_;
   limits.use_graphs = !config_.enforce_eager;
+  if (config_.eplb_ep_size != 0 || !config_.routing_trace_path.empty()) {
+    std::vector<int32_t> moe_layers;
+    for (int32_t i = 0; i < mc.n_layers; ++i) {
+      if (mc.is_moe(i)) moe_layers.push_back(i);
+    }
+    DI_CHECK(!moe_layers.empty() && mc.moe.n_experts > 0,
+             "--eplb-ep-size and --routing-trace need a mixture-of-experts model; {} has no MoE layer", mc.arch);
+    moe::ExpertLoadMonitorOptions eo;
+    eo.num_ranks = config_.eplb_ep_size;
+    eo.schedule = {config_.eplb_window_steps, config_.eplb_interval_steps, config_.eplb_redundant_slots};
+    eo.trace_path = config_.routing_trace_path;
+    expert_load_ = std::make_unique<moe::ExpertLoadMonitor>(moe_layers, mc.moe.n_experts, eo);
+    limits.count_experts = true;
+    if (expert_load_->balancing()) {
+      log_info("engine: EPLB statistics for {} MoE layers x {} experts, simulating {} ranks: window {} steps, "
+               "re-placement every {} steps, {} redundant slot(s) per rank",
+               moe_layers.size(), mc.moe.n_experts, eo.num_ranks, eo.schedule.window_steps,
+               eo.schedule.interval_steps, eo.schedule.redundant_slots_per_rank);
+    }
+    if (!eo.trace_path.empty()) {
+      log_info("engine: routing trace of {} MoE layers to {} (one file per layer)", moe_layers.size(),
+               moe::ExpertLoadMonitor::trace_file(eo.trace_path, moe_layers.front()));
+    }
+  }
   runner_ = std::make_unique<ModelRunner>(model_->model(), *backend_, *kv_, limits);
   pipelined_ = env_flag("DEEPINFER_ZERO_OVERHEAD_SCHEDULING", config_.zero_overhead_scheduling);
   log_info("engine: {} step loop{}", pipelined_ ? "pipelined (zero-overhead)" : "synchronous",
@@ -345,6 +370,7 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
   stats_.last_step_idle_ms = res.idle_ms_before;
   ++stats_.timed_steps;
   if (res.graph) ++stats_.graph_steps;
+  if (expert_load_) expert_load_->record_step(res.expert_counts);
   if (res.idle_ms_before >= 0) {
     stats_.device_idle_ms += res.idle_ms_before;
     stats_.device_idle_max_ms = std::max(stats_.device_idle_max_ms, res.idle_ms_before);
@@ -432,6 +458,12 @@ EngineStats Engine::stats() const {
   if (prefix_cache_) {
     s.prefix_query_tokens = prefix_cache_->stats().query_tokens;
     s.prefix_hit_tokens = prefix_cache_->stats().hit_tokens;
+  }
+  if (expert_load_ && expert_load_->balancing()) {
+    s.eplb = true;
+    s.moe_lb = expert_load_->moe_lb();
+    s.moe_lb_contiguous = expert_load_->moe_lb_contiguous();
+    s.eplb_replacements = expert_load_->replacements();
   }
   return s;
 }

@@ -28,6 +28,9 @@ class PrefixCache;
 class Scheduler;
 class ModelRunner;
 class StreamingDetokenizer;
+namespace moe {
+class ExpertLoadMonitor;
+}
 
 struct TokenOutput {
   int32_t token = -1;
@@ -65,6 +68,13 @@ struct EngineStats {
   double device_idle_max_ms = 0.0;
   double last_step_device_ms = 0.0;  // the most recently completed step
   double last_step_idle_ms = -1.0;   // negative when unknown
+  // EPLB simulation (--eplb-ep-size): moe_lb (max rank load / mean) averaged
+  // over MoE layers, over the statistics window, for the current placement and
+  // for the contiguous placement without redundancy.
+  bool eplb = false;
+  double moe_lb = 1.0;
+  double moe_lb_contiguous = 1.0;
+  int64_t eplb_replacements = 0;
 };
 
 // Finished-request facts for callers that report timings.
@@ -135,6 +145,7 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<moe::ExpertLoadMonitor> expert_load_;  // with --eplb-ep-size or --routing-trace
   int32_t max_model_len_ = 0;
 
   uint64_t next_id_ = 1;

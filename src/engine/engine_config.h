@@ -34,6 +34,19 @@ struct EngineConfig {
   // --gpu-memory-utilization: share of the device's memory this engine may
   // use (weights, activations, KV cache); sizes the KV cache on GPUs.
   double gpu_memory_utilization = 0.9;
+  // Expert-load statistics of MoE models (EPLB, docs/eplb.md). eplb_ep_size
+  // > 0 (--eplb-ep-size) simulates expert parallelism over that many ranks:
+  // every step's routed tokens per expert feed a window of eplb_window_steps
+  // steps, and the experts are re-placed every eplb_interval_steps steps with
+  // eplb_redundant_slots extra slots per rank (on one GPU nothing moves; the
+  // moe_lb metric shows the effect). Defaults: EplbSchedule::decode().
+  int32_t eplb_ep_size = 0;
+  int32_t eplb_window_steps = 1000;      // --eplb-window-steps
+  int32_t eplb_interval_steps = 10000;   // --eplb-interval-steps
+  int32_t eplb_redundant_slots = 1;      // --eplb-redundant-slots
+  // --routing-trace: each step's counts appended to one CSV per MoE layer
+  // (ExpertLoadMonitor::trace_file), the format `deepinfer eplb-sim --trace` reads.
+  std::string routing_trace_path;
 };
 
 }  // namespace deepinfer

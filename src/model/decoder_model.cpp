@@ -259,6 +259,7 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
   ops::embedding(backend_, token_embd_, in.token_ids, x);
   if (c.embedding_scale != 1.0f) ops::scale(backend_, x, c.embedding_scale, x);
 
+  int64_t moe_index = 0;  // row of in.expert_counts
   for (int i = 0; i < c.n_layers; ++i) {
     const Layer& l = layers_[i];
     // The previous sub-layer's output (delta) joins the residual stream here,
@@ -278,7 +279,8 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
     if (l.post_attn_norm.defined()) ops::rms_norm(backend_, delta, l.post_attn_norm, eps, off1, delta);
     ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, off1, h);
     if (l.moe.router.defined()) {
-      layers::moe_layer(backend_, l.moe, route_, c.activation, h, moe, delta);
+      const Tensor counts = in.expert_counts.defined() ? in.expert_counts.row(moe_index++) : Tensor();
+      layers::moe_layer(backend_, l.moe, route_, c.activation, h, moe, delta, in.slot_mapping, counts);
     } else {
       layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp, delta);
     }

@@ -224,6 +224,7 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
   const float eps = c.rms_eps;
 
   ops::embedding(backend_, token_embd_, in.token_ids, x);
+  int64_t moe_index = 0;  // row of in.expert_counts
   for (int i = 0; i < c.n_layers; ++i) {
     const Layer& l = layers_[i];
     if (i == 0) {
@@ -242,6 +243,9 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
     if (shared) layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp_scratch(l.mlp), delta);
     ops::linear(backend_, h, l.moe.router, Tensor(), router_logits);
     ops::moe_route(backend_, router_logits, l.route, expert_ids, expert_weights);
+    if (in.expert_counts.defined()) {
+      ops::count_experts(backend_, expert_ids, in.slot_mapping, in.expert_counts.row(moe_index++));
+    }
     ops::moe_experts(backend_, h, expert_ids, expert_weights, l.moe.experts, c.activation, shared, moe_ws, delta);
   }
   ops::add(backend_, x, delta, x);

@@ -13,6 +13,10 @@ struct ForwardInputs {
   Tensor slot_mapping;  // i32[num_tokens]: KV slot of each new token
   Tensor logit_rows;    // i32[num_logits]: token rows whose next-token logits are wanted
   AttentionMetadata attention;
+  // Optional i32[moe_layers, n_experts] (EPLB load statistics): the k-th MoE
+  // layer adds its routed choices per expert to row k (ops::count_experts),
+  // skipping padding tokens (negative slot_mapping). Undefined: nothing is counted.
+  Tensor expert_counts;
 };
 
 }  // namespace deepinfer

@@ -59,6 +59,18 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLi
     s.end = backend.create_event();
   }
   if (limits.use_graphs && backend.supports_graphs()) graph_sizes_ = graph_sizes_up_to(max_rows_);
+  if (limits.count_experts) {
+    const ModelConfig& c = model.config();
+    for (int i = 0; i < c.n_layers; ++i) moe_layers_ += c.is_moe(i) ? 1 : 0;
+    DI_CHECK(moe_layers_ > 0 && c.moe.n_experts > 0,
+             "expert-load statistics need a mixture-of-experts model; {} has no MoE layer", c.arch);
+    count_cells_ = int64_t{moe_layers_} * c.moe.n_experts;
+    const size_t bytes = static_cast<size_t>(count_cells_) * 4;
+    counts_dev_ = Buffer(backend, bytes);
+    counts_zero_host_ = static_cast<int32_t*>(backend.allocate_host(bytes));
+    std::memset(counts_zero_host_, 0, bytes);
+    for (Slot& s : slots_) s.counts_host = static_cast<int32_t*>(backend.allocate_host(bytes));
+  }
 }
 
 ModelRunner::~ModelRunner() {
@@ -72,7 +84,9 @@ ModelRunner::~ModelRunner() {
     backend_.deallocate_host(s.staging);
     backend_.deallocate_host(s.tokens_host);
     backend_.deallocate_host(s.logits_host);
+    backend_.deallocate_host(s.counts_host);
   }
+  backend_.deallocate_host(counts_zero_host_);
 }
 
 ModelRunner::Layout ModelRunner::layout(int32_t tokens, int32_t seqs, int32_t rows) const {
@@ -224,6 +238,9 @@ ForwardInputs ModelRunner::device_inputs(const Staged& st, int32_t graph_kv_len)
   a.kv_page_indices = view(l.kv_pages, graph ? max_kv_pages_ : st.pages);
   a.kv_last_page_len = view(l.last_len, st.seqs);
   a.kv_start_pos = view(l.start_pos, st.seqs);
+  if (count_cells_ > 0) {
+    in.expert_counts = counts_dev_.view(DType::I32, {moe_layers_, count_cells_ / moe_layers_});
+  }
   return in;
 }
 
@@ -262,6 +279,8 @@ int ModelRunner::launch(const ScheduledBatch& batch, std::span<const RowSampling
   const Tensor gather_index =
       step_dev_.view(DType::I32, {st.tokens}, static_cast<size_t>(sampled_ints_ + st.l.gather) * 4);
   ops::gather_rows(backend_, sources, gather_index, token_ids_dev_.view(DType::I32, {st.tokens, 1}));
+  const Tensor counts_flat = count_cells_ > 0 ? counts_dev_.view(DType::I32, {count_cells_}) : Tensor();
+  if (counts_flat.defined()) backend_.copy_async(counts_flat, Tensor(counts_zero_host_, DType::I32, {count_cells_}));
 
   const int32_t graph_kv_len = padded > 0 ? graph_kv_bucket(st.max_kv) : 0;
   const ForwardInputs in = device_inputs(st, graph_kv_len);
@@ -301,6 +320,7 @@ int ModelRunner::launch(const ScheduledBatch& batch, std::span<const RowSampling
       ++k;
     }
   }
+  if (counts_flat.defined()) backend_.copy_async(Tensor(s.counts_host, DType::I32, {count_cells_}), counts_flat);
   s.end->record();
 
   s.in_flight = true;
@@ -324,6 +344,7 @@ StepResults ModelRunner::wait(int slot) {
   const auto vocab = static_cast<size_t>(model_.config().vocab_size);
   r.logits = std::span<const float>(s.logits_host, static_cast<size_t>(s.num_copied) * vocab);
   r.graph = s.graph;
+  if (count_cells_ > 0) r.expert_counts = std::span<const int32_t>(s.counts_host, static_cast<size_t>(count_cells_));
   r.device_ms = s.end->elapsed_ms_since(*s.start);
   if (s.prev_slot >= 0) {
     const Slot& prev = slots_[s.prev_slot];

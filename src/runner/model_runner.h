@@ -35,6 +35,10 @@ struct RunnerLimits {
   int32_t max_num_seqs = 256;
   int32_t max_model_len = 8192;
   bool use_graphs = true;  // when the backend supports them (--enforce-eager turns this off)
+  // Count each step's routed tokens per expert of every MoE layer on the
+  // device and bring the counts back with the step's results (EPLB load
+  // statistics). Off: no buffer, no op, no copy.
+  bool count_experts = false;
 };
 
 // How one sampling row (a sequence with `sample` set) of a step is sampled.
@@ -52,6 +56,10 @@ struct StepResults {
   double device_ms = 0.0;
   double idle_ms_before = -1.0;
   bool graph = false;  // ran as a captured graph
+  // With RunnerLimits::count_experts: i32[moe_layers x n_experts], row-major,
+  // the step's routed (token, expert) choices; padding rows of graph batches
+  // are not counted. Empty otherwise.
+  std::span<const int32_t> expert_counts;
 };
 
 class ModelRunner {
@@ -73,6 +81,8 @@ class ModelRunner {
   Model& model() { return model_; }
   const RunnerLimits& limits() const { return limits_; }
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
+  // Rows of StepResults::expert_counts (0 unless counting).
+  int32_t num_counted_moe_layers() const { return moe_layers_; }
 
  private:
   // Offsets (in int32 units) of the step inputs inside a slot's staging
@@ -110,11 +120,19 @@ class ModelRunner {
   Buffer step_dev_;
   Buffer token_ids_dev_;  // i32[max tokens]: the gathered input ids
   Buffer logits_dev_;     // f32[max_rows_, vocab]
+  // Expert counting: one device count table every step zeroes and fills (a
+  // fixed address, so captured graphs write it too) and a pinned zero image
+  // the zeroing copies from.
+  int32_t moe_layers_ = 0;
+  int64_t count_cells_ = 0;  // moe_layers_ * n_experts
+  Buffer counts_dev_;
+  int32_t* counts_zero_host_ = nullptr;
 
   struct Slot {
     int32_t* staging = nullptr;      // pinned
     int32_t* tokens_host = nullptr;  // pinned i32[max_rows_]
     float* logits_host = nullptr;    // pinned, grown on demand
+    int32_t* counts_host = nullptr;  // pinned i32[count_cells_] when counting
     int64_t logits_rows_capacity = 0;
     std::unique_ptr<DeviceEvent> start, end;
     int32_t num_rows = 0, num_copied = 0;

@@ -72,6 +72,17 @@ std::string ApiServer::render_metrics() {
   m.counter("deepinfer:prompt_tokens_total", "Prompt tokens admitted.").set(static_cast<double>(s.engine.prompt_tokens));
   m.counter("deepinfer:generation_tokens_total", "Tokens generated.").set(static_cast<double>(s.engine.generation_tokens));
   m.gauge("deepinfer:engine_alive", "1 while the engine loop runs.").set(engine_.ready() ? 1 : 0);
+  if (s.engine.eplb) {
+    // Only with --eplb-ep-size: a model without the statistics has no moe_lb to report.
+    m.gauge("deepinfer:moe_lb", "MoE load balance over the EPLB window: max rank load / mean rank load for the "
+                                "current (simulated) expert placement, mean over MoE layers; 1 is perfect.")
+        .set(s.engine.moe_lb);
+    m.gauge("deepinfer:moe_lb_contiguous", "moe_lb of the contiguous expert placement (no re-placement) over the "
+                                           "same window.")
+        .set(s.engine.moe_lb_contiguous);
+    m.counter("deepinfer:eplb_replacements_total", "EPLB expert re-placements.")
+        .set(static_cast<double>(s.engine.eplb_replacements));
+  }
   for (const char* reason : {"stop", "length", "abort"}) {
     m.counter("deepinfer:request_success_total", "Finished requests (per sample) by finish reason.", {{"finished_reason", reason}});
   }

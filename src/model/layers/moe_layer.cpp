@@ -5,7 +5,8 @@
 namespace deepinfer::layers {
 
 void moe_layer(Backend& backend, const MoeWeights& w, const MoeRouteParams& route, Activation activation,
-               const Tensor& h, const MoeScratch& scratch, Tensor out) {
+               const Tensor& h, const MoeScratch& scratch, Tensor out, const Tensor& token_slots,
+               Tensor expert_counts) {
   bool accumulate = false;
   if (w.shared.gate.defined()) {
     // The shared expert runs as a one-expert MoE whose routing weight is the
@@ -20,6 +21,7 @@ void moe_layer(Backend& backend, const MoeWeights& w, const MoeRouteParams& rout
   }
   ops::linear(backend, h, w.router, w.router_bias, scratch.router_logits);
   ops::moe_route(backend, scratch.router_logits, route, scratch.expert_ids, scratch.expert_weights);
+  if (expert_counts.defined()) ops::count_experts(backend, scratch.expert_ids, token_slots, expert_counts);
   ops::moe_experts(backend, h, scratch.expert_ids, scratch.expert_weights, w.experts, activation, accumulate,
                    scratch.workspace, out);
 }

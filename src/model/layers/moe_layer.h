@@ -29,8 +29,11 @@ struct MoeScratch {
   Tensor workspace;       // u8[moe_workspace_bytes of the routed and the shared experts, the larger]
 };
 
-// out[n, hidden] = moe(h[n, hidden]).
+// out[n, hidden] = moe(h[n, hidden]). When expert_counts (i32[n_experts]) is
+// defined the routed choices of tokens with a non-negative slot are added to
+// it (the shared expert is not counted: it sits on every rank).
 void moe_layer(Backend& backend, const MoeWeights& w, const MoeRouteParams& route, Activation activation,
-               const Tensor& h, const MoeScratch& scratch, Tensor out);
+               const Tensor& h, const MoeScratch& scratch, Tensor out, const Tensor& token_slots = Tensor(),
+               Tensor expert_counts = Tensor());
 
 }  // namespace deepinfer::layers
