@@ -147,7 +147,7 @@ if has pdl && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
     for pdl in 1 0; do
       DEEPINFER_PDL=$pdl timeout 120 "$BIN/deepinfer" bench --device cuda --model /tmp/deepinfer_e2e/llama8b \
         -b 1,32 -p 128 -g 256 -r 1 --json --max-model-len 512 2>/dev/null |
-        python3 -c 'import json,sys; print(" ".join(f"b{p[\"batch\"]}: {1000*p[\"batch\"]/p[\"decode_tok_s\"]:.3f} ms/step" for p in json.load(sys.stdin)))' |
+        python3 -c 'import json,sys; print(" ".join("b%d: %.3f ms/step" % (p["batch"], 1000 * p["batch"] / p["decode_tok_s"]) for p in json.load(sys.stdin)))' |
         sed "s/^/    round $round PDL=$pdl: /" >> "$REPORT"
     done
   done

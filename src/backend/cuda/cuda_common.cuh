@@ -74,7 +74,6 @@ inline unsigned blocks_for(int64_t items, int threads, int64_t cap = 65535LL * 1
 // Both are no-ops for a kernel launched normally.
 __device__ __forceinline__ void wait_for_prior_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void release_next_kernel() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // Whether launch_chained asks for early scheduling (DEEPINFER_PDL=0 turns it off).
 bool chained_launch_enabled();

@@ -44,15 +44,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const char* x, in
 #pragma unroll
     for (int i = 0; i < N; ++i) acc[r][i] = 0.0f;
   }
-  // Weights are never written, so this block's rows can be pulled into L2
-  // while the kernel producing x still runs (see launch_chained).
-  if (j < m) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const char* row = w + (j + r * m) * w_stride;
-      for (int64_t c = (sub * 32 + lane) * 8; c < chunks; c += stride * 8) prefetch_l2(row + c * 16);
-    }
-  }
+  // Loading weights before the wait (into registers or L2) was tried: the
+  // extra registers or the duplicate L2 requests cost more (~10%) than the
+  // overlap gained.
   wait_for_prior_kernel();
   release_next_kernel();
   if (j < m) {
