@@ -222,6 +222,15 @@ class Backend {
   // view of K) v is the matching view of k and only k is written.
   virtual void store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                         KvCacheLayer cache) = 0;
+  // rope(q, k) then store_kv(k, v) in one pass, for backends where the two
+  // would be separate kernels each paying a launch (decode). Returns false
+  // when the backend has no fused path for these arguments; the caller then
+  // runs the two ops.
+  virtual bool rope_store_kv(Tensor q, Tensor k, const Tensor& v, const Tensor& positions, const RopeParams& params,
+                             const Tensor& slot_mapping, KvCacheLayer cache) {
+    (void)q, (void)k, (void)v, (void)positions, (void)params, (void)slot_mapping, (void)cache;
+    return false;
+  }
   // q[n, n_heads_q, head_dim] -> out[n, n_heads_q, v_head_dim]; causal within each sequence,
   // grouped-query (n_heads_q a multiple of n_heads_kv; MLA: one latent KV head).
   virtual void attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,

@@ -175,7 +175,9 @@ bool gated_linear(Backend& backend, const Tensor& x, const Tensor& w_gate_up, Ac
   return backend.gated_linear(x, w_gate_up, act, out);
 }
 
-void rope(Backend& backend, Tensor q, Tensor k, const Tensor& positions, const RopeParams& params) {
+namespace {
+
+void check_rope(Tensor q, Tensor k, const Tensor& positions, const RopeParams& params, Backend& backend) {
   const char* op = "rope";
   check_activation(op, "q", q, backend);
   check_rank(op, "q", q, 3);
@@ -197,6 +199,12 @@ void rope(Backend& backend, Tensor q, Tensor k, const Tensor& positions, const R
   DI_CHECK(params.inv_freq.size(0) == params.rotary_dim / 2,
            "{}: inv_freq {} must have rotary_dim / 2 = {} entries", op, params.inv_freq.describe(),
            params.rotary_dim / 2);
+}
+
+}  // namespace
+
+void rope(Backend& backend, Tensor q, Tensor k, const Tensor& positions, const RopeParams& params) {
+  check_rope(q, k, positions, params, backend);
   backend.rope(q, k, positions, params);
 }
 
@@ -217,8 +225,10 @@ void check_cache(const char* op, const KvCacheLayer& cache, const Backend& backe
 
 }  // namespace
 
-void store_kv(Backend& backend, const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
-              const KvCacheLayer& cache) {
+namespace {
+
+void check_store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping, const KvCacheLayer& cache,
+                    Backend& backend) {
   const char* op = "store_kv";
   check_activation(op, "k", k, backend);
   check_activation(op, "v", v, backend);
@@ -236,6 +246,23 @@ void store_kv(Backend& backend, const Tensor& k, const Tensor& v, const Tensor& 
              op);
   }
   check_index_vector(op, "slot_mapping", slot_mapping, backend, k.size(0));
+}
+
+}  // namespace
+
+void store_kv(Backend& backend, const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
+              const KvCacheLayer& cache) {
+  check_store_kv(k, v, slot_mapping, cache, backend);
+  backend.store_kv(k, v, slot_mapping, cache);
+}
+
+void rope_store_kv(Backend& backend, Tensor q, Tensor k, const Tensor& v, const Tensor& positions,
+                   const RopeParams& params, const Tensor& slot_mapping, const KvCacheLayer& cache) {
+  DI_CHECK(k.defined(), "rope_store_kv: k is required");
+  check_rope(q, k, positions, params, backend);
+  check_store_kv(k, v, slot_mapping, cache, backend);
+  if (backend.rope_store_kv(q, k, v, positions, params, slot_mapping, cache)) return;
+  backend.rope(q, k, positions, params);
   backend.store_kv(k, v, slot_mapping, cache);
 }
 

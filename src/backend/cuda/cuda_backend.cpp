@@ -372,6 +372,18 @@ void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_
   check_launch("store_kv");
 }
 
+bool CudaBackend::rope_store_kv(Tensor q, Tensor k, const Tensor& v, const Tensor& positions,
+                                const RopeParams& params, const Tensor& slot_mapping, KvCacheLayer cache) {
+  if (cache.v.data() == cache.k.data()) return false;  // latent caches store through their own layer
+  launch_rope_store_kv(elem_type(q.dtype(), "rope_store_kv"), heads_of(q), heads_of(k), heads_of(v),
+                       positions.data_as<const int32_t>(), params.inv_freq.data_as<const float>(), params.rotary_dim,
+                       params.style == RopeStyle::Neox, params.attention_factor,
+                       slot_mapping.data_as<const int32_t>(), cache_of(cache.k), cache_of(cache.v), error_word_,
+                       stream_);
+  check_launch("rope_store_kv");
+  return true;
+}
+
 void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,
                             const AttentionParams& params, Tensor out) {
   AttentionLaunch a;

@@ -59,6 +59,8 @@ class CudaBackend final : public Backend {
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) override;
   void rope(Tensor q, Tensor k, const Tensor& positions, const RopeParams& params) override;
   void store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping, KvCacheLayer cache) override;
+  bool rope_store_kv(Tensor q, Tensor k, const Tensor& v, const Tensor& positions, const RopeParams& params,
+                     const Tensor& slot_mapping, KvCacheLayer cache) override;
   void attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,
                  const AttentionParams& params, Tensor out) override;
   void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor out) override;

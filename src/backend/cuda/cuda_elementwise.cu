@@ -176,13 +176,10 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_rows_kernel(RowView x, 
   }
 }
 
+// Rotates token t's q and k heads in place; table: 2 * half floats of shared memory (cos, sin).
 template <typename T>
-__global__ void rope_kernel(HeadView q, HeadView k, const int32_t* positions, const float* inv_freq, int half,
-                            bool neox, float factor) {
-  wait_for_prior_kernel();
-  release_next_kernel();
-  extern __shared__ float table[];  // cos[half], sin[half]
-  int64_t t = blockIdx.x;
+__device__ void rotate_token(int64_t t, const HeadView& q, const HeadView& k, const int32_t* positions,
+                             const float* inv_freq, int half, bool neox, float factor, float* table) {
   float pos = static_cast<float>(positions[t]);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     float s, c;
@@ -206,20 +203,28 @@ __global__ void rope_kernel(HeadView q, HeadView k, const int32_t* positions, co
 }
 
 template <typename T>
-__global__ void store_kv_kernel(HeadView k, HeadView v, const int32_t* slots, CacheView ck, CacheView cv,
-                                uint32_t* err) {
+__global__ void rope_kernel(HeadView q, HeadView k, const int32_t* positions, const float* inv_freq, int half,
+                            bool neox, float factor) {
   wait_for_prior_kernel();
   release_next_kernel();
-  int64_t t = blockIdx.x;
-  int64_t slot = slots[t];
+  extern __shared__ float table[];  // cos[half], sin[half]
+  rotate_token<T>(blockIdx.x, q, k, positions, inv_freq, half, neox, factor, table);
+}
+
+// Writes token t's K and V heads into its cache slot; a negative slot is a
+// padding token (nothing stored), one past the cache sets the error bit.
+template <typename T>
+__device__ void store_token_kv(int64_t t, const HeadView& k, const HeadView& v, const int32_t* slots,
+                               const CacheView& ck, const CacheView& cv, uint32_t* err) {
+  const int64_t slot = slots[t];
   if (slot < 0) return;  // padding token
   if (slot >= ck.pages * ck.page_size) {
     if (threadIdx.x == 0) atomicOr(err, kErrStoreKvSlot);
     return;
   }
-  int64_t page = slot / ck.page_size, offset = slot % ck.page_size;
+  const int64_t page = slot / ck.page_size, offset = slot % ck.page_size;
   for (int64_t item = threadIdx.x; item < k.heads * k.dim; item += blockDim.x) {
-    int64_t h = item / k.dim, d = item % k.dim;
+    const int64_t h = item / k.dim, d = item % k.dim;
     const T* ks = reinterpret_cast<const T*>(k.base + t * k.stride0 + h * k.stride1);
     const T* vs = reinterpret_cast<const T*>(v.base + t * v.stride0 + h * v.stride1);
     T* kd = reinterpret_cast<T*>(ck.base + page * ck.stride0 + offset * ck.stride1 + h * ck.stride2);
@@ -227,6 +232,29 @@ __global__ void store_kv_kernel(HeadView k, HeadView v, const int32_t* slots, Ca
     kd[d] = ks[d];
     if (d < v.dim) vd[d] = vs[d];
   }
+}
+
+template <typename T>
+__global__ void store_kv_kernel(HeadView k, HeadView v, const int32_t* slots, CacheView ck, CacheView cv,
+                                uint32_t* err) {
+  wait_for_prior_kernel();
+  release_next_kernel();
+  store_token_kv<T>(blockIdx.x, k, v, slots, ck, cv, err);
+}
+
+// RoPE on q and k, then k (as rotated) and v into the cache: one launch
+// instead of two in each decode layer. The block's own writes to k are
+// visible to its threads after the barrier.
+template <typename T>
+__global__ void rope_store_kv_kernel(HeadView q, HeadView k, HeadView v, const int32_t* positions,
+                                     const float* inv_freq, int half, bool neox, float factor, const int32_t* slots,
+                                     CacheView ck, CacheView cv, uint32_t* err) {
+  wait_for_prior_kernel();
+  release_next_kernel();
+  extern __shared__ float table[];
+  rotate_token<T>(blockIdx.x, q, k, positions, inv_freq, half, neox, factor, table);
+  __syncthreads();
+  store_token_kv<T>(blockIdx.x, k, v, slots, ck, cv, err);
 }
 
 // Element-wise kernels walk rows (grid y, strided) and columns (grid x and
@@ -417,6 +445,17 @@ void launch_rope(ElemType type, HeadView q, HeadView k, const int32_t* positions
   size_t smem = 2 * static_cast<size_t>(half) * sizeof(float);
   DI_DISPATCH_ELEM(type, T, (launch_chained(rope_kernel<T>, static_cast<unsigned>(q.n), 256, smem, as_stream(stream),
                                 q, k, positions, inv_freq, half, neox, attention_factor)));
+}
+
+void launch_rope_store_kv(ElemType type, HeadView q, HeadView k, HeadView v, const int32_t* positions,
+                          const float* inv_freq, int rotary_dim, bool neox, float attention_factor,
+                          const int32_t* slots, CacheView ck, CacheView cv, uint32_t* err, Stream stream) {
+  if (q.n == 0) return;
+  const int half = rotary_dim / 2;
+  const size_t smem = 2 * static_cast<size_t>(half) * sizeof(float);
+  DI_DISPATCH_ELEM(type, T, (launch_chained(rope_store_kv_kernel<T>, static_cast<unsigned>(q.n), 256, smem,
+                                            as_stream(stream), q, k, v, positions, inv_freq, half, neox,
+                                            attention_factor, slots, ck, cv, err)));
 }
 
 void launch_store_kv(ElemType type, HeadView k, HeadView v, const int32_t* slots, CacheView ck, CacheView cv,

@@ -29,8 +29,7 @@ void attention_layer(Backend& backend, const AttentionWeights& w, const Attentio
     ops::rms_norm(backend, q, w.q_norm, shape.rms_eps, shape.norm_weight_offset, q);
     ops::rms_norm(backend, k, w.k_norm, shape.rms_eps, shape.norm_weight_offset, k);
   }
-  ops::rope(backend, q, k, inputs.positions, rope);
-  ops::store_kv(backend, k, v, inputs.slot_mapping, cache);
+  ops::rope_store_kv(backend, q, k, v, inputs.positions, rope, inputs.slot_mapping, cache);
   Tensor attn = scratch.out.split_last(shape.n_heads_q, d);
   ops::attention(backend, q, cache, inputs.attention, params, attn);
   ops::linear(backend, scratch.out, w.wo, w.bo, out);
