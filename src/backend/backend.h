@@ -214,6 +214,10 @@ class Backend {
                             float weight_offset, Tensor out) = 0;
   // out[n, m] = x[n, k] * weight[m, k]^T (+ bias[m] when bias is defined).
   virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) = 0;
+  // A batch of linears without bias, one weight each: out[:, b] = x[:, b] W[b]^T
+  // for x [n, B, k], weight [B, m, k], out [n, B, m] (any outer strides; the
+  // per-head projections of MLA). The default runs B linears.
+  virtual void linear_batched(const Tensor& x, const Tensor& weight, Tensor out);
   // Rotary embedding in place on q[n, n_heads_q, head_dim] and k[n, n_heads_kv, head_dim]
   // at positions i32[n]; k may be undefined.
   virtual void rope(Tensor q, Tensor k, const Tensor& positions, const RopeParams& params) = 0;

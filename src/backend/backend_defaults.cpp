@@ -44,6 +44,11 @@ void Backend::deallocate_host(void* ptr) { std::free(ptr); }
 
 std::unique_ptr<DeviceEvent> Backend::create_event() { return std::make_unique<HostEvent>(); }
 
+void Backend::linear_batched(const Tensor& x, const Tensor& weight, Tensor out) {
+  const Tensor none;
+  for (int64_t b = 0; b < weight.size(0); ++b) linear(x.select(1, b), weight.row(b), none, out.select(1, b));
+}
+
 void Backend::begin_capture() { fail("{} backend: graph capture is not supported", name()); }
 
 std::unique_ptr<OpGraph> Backend::end_capture() { fail("{} backend: graph capture is not supported", name()); }

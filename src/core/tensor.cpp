@@ -69,6 +69,25 @@ Tensor Tensor::row(int64_t i) const {
   return t;
 }
 
+Tensor Tensor::select(int dim, int64_t i) const {
+  const int d = normalize_dim(dim);
+  DI_CHECK(ndim_ >= 2 && d < ndim_ - 1, "select() of dim {} needs an outer dimension of a rank >= 2 tensor, got {}",
+           dim, describe());
+  DI_CHECK(i >= 0 && i < shape_[d], "index {} of dim {} out of range for {}", i, dim, describe());
+  Tensor t;
+  t.data_ = static_cast<char*>(data_) + i * strides_[d];
+  t.dtype_ = dtype_;
+  t.device_ = device_;
+  t.ndim_ = ndim_ - 1;
+  for (int s = 0, o = 0; s < ndim_; ++s) {
+    if (s == d) continue;
+    t.shape_[o] = shape_[s];
+    t.strides_[o] = strides_[s];
+    ++o;
+  }
+  return t;
+}
+
 Tensor Tensor::slice_rows(int64_t start, int64_t count) const {
   DI_CHECK(ndim_ >= 1, "slice_rows() on an empty tensor");
   DI_CHECK(start >= 0 && count >= 0 && start + count <= shape_[0],

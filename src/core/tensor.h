@@ -58,6 +58,9 @@ class Tensor {
   Tensor row(int64_t i) const;
   // Rows [start, start+count) of the outermost dimension.
   Tensor slice_rows(int64_t start, int64_t count) const;
+  // Index i of dimension dim (not the innermost), which is dropped: e.g. head
+  // h of a [tokens, heads, dim] view as a [tokens, dim] view.
+  Tensor select(int dim, int64_t i) const;
   // Elements [start, start+len) of dimension dim (same memory, same strides).
   // Narrowing the innermost dimension of a quantised tensor must keep whole blocks.
   Tensor narrow(int dim, int64_t start, int64_t len) const;

@@ -158,6 +158,23 @@ void linear(Backend& backend, const Tensor& x, const Tensor& weight, const Tenso
   backend.linear(x, weight, bias, out);
 }
 
+void linear_batched(Backend& backend, const Tensor& x, const Tensor& weight, Tensor out) {
+  const char* op = "linear_batched";
+  check_activation(op, "x", x, backend);
+  check_rank(op, "x", x, 3);
+  check_device(op, "weight", weight, backend);
+  check_rank(op, "weight", weight, 3);
+  check_activation(op, "out", out, backend);
+  check_rank(op, "out", out, 3);
+  DI_CHECK(x.size(1) == weight.size(0) && x.size(2) == weight.size(2),
+           "{}: x {} must be [n, {}, {}] for weight {}", op, x.describe(), weight.size(0), weight.size(2),
+           weight.describe());
+  DI_CHECK(out.size(0) == x.size(0) && out.size(1) == weight.size(0) && out.size(2) == weight.size(1),
+           "{}: out {} must be [{}, {}, {}] for x {} and weight {}", op, out.describe(), x.size(0), weight.size(0),
+           weight.size(1), x.describe(), weight.describe());
+  backend.linear_batched(x, weight, out);
+}
+
 bool gated_linear(Backend& backend, const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out) {
   const char* op = "gated_linear";
   check_activation(op, "x", x, backend);

@@ -38,6 +38,8 @@ void attention(Backend& backend, const Tensor& q, const KvCacheLayer& cache,
 void gated_activation(Backend& backend, const Tensor& gate, const Tensor& up, Activation act,
                       Tensor out);
 // Returns false when the backend has no fused kernel (run linear + gated_activation).
+// out[:, b] = x[:, b] W[b]^T for x [n, B, k], weight [B, m, k], out [n, B, m].
+void linear_batched(Backend& backend, const Tensor& x, const Tensor& weight, Tensor out);
 bool gated_linear(Backend& backend, const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out);
 void add(Backend& backend, const Tensor& a, const Tensor& b, Tensor out);
 void scale(Backend& backend, const Tensor& x, float factor, Tensor out);

@@ -99,6 +99,24 @@ TEST_F(CudaBf16Test, Linear) {
   }
 }
 
+// Batched per-head products (MLA's absorbed projections): the one-launch
+// gemv path (n <= 4) and the per-head fallback, against the CPU in f32.
+TEST_F(CudaBf16Test, LinearBatched) {
+  Rng rng(104);
+  for (int64_t n : {1, 4, 11}) {
+    const int64_t heads = 16, k = 128, m = 512, qk = 192;
+    SCOPED_TRACE(fmt::format("n={}", n));
+    std::vector<float> x = round_bf16(rng.floats(static_cast<size_t>(n * heads * qk)));
+    std::vector<float> w = round_bf16(rng.floats(static_cast<size_t>(heads * m * k), -0.1f, 0.1f));
+    DeviceTensor gx = upload_bf16(gpu(), {n, heads * qk}, x), cx = upload_f32(cpu(), {n, heads * qk}, x);
+    DeviceTensor gw = upload_bf16(gpu(), {heads, m, k}, w), cw = upload_f32(cpu(), {heads, m, k}, w);
+    DeviceTensor go = zeros(gpu(), DType::BF16, {n, heads, m}), co = zeros(cpu(), DType::F32, {n, heads, m});
+    ops::linear_batched(gpu(), gx.t.split_last(heads, qk).narrow(2, 0, k), gw.t, go.t);
+    ops::linear_batched(cpu(), cx.t.split_last(heads, qk).narrow(2, 0, k), cw.t, co.t);
+    EXPECT_TRUE(all_close(download_any(gpu(), go.t), to_double(download_f32(cpu(), co.t)), 1e-2, 1e-2));
+  }
+}
+
 TEST_F(CudaBf16Test, NormsActivationsEmbedding) {
   Rng rng(101);
   // Widths cover the chunked kernels' warp splits (1/2/4/8 warps per row), a

@@ -174,5 +174,38 @@ TEST_P(EmbeddingTest, RejectsOutOfRangeIds) {
       Error);
 }
 
+// linear_batched: B products with their own weights over strided head views
+// (as MLA's per-head projections use it) against a double-precision reference.
+TEST_P(LinearTest, BatchedPerHeadWeights) {
+  Rng rng(77);
+  for (int64_t n : {1, 3, 9}) {
+    const int64_t heads = 4, k = 24, m = 16, x_row = heads * (k + 8), out_row = heads * (m + 4);
+    SCOPED_TRACE(fmt::format("n={}", n));
+    std::vector<float> x = rng.floats(static_cast<size_t>(n * x_row));
+    std::vector<float> w = rng.floats(static_cast<size_t>(heads * m * k));
+    DeviceTensor dx = upload_f32(backend(), {n, x_row}, x);
+    DeviceTensor dw = upload_f32(backend(), {heads, m, k}, w);
+    DeviceTensor dout = zeros(backend(), DType::F32, {n, out_row});
+    const Tensor xv = dx.t.split_last(heads, k + 8).narrow(2, 8, k);    // [n, heads, k], strided
+    const Tensor ov = dout.t.split_last(heads, m + 4).narrow(2, 0, m);  // [n, heads, m], strided
+    ops::linear_batched(backend(), xv, dw.t, ov);
+    const std::vector<float> got = download_f32(backend(), dout.t);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t j = 0; j < m; ++j) {
+          double want = 0;
+          for (int64_t l = 0; l < k; ++l) {
+            want += double{x[i * x_row + h * (k + 8) + 8 + l]} * w[(h * m + j) * k + l];
+          }
+          EXPECT_NEAR(got[i * out_row + h * (m + 4) + j], want, 1e-4) << i << " " << h << " " << j;
+        }
+        for (int64_t j = m; j < m + 4; ++j) EXPECT_EQ(got[i * out_row + h * (m + 4) + j], 0.0f);  // padding kept
+      }
+    }
+    DeviceTensor wrong = zeros(backend(), DType::F32, {heads + 1, m, k});
+    EXPECT_THROW(ops::linear_batched(backend(), xv, wrong.t, ov), Error);
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::testing

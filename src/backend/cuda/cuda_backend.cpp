@@ -432,6 +432,27 @@ void CudaBackend::gated_activation(const Tensor& gate, const Tensor& up, Activat
   check_launch("gated_activation");
 }
 
+void CudaBackend::linear_batched(const Tensor& x, const Tensor& weight, Tensor out) {
+  const int64_t n = x.size(0), batch = weight.size(0), m = weight.size(1), k = weight.size(2);
+  if (n == 0 || batch == 0 || m == 0) return;
+  auto aligned = [](const void* p, int64_t stride) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
+  };
+  // Decode: all B products in one gemv launch (grid y = b). Otherwise one
+  // linear per b (cuBLAS at these row counts).
+  if (n <= kGemvMaxRows && x.dtype() == weight.dtype() && x.dtype() != DType::F32 && out.dtype() == x.dtype() &&
+      k % 8 == 0 && aligned(x.data(), x.stride_bytes(0)) && aligned(x.data(), x.stride_bytes(1)) &&
+      aligned(weight.data(), weight.stride_bytes(0)) && aligned(weight.data(), weight.stride_bytes(1))) {
+    launch_gemv(elem_type(x.dtype(), "linear_batched"), static_cast<int>(n), static_cast<const char*>(x.data()),
+                x.stride_bytes(0), static_cast<const char*>(weight.data()), weight.stride_bytes(1), m, k, nullptr,
+                false, static_cast<char*>(out.data()), out.stride_bytes(0), stream_, GemvConfig{0, 4},
+                GemvBatch{batch, x.stride_bytes(1), weight.stride_bytes(0), out.stride_bytes(1)});
+    check_launch("linear_batched(gemv)");
+    return;
+  }
+  Backend::linear_batched(x, weight, out);
+}
+
 bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out) {
   const int64_t n = x.size(0), k = x.size(1);
   auto aligned = [](const void* p, int64_t stride) {

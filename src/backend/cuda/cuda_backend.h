@@ -58,6 +58,7 @@ class CudaBackend final : public Backend {
                     Tensor out) override;
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) override;
   void rope(Tensor q, Tensor k, const Tensor& positions, const RopeParams& params) override;
+  void linear_batched(const Tensor& x, const Tensor& weight, Tensor out) override;
   void store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping, KvCacheLayer cache) override;
   bool rope_store_kv(Tensor q, Tensor k, const Tensor& v, const Tensor& positions, const RopeParams& params,
                      const Tensor& slot_mapping, KvCacheLayer cache) override;

@@ -31,8 +31,11 @@ template <typename T, typename TO, int N, int kUnroll, bool kGlu>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const char* x, int64_t x_stride, const char* w,
                                                                int64_t w_stride, int64_t m, int64_t k,
                                                                const float* bias, char* out, int64_t out_stride,
-                                                               int wpr, bool gelu) {
+                                                               int wpr, bool gelu, GemvBatch batch) {
   constexpr int R = kGlu ? 2 : 1;  // weight rows per output
+  x += blockIdx.y * batch.x_stride;
+  w += blockIdx.y * batch.w_stride;
+  out += blockIdx.y * batch.out_stride;
   __shared__ float part[kGemvWarps][R * N];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = warp % wpr;
@@ -100,22 +103,24 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const char* x, in
 
 template <typename T, typename TO, int U, bool G>
 void launch_n(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k, const float* bias,
-              char* out, int64_t os, int wpr, bool gelu, cudaStream_t s) {
-  unsigned blocks = static_cast<unsigned>((m + kGemvWarps / wpr - 1) / (kGemvWarps / wpr));
-  dim3 threads(kGemvWarps * 32);
+              char* out, int64_t os, int wpr, bool gelu, const GemvBatch& b, cudaStream_t s) {
+  const dim3 blocks(static_cast<unsigned>((m + kGemvWarps / wpr - 1) / (kGemvWarps / wpr)),
+                    static_cast<unsigned>(b.count));
+  const dim3 threads(kGemvWarps * 32);
   switch (n) {
-    case 1: launch_chained(gemv_kernel<T, TO, 1, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu); break;
-    case 2: launch_chained(gemv_kernel<T, TO, 2, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu); break;
-    case 3: launch_chained(gemv_kernel<T, TO, 3, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu); break;
-    default: launch_chained(gemv_kernel<T, TO, 4, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu); break;
+    case 1: launch_chained(gemv_kernel<T, TO, 1, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b); break;
+    case 2: launch_chained(gemv_kernel<T, TO, 2, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b); break;
+    case 3: launch_chained(gemv_kernel<T, TO, 3, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b); break;
+    default: launch_chained(gemv_kernel<T, TO, 4, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b); break;
   }
 }
 
 template <typename T, typename TO, bool G = false>
 void launch_u(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k, const float* bias,
-              char* out, int64_t os, int wpr, int unroll, cudaStream_t s, bool gelu = false) {
-  if (unroll >= 8) launch_n<T, TO, 8, G>(n, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, s);
-  else launch_n<T, TO, 4, G>(n, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, s);
+              char* out, int64_t os, int wpr, int unroll, cudaStream_t s, bool gelu = false,
+              const GemvBatch& b = {}) {
+  if (unroll >= 8) launch_n<T, TO, 8, G>(n, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, s);
+  else launch_n<T, TO, 4, G>(n, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, s);
 }
 
 }  // namespace
@@ -134,16 +139,20 @@ GemvConfig gemv_config(int64_t m, int64_t k) {
 
 void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride, int64_t m,
                  int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride, Stream stream,
-                 GemvConfig config) {
+                 GemvConfig config, GemvBatch batch) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (config.warps_per_row <= 0) config = gemv_config(m, k);
   const int wpr = config.warps_per_row, u = config.unroll;
   if (type == ElemType::F16) {
-    if (out_f32) launch_u<__half, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s);
-    else launch_u<__half, __half>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s);
+    if (out_f32) launch_u<__half, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s, false, batch);
+    else launch_u<__half, __half>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s, false, batch);
   } else {
-    if (out_f32) launch_u<__nv_bfloat16, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s);
-    else launch_u<__nv_bfloat16, __nv_bfloat16>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s);
+    if (out_f32) {
+      launch_u<__nv_bfloat16, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s, false, batch);
+    } else {
+      launch_u<__nv_bfloat16, __nv_bfloat16>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s,
+                                             false, batch);
+    }
   }
 }
 

@@ -82,10 +82,17 @@ struct GemvConfig {
   int unroll = 4;
 };
 GemvConfig gemv_config(int64_t m, int64_t k);  // the launcher's choice for an [m, k] weight
+// A batch of independent products in one launch (e.g. the per-head
+// projections of MLA): product b reads x + b * x_stride and w + b * w_stride
+// and writes out + b * out_stride (byte strides).
+struct GemvBatch {
+  int64_t count = 1;
+  int64_t x_stride = 0, w_stride = 0, out_stride = 0;
+};
 // config.warps_per_row <= 0 = gemv_config(m, k).
 void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride, int64_t m,
                  int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride, Stream stream,
-                 GemvConfig config = GemvConfig{0, 4});
+                 GemvConfig config = GemvConfig{0, 4}, GemvBatch batch = {});
 // Gated-MLP decode product: out[n, f] = act(x W[0:f]^T) * (x W[f:2f]^T) for a
 // stacked gate-up weight [2f, k] (same conditions as launch_gemv; bf16/f16 out).
 void launch_gemv_glu(ElemType type, int n, const char* x, int64_t x_stride, const char* w_gate_up, int64_t w_stride,

@@ -54,19 +54,16 @@ void mla_layer(Backend& backend, const MlaWeights& w, const MlaShape& s, const R
   ops::copy(backend, scratch.q_att.reshape({n_rows, row}).narrow(1, lora, rot),
             scratch.q.reshape({n_rows, qk}).narrow(1, nope, rot));
   ops::rope(backend, q_att.narrow(2, lora, rot), k_row.narrow(2, lora, rot), inputs.positions, rope);
-  for (int64_t i = 0; i < heads; ++i) {
-    ops::linear(backend, scratch.q.narrow(1, i * qk, nope), w.w_uk_t.row(i), none,
-                scratch.q_att.narrow(1, i * row, lora));
-  }
+  ops::linear_batched(backend, scratch.q.split_last(heads, qk).narrow(2, 0, nope), w.w_uk_t,
+                      q_att.narrow(2, 0, lora));
 
   ops::store_kv(backend, k_row, k_row.narrow(2, 0, lora), inputs.slot_mapping, cache);
   const Tensor o_lat = scratch.o_lat.reshape({scratch.o_lat.size(0), heads, lora});
   ops::attention(backend, q_att, cache, inputs.attention, params, o_lat);
 
-  for (int64_t i = 0; i < heads; ++i) {
-    ops::linear(backend, scratch.o_lat.narrow(1, i * lora, lora), w.wkv_b.narrow(0, i * (nope + vd) + nope, vd), none,
-                scratch.o.narrow(1, i * vd, vd));
-  }
+  // W_UV of head i: rows [nope, nope + vd) of its block of kv_b_proj.
+  ops::linear_batched(backend, o_lat, w.wkv_b.reshape({heads, nope + vd, lora}).narrow(1, nope, vd),
+                      scratch.o.split_last(heads, vd));
   ops::linear(backend, scratch.o, w.wo, w.bo, out);
 }
 

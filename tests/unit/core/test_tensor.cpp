@@ -26,6 +26,21 @@ TEST(Tensor, ContiguousStridesAndRows) {
   EXPECT_THROW(t.reshape({5, 5}), Error);
 }
 
+TEST(Tensor, SelectDropsAnOuterDimension) {
+  std::vector<float> buf(24);
+  Tensor t(buf.data(), DType::F32, {2, 3, 4});
+  Tensor head = t.select(1, 2);  // [2, 4], rows 48 bytes apart
+  ASSERT_EQ(head.ndim(), 2);
+  EXPECT_EQ(head.size(0), 2);
+  EXPECT_EQ(head.size(1), 4);
+  EXPECT_EQ(head.stride_bytes(0), 48);
+  EXPECT_EQ(head.data_as<float>(), buf.data() + 8);
+  EXPECT_EQ(t.select(0, 1).data_as<float>(), buf.data() + 12);
+  EXPECT_THROW(t.select(2, 0), Error);  // the innermost dimension
+  EXPECT_THROW(t.select(1, 3), Error);
+  EXPECT_THROW(head.row(0).select(0, 0), Error);  // rank 1
+}
+
 TEST(Tensor, QuantisedRowBytes) {
   std::vector<uint8_t> buf(4 * 34);
   Tensor t(buf.data(), DType::Q8_0, {2, 64});
