@@ -450,6 +450,24 @@ void CudaBackend::linear_batched(const Tensor& x, const Tensor& weight, Tensor o
     check_launch("linear_batched(gemv)");
     return;
   }
+  // Larger n: one strided-batched cuBLAS product (column-major, as in linear)
+  // when every operand has one dtype and element-aligned strides.
+  const int64_t es = static_cast<int64_t>(elem_bytes(x.dtype()));
+  auto in_elems = [es](int64_t bytes) { return bytes % es == 0; };
+  if (x.dtype() == weight.dtype() && out.dtype() == x.dtype() && in_elems(x.stride_bytes(0)) &&
+      in_elems(x.stride_bytes(1)) && in_elems(weight.stride_bytes(0)) && in_elems(weight.stride_bytes(1)) &&
+      in_elems(out.stride_bytes(0)) && in_elems(out.stride_bytes(1))) {
+    const float alpha = 1.0f, beta = 0.0f;
+    const cudaDataType t = cublas_type(x.dtype());
+    check_cublas(cublasGemmStridedBatchedEx(
+                     cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+                     &alpha, weight.data(), t, static_cast<int>(weight.stride_bytes(1) / es), weight.stride_bytes(0) / es,
+                     x.data(), t, static_cast<int>(x.stride_bytes(0) / es), x.stride_bytes(1) / es, &beta, out.data(), t,
+                     static_cast<int>(out.stride_bytes(0) / es), out.stride_bytes(1) / es, static_cast<int>(batch),
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmStridedBatchedEx");
+    return;
+  }
   Backend::linear_batched(x, weight, out);
 }
 
