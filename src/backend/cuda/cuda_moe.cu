@@ -119,6 +119,8 @@ struct RouteSmem {
 
 template <typename T>
 __global__ void moe_route_kernel(MoeRouteLaunch a, RouteSmem lay, int64_t n) {
+  wait_for_prior_kernel();
+  release_next_kernel();
   extern __shared__ __align__(16) char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t = int64_t{blockIdx.x} * (blockDim.x >> 5) + warp;
@@ -497,7 +499,7 @@ void launch_moe_route(const MoeRouteLaunch& r, Stream stream) {
   const unsigned blocks = static_cast<unsigned>((n + warps - 1) / warps);
   auto s = static_cast<cudaStream_t>(stream);
   DI_DISPATCH_ELEM(r.logits_type, T,
-                   (moe_route_kernel<T><<<blocks, 32 * warps, warps * lay.per_warp, s>>>(r, lay, n)));
+                   (launch_chained(moe_route_kernel<T>, blocks, 32 * warps, warps * lay.per_warp, s, r, lay, n)));
 }
 
 size_t moe_experts_workspace_bytes(int64_t n, int top_k, int n_experts, int64_t hidden, int64_t ffn) {

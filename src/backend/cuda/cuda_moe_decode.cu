@@ -72,6 +72,8 @@ __device__ __forceinline__ float dot8(const uint4& a, const uint4& b, float acc)
 
 template <typename T, int kUpUnroll, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) moe_decode_up_kernel(MoeExpertsLaunch m, T* h) {
+  wait_for_prior_kernel();
+  release_next_kernel();
   const int lane = threadIdx.x & 31;
   const int64_t slots = m.n * m.top_k;
   const int64_t warp = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
@@ -111,6 +113,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) moe_decode_up_kernel(Moe
 
 template <typename T, int kDownSlots, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) moe_decode_down_kernel(MoeExpertsLaunch m, const T* h) {
+  wait_for_prior_kernel();
+  release_next_kernel();
   const int lane = threadIdx.x & 31;
   const int64_t warp = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   const int64_t t = warp % m.n, i = warp / m.n;
@@ -165,10 +169,11 @@ template <typename T>
 void launch_decode(const MoeExpertsLaunch& m, cudaStream_t s) {
   const int64_t up_warps = m.n * m.top_k * m.ffn, down_warps = m.n * m.hidden;
   T* h = reinterpret_cast<T*>(m.workspace);
-  moe_decode_up_kernel<T, kUpUnroll, kUpMinBlocks>
-      <<<static_cast<unsigned>((up_warps + kWarps - 1) / kWarps), kThreads, 0, s>>>(m, h);
-  moe_decode_down_kernel<T, kDownSlots, kDownMinBlocks>
-      <<<static_cast<unsigned>((down_warps + kWarps - 1) / kWarps), kThreads, 0, s>>>(m, h);
+  launch_chained(moe_decode_up_kernel<T, kUpUnroll, kUpMinBlocks>,
+                 static_cast<unsigned>((up_warps + kWarps - 1) / kWarps), kThreads, 0, s, m, h);
+  launch_chained(moe_decode_down_kernel<T, kDownSlots, kDownMinBlocks>,
+                 static_cast<unsigned>((down_warps + kWarps - 1) / kWarps), kThreads, 0, s, m,
+                 static_cast<const T*>(h));
 }
 
 }  // namespace
