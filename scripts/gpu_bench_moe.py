@@ -113,6 +113,7 @@ def main():
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--workdir", default="/tmp/deepinfer_moe_bench")
+    ap.add_argument("--ncu", default="", help="path of ncu: also write per-kernel decode times")
     args = ap.parse_args()
     import transformers as tf
     res = {"shape": args.shape, "layers": args.layers, "prompt": args.prompt, "gen": args.gen}
@@ -162,6 +163,14 @@ def main():
                   f"({100 * ideal / ms:.1f}%)" + (f"; transformers {hf:.2f} ms/step ({hf / ms:.1f}x)" if hf else ""),
                   flush=True)
     json.dump(res, open(os.path.join(args.out, f"bench_moe_{args.shape}.json"), "w"), indent=1)
+    if args.ncu:
+        # Per-kernel device time of a 32-token prompt and 5 decode steps
+        # (serialized by ncu): where a decode step of this shape goes.
+        cmd = [args.ncu, "--clock-control", "none", "--cache-control", "none", "--metrics", "gpu__time_duration.sum",
+               "--print-summary", "per-kernel", args.deepinfer, "generate", "--device", "cuda", "--model", path,
+               "--prompt", "a" * 32, "-n", "6", "--max-model-len", "512"]
+        with open(os.path.join(args.out, f"ncu_moe_{args.shape}.txt"), "w") as f:
+            subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=150)
     return 0
 
 
