@@ -423,6 +423,17 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
       else a.head_tile = divisor_at_most(group, a.head_tile - 1);
     }
     a.q_blocks = (max_q + a.q_tile - 1) / a.q_tile;
+    // Decode with few sequences and large heads (MLA: 16+ query heads on one
+    // 576-wide latent head) leaves almost every SM idle with whole-group
+    // blocks: one block per sequence and split, each looping over 16 heads
+    // (72 us per layer for one sequence). Smaller head tiles and one-tile
+    // splits spread that work; the head tiles of one sequence run as
+    // neighbouring blocks, so the latent rows they share come from L2.
+    const int64_t whole_group_blocks = int64_t{a.num_seqs} * a.k.heads * (group / a.head_tile) * a.q_blocks;
+    if (max_q == 1 && dim > 256 && whole_group_blocks < hints.num_sms) {
+      a.head_tile = divisor_at_most(group, 4);
+      min_keys_per_split = 32;
+    }
   }
   // Split the keys when the blocks would leave SMs idle (decode at small
   // batch); each split keeps at least two key tiles.
