@@ -95,7 +95,7 @@ if has test; then
   echo "exit code $rc; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test_ops.log" | tr '\n' ' ')" >> "$REPORT"
   grep -E '^\[  FAILED  \]|Failure|error ratio|Expected' "$OUT/test_ops.log" | head -40 | sed 's/^/    /' >> "$REPORT"
   # Model-level CUDA tests (CUDA vs CPU logits on the tiny models), when staged.
-  for t in test_mla_models test_moe_models; do
+  for t in test_mla_models test_moe_models test_engine; do
     [ -x "$BIN/$t" ] || continue
     timeout 120 "$BIN/$t" --gtest_brief=1 --gtest_filter='*Cuda*' > "$OUT/$t.log" 2>&1
     echo "$t (CUDA cases): exit code $?; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/$t.log" | tr '\n' ' ')" >> "$REPORT"
