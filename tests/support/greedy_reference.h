@@ -18,14 +18,19 @@ struct GreedyComparison {
   size_t decided = 0;           // reference steps before its first near-tie
 };
 
+// Greedy decoding of exactly max_tokens tokens (EOS ignored).
+inline SamplingParams greedy_params(int32_t max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.max_tokens = max_tokens;
+  return p;
+}
+
 inline GreedyComparison compare_greedy(Engine& engine, const std::vector<int32_t>& prompt,
                                        const std::vector<int32_t>& expected, const std::vector<double>& margins,
                                        double near_tie) {
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.ignore_eos = true;
-  sp.max_tokens = static_cast<int32_t>(expected.size());
-  engine.add_request(prompt, sp);
+  engine.add_request(prompt, greedy_params(static_cast<int32_t>(expected.size())));
   GreedyComparison r;
   while (engine.has_unfinished()) {
     for (auto& o : engine.step()) {

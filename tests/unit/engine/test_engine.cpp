@@ -11,6 +11,9 @@
 #include "deepinfer/llm.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
+#include "../../support/greedy_reference.h"
+
+using deepinfer::testing::greedy_params;
 
 namespace deepinfer {
 namespace {
@@ -33,14 +36,6 @@ EngineConfig base_config() {
 #define REQUIRE_MODEL()                                                          \
   if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "model not fetched: run ./build.sh"
 
-SamplingParams greedy(int32_t max_tokens) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
-
 // Prompts of mixed lengths (a few to ~80 tokens), all different.
 std::vector<std::string> mixed_prompts(int n) {
   const std::vector<std::string> parts = {
@@ -61,7 +56,7 @@ std::vector<std::vector<int32_t>> run_alone(Engine& engine, const std::vector<st
                                             int32_t max_tokens) {
   std::vector<std::vector<int32_t>> result;
   for (const auto& p : prompts) {
-    uint64_t id = engine.add_request(p, greedy(max_tokens));
+    uint64_t id = engine.add_request(p, greedy_params(max_tokens));
     std::vector<int32_t> tokens;
     while (engine.has_unfinished()) {
       for (auto& o : engine.step()) {
@@ -78,7 +73,7 @@ std::vector<std::vector<int32_t>> run_alone(Engine& engine, const std::vector<st
 std::vector<std::vector<int32_t>> run_together(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
                                                int32_t max_tokens) {
   std::map<uint64_t, size_t> index;
-  for (size_t i = 0; i < prompts.size(); ++i) index[engine.add_request(prompts[i], greedy(max_tokens))] = i;
+  for (size_t i = 0; i < prompts.size(); ++i) index[engine.add_request(prompts[i], greedy_params(max_tokens))] = i;
   std::vector<std::vector<int32_t>> result(prompts.size());
   while (engine.has_unfinished()) {
     for (auto& o : engine.step()) {
@@ -133,7 +128,7 @@ TEST(Engine, ChunkedPrefillGivesTheSameLogprobs) {
     c.max_num_batched_tokens = budget;
     c.enable_prefix_caching = false;
     Engine engine(c);
-    SamplingParams p = greedy(4);
+    SamplingParams p = greedy_params(4);
     p.logprobs = 5;
     auto prompt = engine.tokenizer().encode(mixed_prompts(8)[3] + " " + mixed_prompts(8)[0], true);
     EXPECT_GT(prompt.size(), 20u);
@@ -175,7 +170,7 @@ TEST(Engine, AbortFreesEverythingAtAnyTime) {
   Engine engine(base_config());
   auto prompts = encode_all(engine, mixed_prompts(8));
   std::vector<uint64_t> ids;
-  for (const auto& p : prompts) ids.push_back(engine.add_request(p, greedy(32)));
+  for (const auto& p : prompts) ids.push_back(engine.add_request(p, greedy_params(32)));
   engine.abort(ids[0]);  // before it ever ran
   engine.step();
   engine.step();
@@ -194,17 +189,17 @@ TEST(Engine, AbortFreesEverythingAtAnyTime) {
 TEST(Engine, RejectsBadRequestsWithClearErrors) {
   REQUIRE_MODEL();
   Engine engine(base_config());
-  EXPECT_THROW(engine.add_request({}, greedy(4)), Error);
-  EXPECT_THROW(engine.add_request({1, 2, 999999}, greedy(4)), Error);
+  EXPECT_THROW(engine.add_request({}, greedy_params(4)), Error);
+  EXPECT_THROW(engine.add_request({1, 2, 999999}, greedy_params(4)), Error);
   std::vector<int32_t> too_long(600, 42);
   try {
-    engine.add_request(too_long, greedy(4));
+    engine.add_request(too_long, greedy_params(4));
     FAIL() << "a prompt over max_model_len must be rejected";
   } catch (const ParamError& e) {
     EXPECT_NE(std::string(e.what()).find("maximum context length"), std::string::npos);
   }
-  EXPECT_THROW(engine.add_request({1, 2, 3}, greedy(600)), ParamError);
-  SamplingParams bad = greedy(4);
+  EXPECT_THROW(engine.add_request({1, 2, 3}, greedy_params(600)), ParamError);
+  SamplingParams bad = greedy_params(4);
   bad.temperature = -1;
   EXPECT_THROW(engine.add_request({1, 2, 3}, bad), ParamError);
   EXPECT_FALSE(engine.has_unfinished());
@@ -217,7 +212,7 @@ TEST(Engine, StopStringsTruncateTheOutput) {
   LLM llm(c);
   GenerateInput in;
   in.prompt = "1, 2, 3, 4, 5, 6, 7,";
-  in.params = greedy(24);
+  in.params = greedy_params(24);
   CompletionOutput free_run = llm.generate({in})[0];
   const std::string& text = free_run.choices[0].text;
   ASSERT_GT(text.size(), 6u);
@@ -274,7 +269,7 @@ TEST(Engine, SlidingWindowModelReleasesPagesOutsideTheWindow) {
     Engine engine(c);
     std::vector<int32_t> prompt;
     for (int i = 0; i < 40; ++i) prompt.push_back((i * 37 + 11) % 300);
-    SamplingParams p = greedy(24);
+    SamplingParams p = greedy_params(24);
     engine.add_request(prompt, p);
     std::vector<int32_t> tokens;
     *max_held = 0;

@@ -19,6 +19,9 @@
 #include "engine/engine.h"
 #include "moe/eplb_simulator.h"
 #include "moe/expert_load_monitor.h"
+#include "../../support/greedy_reference.h"
+
+using deepinfer::testing::greedy_params;
 
 namespace deepinfer {
 namespace {
@@ -72,14 +75,6 @@ std::vector<int32_t> prompt(int32_t len, int32_t salt) {
   return p;
 }
 
-SamplingParams greedy(int32_t max_tokens) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
-
 struct Run {
   std::map<uint64_t, std::vector<int32_t>> tokens;
   EngineStats stats;
@@ -91,7 +86,7 @@ Run run(const EngineConfig& cfg, const std::vector<int32_t>& prompt_lens, int32_
   Engine engine(cfg);
   Run r;
   for (size_t i = 0; i < prompt_lens.size(); ++i) {
-    engine.add_request(prompt(prompt_lens[i], static_cast<int32_t>(i)), greedy(max_tokens));
+    engine.add_request(prompt(prompt_lens[i], static_cast<int32_t>(i)), greedy_params(max_tokens));
     r.processed_tokens += prompt_lens[i] + max_tokens - 1;
   }
   while (engine.has_unfinished()) {
