@@ -1,9 +1,9 @@
 // Decode-sized matrix-vector products on the GPU (the weight stream of a
 // batch-1 decode step): GB/s of weights read for the Llama-3-8B projection
-// shapes (fused QKV, o, fused gate-up, down, LM head) under every work
-// partition of the gemv kernel, against the device-to-device copy rate
-// measured in the same run (bytes read + written), so the launcher's choice
-// (gemv_config) can be checked and tuned.
+// shapes (fused QKV, o, fused gate-up, down, LM head) and the 2,048-wide ones
+// of the MoE models under every work partition of the gemv kernel, against
+// the device-to-device copy rate measured in the same run (bytes read +
+// written), so the launcher's choice (gemv_config) can be checked and tuned.
 // Usage: bench_gemv_cuda [reps=50]
 #include <fmt/format.h>
 
@@ -82,7 +82,11 @@ int main(int argc, char** argv) {
   };
   const Shape shapes[] = {{"qkv fused", 6144, 4096},   {"q / o", 4096, 4096},     {"k or v", 1024, 4096},
                           {"gate-up fused", 28672, 4096}, {"gate or up", 14336, 4096}, {"down", 4096, 14336},
-                          {"lm head", 128256, 4096}};
+                          {"lm head", 128256, 4096},
+                          // Hidden size 2,048 (Qwen3-30B-A3B, DeepSeek-V2-Lite): short rows.
+                          {"qwen3-moe qkv", 5120, 2048}, {"qwen3-moe o", 2048, 4096}, {"v2-lite q", 3072, 2048},
+                          {"v2-lite kv_a", 576, 2048},   {"qwen3-moe lm head", 151936, 2048},
+                          {"v2-lite lm head", 102400, 2048}};
   fmt::print("| shape | m x k | n | chosen (wpr/unroll) | chosen GB/s | best (wpr/unroll) | best GB/s | best / copy |\n");
   fmt::print("|---|---|---|---|---|---|---|---|\n");
   for (const Shape& sh : shapes) {

@@ -70,8 +70,10 @@ TEST_F(CudaBf16Test, Linear) {
     int64_t n, k, m;
     bool bias;
   };
+  // Decode shapes cover each gemv partition: 4 warps per row, 1 ([2200, 2048])
+  // and 2 (an LM-head-like 65,536 rows of 64).
   for (const Case& c : std::vector<Case>{{1, 4096, 1024, false}, {3, 256, 300, true}, {64, 512, 128, false},
-                                         {257, 1024, 96, true}}) {
+                                         {257, 1024, 96, true}, {2, 2048, 2200, true}, {1, 64, 65536, false}}) {
     for (DType out_type : {DType::BF16, DType::F32}) {
       SCOPED_TRACE(fmt::format("n={} k={} m={} bias={} out={}", c.n, c.k, c.m, c.bias, dtype_name(out_type)));
       HostWeights w = random_weights(rng, DType::BF16, c.m, c.k);
