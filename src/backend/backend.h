@@ -42,6 +42,13 @@ struct RopeParams {
   float attention_factor = 1.0f;  // multiplies cos and sin (YaRN-style mscale)
 };
 
+// Per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3): weights f32[head_dim].
+struct QkNorm {
+  Tensor q_weight, k_weight;
+  float eps = 1e-6f;
+  float weight_offset = 0.0f;
+};
+
 // One layer's paged KV cache: pages of page_size token slots. V's head size
 // may be smaller than K's: an MLA latent cache (DeepSeek) stores one row of
 // [latent, roped key part] per token and V is a view of K's first
@@ -226,13 +233,13 @@ class Backend {
   // view of K) v is the matching view of k and only k is written.
   virtual void store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                         KvCacheLayer cache) = 0;
-  // rope(q, k) then store_kv(k, v) in one pass, for backends where the two
-  // would be separate kernels each paying a launch (decode). Returns false
-  // when the backend has no fused path for these arguments; the caller then
-  // runs the two ops.
+  // [per-head q/k RMSNorm,] rope(q, k), then store_kv(k, v) in one pass, for
+  // backends where these would be separate kernels each paying a launch
+  // (decode). norm may be null. Returns false when the backend has no fused
+  // path for these arguments; the caller then runs the separate ops.
   virtual bool rope_store_kv(Tensor q, Tensor k, const Tensor& v, const Tensor& positions, const RopeParams& params,
-                             const Tensor& slot_mapping, KvCacheLayer cache) {
-    (void)q, (void)k, (void)v, (void)positions, (void)params, (void)slot_mapping, (void)cache;
+                             const Tensor& slot_mapping, KvCacheLayer cache, const QkNorm* norm) {
+    (void)q, (void)k, (void)v, (void)positions, (void)params, (void)slot_mapping, (void)cache, (void)norm;
     return false;
   }
   // q[n, n_heads_q, head_dim] -> out[n, n_heads_q, v_head_dim]; causal within each sequence,

@@ -274,11 +274,21 @@ void store_kv(Backend& backend, const Tensor& k, const Tensor& v, const Tensor& 
 }
 
 void rope_store_kv(Backend& backend, Tensor q, Tensor k, const Tensor& v, const Tensor& positions,
-                   const RopeParams& params, const Tensor& slot_mapping, const KvCacheLayer& cache) {
+                   const RopeParams& params, const Tensor& slot_mapping, const KvCacheLayer& cache,
+                   const QkNorm* norm) {
   DI_CHECK(k.defined(), "rope_store_kv: k is required");
   check_rope(q, k, positions, params, backend);
   check_store_kv(k, v, slot_mapping, cache, backend);
-  if (backend.rope_store_kv(q, k, v, positions, params, slot_mapping, cache)) return;
+  if (norm) {  // the checks of the separate per-head rms_norm calls
+    check_norm_weight("rope_store_kv(q_norm)", q, norm->q_weight, backend);
+    check_norm_weight("rope_store_kv(k_norm)", k, norm->k_weight, backend);
+    check_eps("rope_store_kv", norm->eps);
+  }
+  if (backend.rope_store_kv(q, k, v, positions, params, slot_mapping, cache, norm)) return;
+  if (norm) {
+    backend.rms_norm(q, norm->q_weight, norm->eps, norm->weight_offset, q);
+    backend.rms_norm(k, norm->k_weight, norm->eps, norm->weight_offset, k);
+  }
   backend.rope(q, k, positions, params);
   backend.store_kv(k, v, slot_mapping, cache);
 }

@@ -30,9 +30,11 @@ void rope(Backend& backend, Tensor q, Tensor k, const Tensor& positions, const R
 // A negative slot marks a padding token that is not stored.
 void store_kv(Backend& backend, const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
               const KvCacheLayer& cache);
-// rope(q, k) followed by store_kv(k, v): fused where the backend can.
+// [rms_norm of each q and k head (norm, may be null),] rope(q, k), then
+// store_kv(k, v): fused where the backend can.
 void rope_store_kv(Backend& backend, Tensor q, Tensor k, const Tensor& v, const Tensor& positions,
-                   const RopeParams& params, const Tensor& slot_mapping, const KvCacheLayer& cache);
+                   const RopeParams& params, const Tensor& slot_mapping, const KvCacheLayer& cache,
+                   const QkNorm* norm = nullptr);
 void attention(Backend& backend, const Tensor& q, const KvCacheLayer& cache,
                const AttentionMetadata& meta, const AttentionParams& params, Tensor out);
 void gated_activation(Backend& backend, const Tensor& gate, const Tensor& up, Activation act,

@@ -203,42 +203,62 @@ TEST_F(CudaBf16Test, Rope) {
   }
 }
 
-// The fused rope + KV store (one decode kernel) against the two separate ops
-// on the same backend: identical q and caches, bit for bit, with full and
-// partial rotary dims, both styles, GQA and padding tokens (slot -1).
-TEST_F(CudaBf16Test, RopeStoreKvEqualsRopeThenStoreKv) {
+// The fused [q/k norm +] rope + KV store (one decode kernel) against the
+// separate ops on the same backend, with full and partial rotary dims, both
+// styles, GQA and padding tokens (slot -1). Without norms the results are
+// identical bit for bit; with them the per-head sums of squares may round
+// differently, so almost all values must be identical and all close.
+TEST_F(CudaBf16Test, RopeStoreKvEqualsSeparateOps) {
   Rng rng(103);
   const int64_t n = 7, hq = 8, hkv = 2, d = 128, pages = 4, page_size = 16;
-  for (RopeStyle style : {RopeStyle::Neox, RopeStyle::Interleaved}) {
-    for (int64_t rotary : {d, d / 2}) {
-      SCOPED_TRACE(fmt::format("style {} rotary {}", static_cast<int>(style), rotary));
-      std::vector<float> q = round_bf16(rng.floats(static_cast<size_t>(n * hq * d)));
-      std::vector<float> k = round_bf16(rng.floats(static_cast<size_t>(n * hkv * d)));
-      std::vector<float> v = round_bf16(rng.floats(static_cast<size_t>(n * hkv * d)));
-      std::vector<int32_t> pos(n), slots = {3, 17, -1, 40, 41, -1, 63};
-      for (auto& p : pos) p = rng.uniform_int(0, 100000);
-      std::vector<float> freq(static_cast<size_t>(rotary / 2));
-      for (size_t i = 0; i < freq.size(); ++i) freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / rotary));
-      DeviceTensor gp = upload_i32(gpu(), pos), gs = upload_i32(gpu(), slots);
-      DeviceTensor gf = upload_f32(gpu(), {rotary / 2}, freq);
-      const RopeParams params{gf.t, static_cast<int>(rotary), style, 0.9f};
-      std::vector<std::vector<float>> results[2];
-      for (int fused = 0; fused < 2; ++fused) {
-        DeviceTensor gq = upload_bf16(gpu(), {n, hq, d}, q), gk = upload_bf16(gpu(), {n, hkv, d}, k);
-        DeviceTensor gv = upload_bf16(gpu(), {n, hkv, d}, v);
-        DeviceTensor ck = zeros(gpu(), DType::BF16, {pages, page_size, hkv, d});
-        DeviceTensor cv = zeros(gpu(), DType::BF16, {pages, page_size, hkv, d});
-        const KvCacheLayer cache{ck.t, cv.t};
-        if (fused) {
-          ops::rope_store_kv(gpu(), gq.t, gk.t, gv.t, gp.t, params, gs.t, cache);
-        } else {
-          ops::rope(gpu(), gq.t, gk.t, gp.t, params);
-          ops::store_kv(gpu(), gk.t, gv.t, gs.t, cache);
+  for (bool with_norm : {false, true}) {
+    for (RopeStyle style : {RopeStyle::Neox, RopeStyle::Interleaved}) {
+      for (int64_t rotary : {d, d / 2}) {
+        SCOPED_TRACE(fmt::format("norm {} style {} rotary {}", with_norm, static_cast<int>(style), rotary));
+        std::vector<float> q = round_bf16(rng.floats(static_cast<size_t>(n * hq * d)));
+        std::vector<float> k = round_bf16(rng.floats(static_cast<size_t>(n * hkv * d)));
+        std::vector<float> v = round_bf16(rng.floats(static_cast<size_t>(n * hkv * d)));
+        std::vector<int32_t> pos(n), slots = {3, 17, -1, 40, 41, -1, 63};
+        for (auto& p : pos) p = rng.uniform_int(0, 100000);
+        std::vector<float> freq(static_cast<size_t>(rotary / 2));
+        for (size_t i = 0; i < freq.size(); ++i) freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / rotary));
+        DeviceTensor gp = upload_i32(gpu(), pos), gs = upload_i32(gpu(), slots);
+        DeviceTensor gf = upload_f32(gpu(), {rotary / 2}, freq);
+        DeviceTensor qw = upload_f32(gpu(), {d}, rng.floats(static_cast<size_t>(d)));
+        DeviceTensor kw = upload_f32(gpu(), {d}, rng.floats(static_cast<size_t>(d)));
+        const QkNorm norm{qw.t, kw.t, 1e-6f, rotary == d ? 0.0f : 1.0f};
+        const RopeParams params{gf.t, static_cast<int>(rotary), style, 0.9f};
+        std::vector<std::vector<float>> results[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          DeviceTensor gq = upload_bf16(gpu(), {n, hq, d}, q), gk = upload_bf16(gpu(), {n, hkv, d}, k);
+          DeviceTensor gv = upload_bf16(gpu(), {n, hkv, d}, v);
+          DeviceTensor ck = zeros(gpu(), DType::BF16, {pages, page_size, hkv, d});
+          DeviceTensor cv = zeros(gpu(), DType::BF16, {pages, page_size, hkv, d});
+          const KvCacheLayer cache{ck.t, cv.t};
+          if (fused) {
+            ops::rope_store_kv(gpu(), gq.t, gk.t, gv.t, gp.t, params, gs.t, cache, with_norm ? &norm : nullptr);
+          } else {
+            if (with_norm) {
+              ops::rms_norm(gpu(), gq.t, norm.q_weight, norm.eps, norm.weight_offset, gq.t);
+              ops::rms_norm(gpu(), gk.t, norm.k_weight, norm.eps, norm.weight_offset, gk.t);
+            }
+            ops::rope(gpu(), gq.t, gk.t, gp.t, params);
+            ops::store_kv(gpu(), gk.t, gv.t, gs.t, cache);
+          }
+          results[fused] = {download_any(gpu(), gq.t), download_any(gpu(), ck.t), download_any(gpu(), cv.t)};
         }
-        results[fused] = {download_any(gpu(), gq.t), download_any(gpu(), ck.t), download_any(gpu(), cv.t)};
+        for (size_t i = 0; i < 3; ++i) {
+          if (!with_norm) {
+            EXPECT_EQ(results[0][i], results[1][i]) << "tensor " << i;
+            continue;
+          }
+          size_t same = 0;
+          for (size_t j = 0; j < results[0][i].size(); ++j) same += results[0][i][j] == results[1][i][j];
+          EXPECT_GE(same, results[0][i].size() * 99 / 100) << "tensor " << i;
+          EXPECT_TRUE(all_close(results[1][i], to_double(results[0][i]), 1e-2, 1e-2)) << "tensor " << i;
+        }
+        EXPECT_NE(results[1][1], std::vector<float>(results[1][1].size(), 0.0f));  // something was stored
       }
-      for (size_t i = 0; i < 3; ++i) EXPECT_EQ(results[0][i], results[1][i]) << "tensor " << i;
-      EXPECT_NE(results[1][1], std::vector<float>(results[1][1].size(), 0.0f));  // something was stored
     }
   }
 }

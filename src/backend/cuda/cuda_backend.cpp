@@ -373,13 +373,28 @@ void CudaBackend::store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_
 }
 
 bool CudaBackend::rope_store_kv(Tensor q, Tensor k, const Tensor& v, const Tensor& positions,
-                                const RopeParams& params, const Tensor& slot_mapping, KvCacheLayer cache) {
+                                const RopeParams& params, const Tensor& slot_mapping, KvCacheLayer cache,
+                                const QkNorm* norm) {
   if (cache.v.data() == cache.k.data()) return false;  // latent caches store through their own layer
+  QkNormArgs norm_args;
+  if (norm) {
+    const HeadView qv = heads_of(q), kv = heads_of(k);
+    auto aligned16 = [](const void* p, int64_t stride) {
+      return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
+    };
+    const bool fits = q.dtype() != DType::F32 && q.size(2) % 8 == 0 && q.size(2) <= 2048 &&
+                      aligned16(qv.base, qv.stride0) && aligned16(qv.base, qv.stride1) &&
+                      aligned16(kv.base, kv.stride0) && aligned16(kv.base, kv.stride1) &&
+                      aligned16(norm->q_weight.data(), 0) && aligned16(norm->k_weight.data(), 0);
+    if (!fits) return false;
+    norm_args = {norm->q_weight.data_as<const float>(), norm->k_weight.data_as<const float>(), norm->eps,
+                 norm->weight_offset};
+  }
   launch_rope_store_kv(elem_type(q.dtype(), "rope_store_kv"), heads_of(q), heads_of(k), heads_of(v),
                        positions.data_as<const int32_t>(), params.inv_freq.data_as<const float>(), params.rotary_dim,
                        params.style == RopeStyle::Neox, params.attention_factor,
                        slot_mapping.data_as<const int32_t>(), cache_of(cache.k), cache_of(cache.v), error_word_,
-                       stream_);
+                       norm_args, stream_);
   check_launch("rope_store_kv");
   return true;
 }

@@ -61,7 +61,7 @@ class CudaBackend final : public Backend {
   void linear_batched(const Tensor& x, const Tensor& weight, Tensor out) override;
   void store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping, KvCacheLayer cache) override;
   bool rope_store_kv(Tensor q, Tensor k, const Tensor& v, const Tensor& positions, const RopeParams& params,
-                     const Tensor& slot_mapping, KvCacheLayer cache) override;
+                     const Tensor& slot_mapping, KvCacheLayer cache, const QkNorm* norm) override;
   void attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,
                  const AttentionParams& params, Tensor out) override;
   void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor out) override;

@@ -242,16 +242,63 @@ __global__ void store_kv_kernel(HeadView k, HeadView v, const int32_t* slots, Ca
   store_token_kv<T>(blockIdx.x, k, v, slots, ck, cv, err);
 }
 
-// RoPE on q and k, then k (as rotated) and v into the cache: one launch
-// instead of two in each decode layer. The block's own writes to k are
-// visible to its threads after the barrier.
+// Per-head RMSNorm in place over token t's q heads then k heads, one warp
+// per head, with rms_norm_rows_kernel's arithmetic for a one-warp row (lane
+// l takes 16-byte chunks l, l + 32, ...; squares summed in element order,
+// then warp_sum), so the fused path matches separate rms_norm calls.
+template <typename T>
+__device__ void norm_token_heads(int64_t t, const HeadView& q, const HeadView& k, const QkNormArgs& norm) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int chunks = static_cast<int>(q.dim / 8);
+  for (int64_t h = warp; h < q.heads + k.heads; h += warps) {
+    const bool is_q = h < q.heads;
+    const HeadView& x = is_q ? q : k;
+    uint4* row = reinterpret_cast<uint4*>(x.base + t * x.stride0 + (is_q ? h : h - q.heads) * x.stride1);
+    const float4* weight = reinterpret_cast<const float4*>(is_q ? norm.q_weight : norm.k_weight);
+    float v[kMaxChunks][8];
+    float ss = 0.0f;
+#pragma unroll
+    for (int c4 = 0; c4 < kMaxChunks; ++c4) {
+      const int c = lane + c4 * 32;
+      if (c >= chunks) continue;
+      const uint4 a = row[c];
+      const T* av = reinterpret_cast<const T*>(&a);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[c4][e] = to_f(av[e]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss += v[c4][e] * v[c4][e];
+    }
+    ss = warp_sum(ss);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(x.dim) + norm.eps);
+#pragma unroll
+    for (int c4 = 0; c4 < kMaxChunks; ++c4) {
+      const int c = lane + c4 * 32;
+      if (c >= chunks) continue;
+      const float4 w0 = weight[2 * c], w1 = weight[2 * c + 1];
+      const float ws[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+      uint4 packed;
+      T* pv = reinterpret_cast<T*>(&packed);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) pv[e] = from_f<T>(v[c4][e] * inv * (ws[e] + norm.offset));
+      row[c] = packed;
+    }
+  }
+}
+
+// [Per-head q/k RMSNorm,] RoPE on q and k, then k (as rotated) and v into
+// the cache: one launch instead of two to four in each decode layer. The
+// block's own writes to q and k are visible to its threads after a barrier.
 template <typename T>
 __global__ void rope_store_kv_kernel(HeadView q, HeadView k, HeadView v, const int32_t* positions,
                                      const float* inv_freq, int half, bool neox, float factor, const int32_t* slots,
-                                     CacheView ck, CacheView cv, uint32_t* err) {
+                                     CacheView ck, CacheView cv, uint32_t* err, QkNormArgs norm) {
   wait_for_prior_kernel();
   release_next_kernel();
   extern __shared__ float table[];
+  if (norm.q_weight) {
+    norm_token_heads<T>(blockIdx.x, q, k, norm);
+    __syncthreads();
+  }
   rotate_token<T>(blockIdx.x, q, k, positions, inv_freq, half, neox, factor, table);
   __syncthreads();
   store_token_kv<T>(blockIdx.x, k, v, slots, ck, cv, err);
@@ -449,13 +496,14 @@ void launch_rope(ElemType type, HeadView q, HeadView k, const int32_t* positions
 
 void launch_rope_store_kv(ElemType type, HeadView q, HeadView k, HeadView v, const int32_t* positions,
                           const float* inv_freq, int rotary_dim, bool neox, float attention_factor,
-                          const int32_t* slots, CacheView ck, CacheView cv, uint32_t* err, Stream stream) {
+                          const int32_t* slots, CacheView ck, CacheView cv, uint32_t* err, const QkNormArgs& norm,
+                          Stream stream) {
   if (q.n == 0) return;
   const int half = rotary_dim / 2;
   const size_t smem = 2 * static_cast<size_t>(half) * sizeof(float);
   DI_DISPATCH_ELEM(type, T, (launch_chained(rope_store_kv_kernel<T>, static_cast<unsigned>(q.n), 256, smem,
                                             as_stream(stream), q, k, v, positions, inv_freq, half, neox,
-                                            attention_factor, slots, ck, cv, err)));
+                                            attention_factor, slots, ck, cv, err, norm)));
 }
 
 void launch_store_kv(ElemType type, HeadView k, HeadView v, const int32_t* slots, CacheView ck, CacheView cv,

@@ -55,9 +55,18 @@ void launch_rms_norm(ElemType type, RowView x, RowView residual_or_null, const f
 void launch_rope(ElemType type, HeadView q, HeadView k, const int32_t* positions, const float* inv_freq,
                  int rotary_dim, bool neox, float attention_factor, Stream stream);
 // v rows hold v.dim <= k.dim elements; v.dim 0 writes K only (an MLA latent cache's V is K's view).
+// Optional per-head RMSNorm of q and k inside launch_rope_store_kv (null
+// weights: none); needs head_dim % 8 == 0 (at most 2,048), 16-byte aligned
+// q/k rows and weights.
+struct QkNormArgs {
+  const float* q_weight = nullptr;
+  const float* k_weight = nullptr;
+  float eps = 0.0f, offset = 0.0f;
+};
 void launch_rope_store_kv(ElemType type, HeadView q, HeadView k, HeadView v, const int32_t* positions,
                           const float* inv_freq, int rotary_dim, bool neox, float attention_factor,
-                          const int32_t* slots, CacheView ck, CacheView cv, uint32_t* err, Stream stream);
+                          const int32_t* slots, CacheView ck, CacheView cv, uint32_t* err, const QkNormArgs& norm,
+                          Stream stream);
 void launch_store_kv(ElemType type, HeadView k, HeadView v, const int32_t* slots, CacheView ck,
                      CacheView cv, uint32_t* err, Stream stream);
 void launch_gated(ElemType type, RowView gate, RowView up, bool gelu, RowView out, Stream stream);

@@ -24,12 +24,10 @@ void attention_layer(Backend& backend, const AttentionWeights& w, const Attentio
     k = scratch.k.split_last(shape.n_heads_kv, d);
     v = scratch.v.split_last(shape.n_heads_kv, d);
   }
-  if (w.q_norm.defined()) {
-    // Per-head norms over [n, heads, head_dim] views (rows of head_dim).
-    ops::rms_norm(backend, q, w.q_norm, shape.rms_eps, shape.norm_weight_offset, q);
-    ops::rms_norm(backend, k, w.k_norm, shape.rms_eps, shape.norm_weight_offset, k);
-  }
-  ops::rope_store_kv(backend, q, k, v, inputs.positions, rope, inputs.slot_mapping, cache);
+  // Per-head q/k norms (over [n, heads, head_dim] views) go with RoPE.
+  const QkNorm qk_norm{w.q_norm, w.k_norm, shape.rms_eps, shape.norm_weight_offset};
+  ops::rope_store_kv(backend, q, k, v, inputs.positions, rope, inputs.slot_mapping, cache,
+                     w.q_norm.defined() ? &qk_norm : nullptr);
   Tensor attn = scratch.out.split_last(shape.n_heads_q, d);
   ops::attention(backend, q, cache, inputs.attention, params, attn);
   ops::linear(backend, scratch.out, w.wo, w.bo, out);
