@@ -63,7 +63,6 @@ inline unsigned blocks_for(int64_t items, int threads, int64_t cap = 65535LL * 1
   return static_cast<unsigned>(b < cap ? b : cap);
 }
 
-
 // ---------------------------------------------------------------- programmatic dependent launch
 // A decode step is a chain of short kernels; between two of them the GPU
 // otherwise drains and refills. Kernels launched with launch_chained may be

@@ -136,9 +136,10 @@ GemvConfig gemv_config(int64_t m, int64_t k) {
   // with one.
   GemvConfig c;
   c.warps_per_row = k >= 8192 ? 8 : 4;
+  constexpr int64_t kTwoWaves = 2 * 132;  // blocks: two per SM of the H200
   if (k <= 2048) {
     if (m >= 65536) c.warps_per_row = 2;
-    else if (m / 8 >= 264) c.warps_per_row = 1;
+    else if (m / kGemvWarps >= kTwoWaves) c.warps_per_row = 1;
   }
   c.unroll = 4;
   return c;
