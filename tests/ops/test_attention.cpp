@@ -114,6 +114,61 @@ TEST_P(AttentionTest, StoreKv) {
   }
 }
 
+// rope_store_kv (with and without the per-head q/k norm) is the separate
+// ops in one call: same q and caches on every backend (f32: the CUDA backend
+// runs its fused kernel without the norm and falls back with it). Bad norm
+// weights and a missing k are rejected.
+TEST_P(AttentionTest, RopeStoreKvEqualsSeparateOps) {
+  Rng rng(22);
+  const int64_t n = 5, hq = 4, hkv = 2, d = 64, pages = 2, page_size = 16;
+  std::vector<float> freq(d / 2);
+  for (size_t i = 0; i < freq.size(); ++i) freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / d));
+  DeviceTensor dfreq = upload_f32(backend(), {d / 2}, freq);
+  const RopeParams params{dfreq.t, static_cast<int>(d), RopeStyle::Neox, 1.0f};
+  DeviceTensor dpos = upload_i32(backend(), {0, 7, 8, 30, 31});
+  DeviceTensor dslots = upload_i32(backend(), {1, 2, -1, 20, 21});
+  DeviceTensor qw = upload_f32(backend(), {d}, rng.floats(static_cast<size_t>(d)));
+  DeviceTensor kw = upload_f32(backend(), {d}, rng.floats(static_cast<size_t>(d)));
+  const std::vector<float> q = rng.floats(static_cast<size_t>(n * hq * d));
+  const std::vector<float> kv = rng.floats(static_cast<size_t>(n * 2 * hkv * d));
+  for (bool with_norm : {false, true}) {
+    SCOPED_TRACE(fmt::format("norm {}", with_norm));
+    const QkNorm norm{qw.t, kw.t, 1e-6f, 1.0f};
+    std::vector<float> results[2][3];
+    for (int fused = 0; fused < 2; ++fused) {
+      DeviceTensor dq = upload_f32(backend(), {n, hq, d}, q), dkv = upload_f32(backend(), {n, 2 * hkv, d}, kv);
+      const Tensor k = dkv.t.narrow(1, 0, hkv), v = dkv.t.narrow(1, hkv, hkv);
+      DeviceTensor ck = zeros(backend(), DType::F32, {pages, page_size, hkv, d});
+      DeviceTensor cv = zeros(backend(), DType::F32, {pages, page_size, hkv, d});
+      const KvCacheLayer cache{ck.t, cv.t};
+      if (fused) {
+        ops::rope_store_kv(backend(), dq.t, k, v, dpos.t, params, dslots.t, cache, with_norm ? &norm : nullptr);
+      } else {
+        if (with_norm) {
+          ops::rms_norm(backend(), dq.t, qw.t, norm.eps, norm.weight_offset, dq.t);
+          ops::rms_norm(backend(), k, kw.t, norm.eps, norm.weight_offset, k);
+        }
+        ops::rope(backend(), dq.t, k, dpos.t, params);
+        ops::store_kv(backend(), k, v, dslots.t, cache);
+      }
+      results[fused][0] = download_f32(backend(), dq.t);
+      results[fused][1] = download_f32(backend(), ck.t);
+      results[fused][2] = download_f32(backend(), cv.t);
+    }
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(results[0][i], results[1][i]) << "tensor " << i;
+  }
+  DeviceTensor dq = zeros(backend(), DType::F32, {n, hq, d}), dkv = zeros(backend(), DType::F32, {n, 2 * hkv, d});
+  DeviceTensor ck = zeros(backend(), DType::F32, {pages, page_size, hkv, d});
+  DeviceTensor cv = zeros(backend(), DType::F32, {pages, page_size, hkv, d});
+  const KvCacheLayer cache{ck.t, cv.t};
+  DeviceTensor short_w = zeros(backend(), DType::F32, {d - 1});
+  const QkNorm bad{qw.t, short_w.t, 1e-6f, 0.0f};
+  const Tensor k = dkv.t.narrow(1, 0, hkv), v = dkv.t.narrow(1, hkv, hkv);
+  ops::rope_store_kv(backend(), dq.t, k, v, dpos.t, params, dslots.t, cache);  // well-formed
+  EXPECT_THROW(ops::rope_store_kv(backend(), dq.t, k, v, dpos.t, params, dslots.t, cache, &bad), Error);
+  EXPECT_THROW(ops::rope_store_kv(backend(), dq.t, Tensor(), v, dpos.t, params, dslots.t, cache), Error);
+}
+
 struct SeqSpec {
   int q_len, kv_len, start_pos;
 };
