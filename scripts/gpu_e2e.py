@@ -114,6 +114,30 @@ def make_config(name):
                                num_experts_per_tok=2, sliding_window=32,
                                layer_types=["sliding_attention", "full_attention"] * 2,
                                max_position_embeddings=4096, bos_token_id=1, eos_token_id=2)
+    # DeepSeek layer shapes (MLA: 16 heads of nope 128 + rope 64, v 128,
+    # kv_lora_rank 512), 4 layers with the first one dense.
+    if name == "deepseek_v2_lite":
+        return tf.DeepseekV2Config(vocab_size=32000, hidden_size=2048, intermediate_size=10944,
+                                   moe_intermediate_size=1408, num_hidden_layers=4, num_attention_heads=16,
+                                   num_key_value_heads=16, n_routed_experts=64, n_shared_experts=2,
+                                   num_experts_per_tok=6, first_k_dense_replace=1, topk_method="greedy", n_group=1,
+                                   topk_group=1, norm_topk_prob=False, routed_scaling_factor=1.0, kv_lora_rank=512,
+                                   q_lora_rank=None, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                                   max_position_embeddings=4096, rms_norm_eps=1e-6,
+                                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                                   tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    if name == "deepseek_v3":
+        # V3's routing (sigmoid scores, correction bias, 8 groups of which 4
+        # are kept, top 8, routed scaling 2.5) and q LoRA, at a smaller width.
+        return tf.DeepseekV3Config(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
+                                   moe_intermediate_size=256, num_hidden_layers=4, num_attention_heads=16,
+                                   num_key_value_heads=16, n_routed_experts=64, n_shared_experts=1,
+                                   num_experts_per_tok=8, n_group=8, topk_group=4, first_k_dense_replace=1,
+                                   norm_topk_prob=True, routed_scaling_factor=2.5, kv_lora_rank=512, q_lora_rank=384,
+                                   qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                                   max_position_embeddings=4096, rms_norm_eps=1e-6,
+                                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                                   tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
     raise ValueError(name)
 
 
