@@ -18,6 +18,7 @@
 #include <string>
 
 #include "op_test_util.h"
+#include "../support/error_message.h"
 #include "ops/ops.h"
 
 namespace deepinfer::testing {
@@ -140,23 +141,15 @@ TEST_P(LatentAttentionTest, StoreKvWritesTheRowOnce) {
 
   // v must be k's own view when V lives inside K.
   DeviceTensor other = upload_f32(b, {n, 1, row}, rows);
-  auto message = [](const std::function<void()>& fn) -> std::string {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "(no error)";
-  };
-  EXPECT_THAT(message([&] { ops::store_kv(b, k, other.t.narrow(2, 0, latent), dslots.t, layer); }),
+  EXPECT_THAT(error_of([&] { ops::store_kv(b, k, other.t.narrow(2, 0, latent), dslots.t, layer); }),
               HasSubstr("v must be the matching view of k"));
   // The output's head size is V's, not K's.
   DeviceTensor q = zeros(b, DType::F32, {2, 4, row}), wrong = zeros(b, DType::F32, {2, 4, row});
   AttentionMetadata meta;
-  EXPECT_THAT(message([&] { ops::attention(b, q.t, layer, meta, {}, wrong.t); }),
+  EXPECT_THAT(error_of([&] { ops::attention(b, q.t, layer, meta, {}, wrong.t); }),
               HasSubstr("attention: out f32[2, 4, 20]"));
   const KvCacheLayer too_wide{cache.t.narrow(3, 0, latent), cache.t};
-  EXPECT_THAT(message([&] { ops::attention(b, q.t, too_wide, meta, {}, wrong.t); }),
+  EXPECT_THAT(error_of([&] { ops::attention(b, q.t, too_wide, meta, {}, wrong.t); }),
               HasSubstr("with a head size no larger"));
 }
 

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "op_test_util.h"
+#include "../support/error_message.h"
 #include "ops/ops.h"
 
 namespace deepinfer::testing {
@@ -21,15 +22,6 @@ std::vector<int32_t> download_i32(Backend& b, const Tensor& t) {
   std::vector<int32_t> host(static_cast<size_t>(t.numel()));
   b.copy(Tensor(host.data(), DType::I32, t.shape()), t);
   return host;
-}
-
-std::string message(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 TEST_P(ExpertCountsTest, MatchesAHandCountAndSkipsPaddingRows) {
@@ -79,14 +71,14 @@ TEST_P(ExpertCountsTest, RejectsBadShapesAndBadIds) {
   DeviceTensor counts = zeros(b, DType::I32, {4});
   DeviceTensor slots4 = zeros(b, DType::I32, {4});
   DeviceTensor f32_counts = zeros(b, DType::F32, {4});
-  EXPECT_THAT(message([&] { ops::count_experts(b, ids.t, slots4.t, counts.t); }), HasSubstr("must have 3 entries"));
-  EXPECT_THAT(message([&] { ops::count_experts(b, ids.t, Tensor(), f32_counts.t); }), HasSubstr("must be i32"));
-  EXPECT_THAT(message([&] { ops::count_experts(b, ids.t.row(0), Tensor(), counts.t); }), HasSubstr("rank 2"));
+  EXPECT_THAT(error_of([&] { ops::count_experts(b, ids.t, slots4.t, counts.t); }), HasSubstr("must have 3 entries"));
+  EXPECT_THAT(error_of([&] { ops::count_experts(b, ids.t, Tensor(), f32_counts.t); }), HasSubstr("must be i32"));
+  EXPECT_THAT(error_of([&] { ops::count_experts(b, ids.t.row(0), Tensor(), counts.t); }), HasSubstr("rank 2"));
 
   const std::vector<int32_t> bad = {0, 1, 2, 4, 3, 0};
   DeviceTensor bad_ids = upload(b, DType::I32, {3, 2}, bad.data());
   const bool cpu = b.device().type == DeviceType::CPU;
-  EXPECT_THAT(message([&] {
+  EXPECT_THAT(error_of([&] {
                 ops::count_experts(b, bad_ids.t, Tensor(), counts.t);
                 b.synchronize();
               }),

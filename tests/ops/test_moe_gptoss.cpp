@@ -12,6 +12,7 @@
 #include <numeric>
 
 #include "op_test_util.h"
+#include "../support/error_message.h"
 #include "ops/ops.h"
 
 namespace deepinfer::testing {
@@ -26,15 +27,6 @@ double clamped_swiglu(double gate, double up) {
   const double limit = kClampedSwigluLimit, alpha = kClampedSwigluAlpha;
   const double g = std::min(gate, limit), u = std::clamp(up, -limit, limit);
   return (u + 1.0) * g / (1.0 + std::exp(-alpha * g));
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 bool is_cuda(const Backend& b) { return b.device().type == DeviceType::CUDA; }

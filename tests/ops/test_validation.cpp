@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 
 #include "op_test_util.h"
+#include "../support/error_message.h"
 #include "ops/ops.h"
 
 namespace deepinfer::testing {
@@ -12,16 +13,6 @@ using ::testing::HasSubstr;
 
 class ValidationTest : public BackendTest {};
 DEEPINFER_INSTANTIATE_BACKEND_TESTS(ValidationTest);
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST_P(ValidationTest, LinearShapesAndDtypes) {
   Backend& b = backend();

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "moe/eplb_simulator.h"
+#include "../../support/error_message.h"
 
 namespace deepinfer::moe {
 namespace {
@@ -16,14 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using deepinfer::testing::error_of;
 
 // Two MoE layers (model layers 1 and 3) of 8 experts; layer 1 is skewed
 // towards experts 0-1 (both on rank 0 when contiguous), layer 3 is uniform.
