@@ -41,20 +41,22 @@ TEST_F(CudaBf16Test, ActivationDtypeIsBf16) { EXPECT_EQ(gpu().activation_dtype()
 // what linear over the stacked weight followed by gated_activation gives.
 TEST_F(CudaBf16Test, GatedLinearEqualsLinearThenGatedActivation) {
   Rng rng(101);
-  for (Activation act : {Activation::Silu, Activation::GeluTanh}) {
-    for (int64_t n : {1, 3, 4}) {
-      const int64_t k = 512, f = 200;
-      SCOPED_TRACE(fmt::format("n={} act={}", n, static_cast<int>(act)));
-      HostWeights w = random_weights(rng, DType::BF16, 2 * f, k);
-      DeviceTensor gw = upload(gpu(), DType::BF16, {2 * f, k}, w.bytes.data());
-      DeviceTensor gx = upload_bf16(gpu(), {n, k}, round_bf16(rng.floats(static_cast<size_t>(n * k))));
-      DeviceTensor fused = zeros(gpu(), DType::BF16, {n, f});
-      ASSERT_TRUE(ops::gated_linear(gpu(), gx.t, gw.t, act, fused.t)) << "a decode-sized product must be fused";
-      DeviceTensor gate_up = zeros(gpu(), DType::BF16, {n, 2 * f});
-      DeviceTensor act_out = zeros(gpu(), DType::BF16, {n, f});
-      ops::linear(gpu(), gx.t, gw.t, Tensor(), gate_up.t);
-      ops::gated_activation(gpu(), gate_up.t.narrow(1, 0, f), gate_up.t.narrow(1, f, f), act, act_out.t);
-      EXPECT_EQ(download_any(gpu(), fused.t), download_any(gpu(), act_out.t));
+  // [200, 512] takes 4 warps per output row, [2200, 2048] one (gemv_config).
+  for (auto [k, f] : std::vector<std::pair<int64_t, int64_t>>{{512, 200}, {2048, 2200}}) {
+    for (Activation act : {Activation::Silu, Activation::GeluTanh}) {
+      for (int64_t n : {1, 3, 4}) {
+        SCOPED_TRACE(fmt::format("k={} f={} n={} act={}", k, f, n, static_cast<int>(act)));
+        HostWeights w = random_weights(rng, DType::BF16, 2 * f, k);
+        DeviceTensor gw = upload(gpu(), DType::BF16, {2 * f, k}, w.bytes.data());
+        DeviceTensor gx = upload_bf16(gpu(), {n, k}, round_bf16(rng.floats(static_cast<size_t>(n * k))));
+        DeviceTensor fused = zeros(gpu(), DType::BF16, {n, f});
+        ASSERT_TRUE(ops::gated_linear(gpu(), gx.t, gw.t, act, fused.t)) << "a decode-sized product must be fused";
+        DeviceTensor gate_up = zeros(gpu(), DType::BF16, {n, 2 * f});
+        DeviceTensor act_out = zeros(gpu(), DType::BF16, {n, f});
+        ops::linear(gpu(), gx.t, gw.t, Tensor(), gate_up.t);
+        ops::gated_activation(gpu(), gate_up.t.narrow(1, 0, f), gate_up.t.narrow(1, f, f), act, act_out.t);
+        EXPECT_EQ(download_any(gpu(), fused.t), download_any(gpu(), act_out.t));
+      }
     }
   }
   // Batches past the decode kernel are left to the caller.
