@@ -22,13 +22,10 @@ transformers 4.x wrote it for the published checkpoints (top-level rope_theta
 and rope_scaling).
 
 Requires torch, transformers >= 5, safetensors.
-Usage: scripts/gen_hf_gptoss_reference.py [--out DIR]
+Usage: scripts/gen_hf_gptoss_reference.py [--out DIR] [--only gpt_oss]
 """
-import argparse
 import copy
-import json
 import os
-import shutil
 import sys
 
 import torch
@@ -37,8 +34,8 @@ from transformers import AutoModelForCausalLM, GptOssConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_hf_tiny_reference import (N_CONTINUATION, PROMPT_LENGTHS, REPO, VOCAB, f32_list, greedy,  # noqa: E402
-                                   last_logits, legacy_config, margin)
+from gen_hf_tiny_reference import (VOCAB, generate, last_logits, logit_sensitivity,  # noqa: E402
+                                   prompt_tokens_for, reference_prompts, save_checkpoint, write_reference)
 
 SEED = 8642
 SEED_STEP = 1000
@@ -185,52 +182,22 @@ def yarn_table(head_dim, rope_parameters):
             "inv_freq": [float(x) for x in inv_freq.float()], "attention_factor": float(attention_factor)}
 
 
-def make(out_dir):
-    cfg = GptOssConfig(**CONFIG)
+def make_case(name, config, out_dir, index):
+    cfg = GptOssConfig(**config)
     for draw in range(MAX_DRAWS):
-        seed = SEED + SEED_STEP * draw
+        seed = SEED + index + SEED_STEP * draw
         model = build(cfg, seed)
-        gen = torch.Generator().manual_seed(seed + 100)
-        prompt_tokens = [[int(t) for t in torch.randint(3, VOCAB, (n,), generator=gen)] for n in PROMPT_LENGTHS]
+        prompt_tokens = prompt_tokens_for(seed)
         hits, min_gap, clamps = routing_and_clamp_stats(model, prompt_tokens)
         if all(min(layer) > 0 for layer in hits) and clamps["gate_above_limit"] and clamps["up_outside_limit"]:
             break
     else:
         raise SystemExit(f"no draw in {MAX_DRAWS} routes a token to every expert and hits both clamps")
-    folder = os.path.join(out_dir, NAME)
-    shutil.rmtree(folder, ignore_errors=True)
-    model.save_pretrained(folder, safe_serialization=True)
-    gen_cfg = os.path.join(folder, "generation_config.json")
-    if os.path.exists(gen_cfg):
-        os.remove(gen_cfg)
-    with open(os.path.join(folder, "config.json")) as f:
-        saved = json.load(f)
+    folder = os.path.join(out_dir, name)
     legacy_rope = {k: v for k, v in ROPE.items() if k != "rope_theta"}
-    with open(os.path.join(folder, "config_legacy.json"), "w") as f:
-        json.dump(legacy_config(saved, {"rope_theta": ROPE["rope_theta"], "rope_scaling": legacy_rope}), f,
-                  indent=2, sort_keys=True)
-        f.write("\n")
-
-    prompts = []
-    for n, tokens in zip(PROMPT_LENGTHS, prompt_tokens):
-        logits = last_logits(model, tokens)
-        cont, margins = greedy(model, tokens, N_CONTINUATION)
-        prompts.append({"name": f"len{n}", "tokens": tokens, "logits": f32_list(logits),
-                        "max_abs_logit": float(logits.abs().max()), "top2_margin": margin(logits),
-                        "greedy_tokens": cont, "greedy_margins": margins})
-
-    sensitivity = {}
-    longest = prompts[-1]["tokens"]
-    ref = torch.tensor(prompts[-1]["logits"])
-    for vname, apply in variants().items():
-        vcfg = copy.deepcopy(cfg)
-        sd = copy.deepcopy(model.state_dict())
-        apply(vcfg, sd)
-        vmodel = AutoModelForCausalLM.from_config(vcfg, attn_implementation="eager",
-                                                      experts_implementation="eager", dtype=torch.float32)
-        vmodel.load_state_dict(sd)
-        vmodel.eval()
-        sensitivity[vname] = float((last_logits(vmodel, longest) - ref).abs().max())
+    saved = save_checkpoint(model, folder, {"rope_theta": ROPE["rope_theta"], "rope_scaling": legacy_rope})
+    prompts = reference_prompts(model, prompt_tokens)
+    sensitivity = logit_sensitivity(model, cfg, variants(), prompts, experts_implementation="eager")
 
     rotary = model.model.rotary_emb
     tables = {"tiny_model": {"head_dim": CONFIG["head_dim"], "rope_parameters": ROPE,
@@ -242,7 +209,7 @@ def make(out_dir):
 
     files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
     reference = {
-        "case": NAME,
+        "case": name,
         "architecture": saved["architectures"][0],
         "weights_dtype": "float32",
         "expert_layout": "stacked_in_out_interleaved",
@@ -265,22 +232,15 @@ def make(out_dir):
         "yarn_tables": tables,
         "prompts": prompts,
     }
-    with open(os.path.join(folder, "reference.json"), "w") as f:
-        json.dump(reference, f, indent=1)
-        f.write("\n")
+    write_reference(folder, reference)
     size = sum(os.path.getsize(os.path.join(folder, f)) for f in files)
-    print(f"{NAME}: {size / 1024:.0f} KiB seed={seed} max|logit|={max(p['max_abs_logit'] for p in prompts):.2f} "
+    print(f"{name}: {size / 1024:.0f} KiB seed={seed} max|logit|={max(p['max_abs_logit'] for p in prompts):.2f} "
           f"min margin={min(min(p['greedy_margins']) for p in prompts):.4f} min router margin={min_gap:.2e} "
           f"hits={hits} clamps={clamps} sensitivity={sensitivity}")
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(REPO, "tests", "data", "hf_tiny"))
-    args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    torch.set_num_threads(1)
-    make(args.out)
+    generate(make_case, {NAME: CONFIG})
 
 
 if __name__ == "__main__":

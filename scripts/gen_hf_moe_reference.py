@@ -27,20 +27,17 @@ no qkv_bias / layer_types for Qwen2-MoE).
 Requires torch, transformers >= 5, safetensors.
 Usage: scripts/gen_hf_moe_reference.py [--out DIR] [--only CASE]
 """
-import argparse
 import copy
-import json
 import os
-import shutil
 import sys
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
+from transformers import MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_hf_tiny_reference import (N_CONTINUATION, PROMPT_LENGTHS, REPO, VOCAB, build, f32_list, greedy,  # noqa: E402
-                                   last_logits, legacy_config, margin)
+from gen_hf_tiny_reference import (VOCAB, build, generate, last_logits, logit_sensitivity,  # noqa: E402
+                                   prompt_tokens_for, reference_prompts, save_checkpoint, write_reference)
 
 SEED = 4321
 # Random routers favour some experts (the normed hidden states share a mean
@@ -113,45 +110,17 @@ def make_case(name, spec, out_dir, index):
     for draw in range(MAX_DRAWS):
         seed = SEED + index + SEED_STEP * draw
         model = build(cfg, dtype, seed, False)
-        gen = torch.Generator().manual_seed(seed + 100)
-        prompt_tokens = [[int(t) for t in torch.randint(3, VOCAB, (n,), generator=gen)] for n in PROMPT_LENGTHS]
+        prompt_tokens = prompt_tokens_for(seed)
         hits, min_gap = routing_stats(model, prompt_tokens, cfg.num_experts_per_tok, n_experts)
         if all(min(layer) > 0 for layer in hits):
             break
     else:
         raise SystemExit(f"{name}: no draw in {MAX_DRAWS} routes a token to every expert")
     folder = os.path.join(out_dir, name)
-    shutil.rmtree(folder, ignore_errors=True)
     to_save = copy.deepcopy(model).to(dtype) if dtype != torch.float32 else model
-    to_save.save_pretrained(folder, safe_serialization=True, save_original_format=original_format)
-    gen_cfg = os.path.join(folder, "generation_config.json")
-    if os.path.exists(gen_cfg):
-        os.remove(gen_cfg)
-    with open(os.path.join(folder, "config.json")) as f:
-        saved = json.load(f)
-    with open(os.path.join(folder, "config_legacy.json"), "w") as f:
-        json.dump(legacy_config(saved, legacy), f, indent=2, sort_keys=True)
-        f.write("\n")
-
-    prompts = []
-    for n, tokens in zip(PROMPT_LENGTHS, prompt_tokens):
-        logits = last_logits(model, tokens)
-        cont, margins = greedy(model, tokens, N_CONTINUATION)
-        prompts.append({"name": f"len{n}", "tokens": tokens, "logits": f32_list(logits),
-                        "max_abs_logit": float(logits.abs().max()), "top2_margin": margin(logits),
-                        "greedy_tokens": cont, "greedy_margins": margins})
-
-    sensitivity = {}
-    longest = prompts[-1]["tokens"]
-    ref = torch.tensor(prompts[-1]["logits"])
-    for vname, change in variants.items():
-        vcfg = copy.deepcopy(cfg)
-        for k, v in change.items():
-            setattr(vcfg, k, v)
-        vmodel = AutoModelForCausalLM.from_config(vcfg, attn_implementation="eager", dtype=torch.float32)
-        vmodel.load_state_dict(model.state_dict())
-        vmodel.eval()
-        sensitivity[vname] = float((last_logits(vmodel, longest) - ref).abs().max())
+    saved = save_checkpoint(to_save, folder, legacy, save_original_format=original_format)
+    prompts = reference_prompts(model, prompt_tokens)
+    sensitivity = logit_sensitivity(model, cfg, variants, prompts)
 
     files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
     reference = {
@@ -175,9 +144,7 @@ def make_case(name, spec, out_dir, index):
         "sensitivity_max_abs_logit_change": sensitivity,
         "prompts": prompts,
     }
-    with open(os.path.join(folder, "reference.json"), "w") as f:
-        json.dump(reference, f, indent=1)
-        f.write("\n")
+    write_reference(folder, reference)
     size = sum(os.path.getsize(os.path.join(folder, f)) for f in files)
     print(f"{name}: {saved['architectures'][0]} {dtype} {reference['expert_layout']} {size / 1024:.0f} KiB "
           f"max|logit|={max(p['max_abs_logit'] for p in prompts):.2f} "
@@ -186,16 +153,7 @@ def make_case(name, spec, out_dir, index):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(REPO, "tests", "data", "hf_tiny"))
-    ap.add_argument("--only")
-    args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    torch.set_num_threads(1)
-    for i, (name, spec) in enumerate(cases().items()):
-        if args.only and name != args.only:
-            continue
-        make_case(name, spec, args.out, i)
+    generate(make_case, cases())
 
 
 if __name__ == "__main__":

@@ -175,48 +175,98 @@ def build(cfg, dtype, seed, is_gemma):
     return model.eval()
 
 
+def prompt_tokens_for(seed):
+    """The reference prompts' token ids (one per PROMPT_LENGTHS entry) of a case's seed."""
+    gen = torch.Generator().manual_seed(seed + 100)
+    return [[int(t) for t in torch.randint(3, VOCAB, (n,), generator=gen)] for n in PROMPT_LENGTHS]
+
+
+def save_checkpoint(model, folder, legacy, **save_kwargs):
+    """Saves the model as safetensors (no generation_config.json) plus
+    config_legacy.json; returns the config.json it wrote."""
+    shutil.rmtree(folder, ignore_errors=True)
+    model.save_pretrained(folder, safe_serialization=True, **save_kwargs)
+    gen_cfg = os.path.join(folder, "generation_config.json")
+    if os.path.exists(gen_cfg):
+        os.remove(gen_cfg)
+    with open(os.path.join(folder, "config.json")) as f:
+        saved = json.load(f)
+    with open(os.path.join(folder, "config_legacy.json"), "w") as f:
+        json.dump(legacy_config(saved, legacy), f, indent=2, sort_keys=True)
+        f.write("\n")
+    return saved
+
+
+def reference_prompts(model, prompt_tokens):
+    """Last-position logits and greedy continuations (with their margins) of each prompt."""
+    prompts = []
+    for n, tokens in zip(PROMPT_LENGTHS, prompt_tokens):
+        logits = last_logits(model, tokens)
+        cont, margins = greedy(model, tokens, N_CONTINUATION)
+        prompts.append({"name": f"len{n}", "tokens": tokens, "logits": f32_list(logits),
+                        "max_abs_logit": float(logits.abs().max()), "top2_margin": margin(logits),
+                        "greedy_tokens": cont, "greedy_margins": margins})
+    return prompts
+
+
+def logit_sensitivity(model, cfg, variants, prompts, **from_config_kwargs):
+    """How much each dropped detail moves the longest prompt's logits. A
+    variant is a dict of config changes or a function (config, state_dict)
+    that changes both."""
+    sensitivity = {}
+    longest = prompts[-1]["tokens"]
+    ref = torch.tensor(prompts[-1]["logits"])
+    for vname, change in variants.items():
+        vcfg = copy.deepcopy(cfg)
+        state = model.state_dict()
+        if callable(change):
+            state = copy.deepcopy(state)
+            change(vcfg, state)
+        else:
+            for k, v in change.items():
+                setattr(vcfg, k, copy.deepcopy(v))
+            if "rope_parameters" in change and hasattr(vcfg, "standardize_rope_params"):
+                vcfg.standardize_rope_params()
+        vmodel = AutoModelForCausalLM.from_config(vcfg, attn_implementation="eager", dtype=torch.float32,
+                                                  **from_config_kwargs)
+        vmodel.load_state_dict(state)
+        vmodel.eval()
+        sensitivity[vname] = float((last_logits(vmodel, longest) - ref).abs().max())
+    return sensitivity
+
+
+def write_reference(folder, reference):
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump(reference, f, indent=1)
+        f.write("\n")
+
+
+def generate(make_case, cases):
+    """The generators' command line: --out DIR (default tests/data/hf_tiny) and
+    --only CASE; runs make_case(name, spec, out, index) per case and returns out."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(REPO, "tests", "data", "hf_tiny"))
+    ap.add_argument("--only")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    torch.set_num_threads(1)
+    for i, (name, spec) in enumerate(cases.items()):
+        if args.only and name != args.only:
+            continue
+        make_case(name, spec, args.out, i)
+    return args.out
+
+
 def make_case(name, spec, out_dir, index):
     cfg, dtype, save_kwargs, legacy, variants = spec
     is_gemma = cfg.model_type.startswith("gemma")
     seed = SEED + index
     model = build(cfg, dtype, seed, is_gemma)
     folder = os.path.join(out_dir, name)
-    shutil.rmtree(folder, ignore_errors=True)
     to_save = copy.deepcopy(model).to(dtype) if dtype != torch.float32 else model
-    to_save.save_pretrained(folder, safe_serialization=True, **save_kwargs)
-    for extra in ("generation_config.json",):
-        if os.path.exists(os.path.join(folder, extra)):
-            os.remove(os.path.join(folder, extra))
-    with open(os.path.join(folder, "config.json")) as f:
-        saved = json.load(f)
-    with open(os.path.join(folder, "config_legacy.json"), "w") as f:
-        json.dump(legacy_config(saved, legacy), f, indent=2, sort_keys=True)
-        f.write("\n")
-
-    gen = torch.Generator().manual_seed(seed + 100)
-    prompts = []
-    for n in PROMPT_LENGTHS:
-        tokens = [int(t) for t in torch.randint(3, VOCAB, (n,), generator=gen)]
-        logits = last_logits(model, tokens)
-        cont, margins = greedy(model, tokens, N_CONTINUATION)
-        prompts.append({"name": f"len{n}", "tokens": tokens, "logits": f32_list(logits),
-                        "max_abs_logit": float(logits.abs().max()), "top2_margin": margin(logits),
-                        "greedy_tokens": cont, "greedy_margins": margins})
-
-    # How much each dropped detail moves the longest prompt's logits.
-    sensitivity = {}
-    longest = prompts[-1]["tokens"]
-    ref = torch.tensor(prompts[-1]["logits"])
-    for vname, change in variants.items():
-        vcfg = copy.deepcopy(cfg)
-        for k, v in change.items():
-            setattr(vcfg, k, v)
-        if "rope_parameters" in change and hasattr(vcfg, "standardize_rope_params"):
-            vcfg.standardize_rope_params()
-        vmodel = AutoModelForCausalLM.from_config(vcfg, attn_implementation="eager", dtype=torch.float32)
-        vmodel.load_state_dict(model.state_dict())
-        vmodel.eval()
-        sensitivity[vname] = float((last_logits(vmodel, longest) - ref).abs().max())
+    saved = save_checkpoint(to_save, folder, legacy, **save_kwargs)
+    prompts = reference_prompts(model, prompt_tokens_for(seed))
+    sensitivity = logit_sensitivity(model, cfg, variants, prompts)
 
     shard_files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
     reference = {
@@ -235,9 +285,7 @@ def make_case(name, spec, out_dir, index):
         "sensitivity_max_abs_logit_change": sensitivity,
         "prompts": prompts,
     }
-    with open(os.path.join(folder, "reference.json"), "w") as f:
-        json.dump(reference, f, indent=1)
-        f.write("\n")
+    write_reference(folder, reference)
     print(f"{name}: {saved['architectures'][0]} {dtype} files={shard_files} "
           f"max|logit|={max(p['max_abs_logit'] for p in prompts):.2f} "
           f"min margin={min(min(p['greedy_margins']) for p in prompts):.4f} sensitivity={sensitivity}")
@@ -259,17 +307,7 @@ def make_tokenizer(out_dir):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(REPO, "tests", "data", "hf_tiny"))
-    ap.add_argument("--only")
-    args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    torch.set_num_threads(1)
-    for i, (name, spec) in enumerate(cases().items()):
-        if args.only and name != args.only:
-            continue
-        make_case(name, spec, args.out, i)
-    make_tokenizer(args.out)
+    make_tokenizer(generate(make_case, cases()))
 
 
 if __name__ == "__main__":
