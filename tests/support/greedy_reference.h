@@ -4,8 +4,14 @@
 // a near-tie (beyond which bitwise-different arithmetic may diverge).
 #pragma once
 
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "engine/engine.h"
@@ -40,6 +46,28 @@ inline GreedyComparison compare_greedy(Engine& engine, const std::vector<int32_t
   while (r.decided < margins.size() && margins[r.decided] >= near_tie) ++r.decided;
   while (r.same < r.tokens.size() && r.same < expected.size() && r.tokens[r.same] == expected[r.same]) ++r.same;
   return r;
+}
+
+// Every prompt of a reference's "prompts" (tokens, greedy_tokens,
+// greedy_margins) on one engine: the greedy tokens must agree at least up to
+// the reference's first near-tie; prints how far each agrees. Then checks the
+// engine's pool integrity.
+inline void expect_greedy_matches(Engine& engine, const nlohmann::json& prompts, double near_tie,
+                                  const std::string& label) {
+  for (const auto& p : prompts) {
+    const auto expected = p["greedy_tokens"].get<std::vector<int32_t>>();
+    const auto margins = p["greedy_margins"].get<std::vector<double>>();
+    const auto [got, same, decided] =
+        compare_greedy(engine, p["tokens"].get<std::vector<int32_t>>(), expected, margins, near_tie);
+    std::printf("[%s] %s: %zu of %zu greedy tokens identical (smallest reference margin %.4f, first near-tie at "
+                "step %zu)\n",
+                label.c_str(), p["name"].get<std::string>().c_str(), same, expected.size(),
+                *std::min_element(margins.begin(), margins.end()), decided);
+    ASSERT_EQ(got.size(), expected.size());
+    EXPECT_GE(same, decided) << label << "/" << p["name"] << ": differs at step " << same
+                             << " where the reference's margin is " << margins[std::min(same, margins.size() - 1)];
+  }
+  engine.check_integrity();
 }
 
 }  // namespace deepinfer::testing

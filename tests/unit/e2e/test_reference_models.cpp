@@ -144,19 +144,7 @@ TEST_P(ReferenceModel, GreedyContinuationMatchesLlamaCpp) {
   c.max_model_len = 512;
   c.kv_cache_tokens = 4096;
   Engine engine(c);
-  for (const auto& p : ref["prompts"]) {
-    const auto expected = p["greedy_tokens"].get<std::vector<int32_t>>();
-    const auto margins = p["greedy_margins"].get<std::vector<double>>();
-    const auto [got, same, decided] =
-        testing::compare_greedy(engine, p["tokens"].get<std::vector<int32_t>>(), expected, margins, kNearTie);
-    std::printf("[e2e] %s/%s: %zu of %zu greedy tokens identical to llama.cpp (first near-tie at step %zu%s)\n",
-                GetParam().c_str(), p["name"].get<std::string>().c_str(), same, expected.size(), decided,
-                same < expected.size() ? fmt::format(", reference margin where we differ {:.3f}", margins[same]).c_str() : "");
-    ASSERT_EQ(got.size(), expected.size());
-    EXPECT_GE(same, decided) << p["name"] << ": differs at step " << same << " where llama.cpp's margin is "
-                             << margins[std::min(same, margins.size() - 1)];
-  }
-  engine.check_integrity();
+  testing::expect_greedy_matches(engine, ref["prompts"], kNearTie, "e2e vs llama.cpp " + GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ReferenceModel, ::testing::Values("smollm2", "gemma3"));

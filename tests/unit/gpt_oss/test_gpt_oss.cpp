@@ -81,18 +81,7 @@ TEST_P(GptOss, GreedyContinuationMatchesTransformers) {
   c.max_model_len = 128;
   c.kv_cache_tokens = 1024;
   Engine engine(c);
-  for (const auto& p : ref["prompts"]) {
-    const auto expected = p["greedy_tokens"].get<std::vector<int32_t>>();
-    const auto margins = p["greedy_margins"].get<std::vector<double>>();
-    const auto [got, same, decided] =
-        testing::compare_greedy(engine, p["tokens"].get<std::vector<int32_t>>(), expected, margins, kNearTie);
-    std::printf("[gpt_oss] %s config, %s: %zu of %zu greedy tokens identical (smallest margin %.4f)\n",
-                GetParam().c_str(), p["name"].get<std::string>().c_str(), same, expected.size(),
-                *std::min_element(margins.begin(), margins.end()));
-    ASSERT_EQ(got.size(), expected.size());
-    EXPECT_GE(same, decided) << p["name"] << ": differs at step " << same;
-  }
-  engine.check_integrity();
+  testing::expect_greedy_matches(engine, ref["prompts"], kNearTie, "gpt_oss " + GetParam() + " config");
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, GptOss, ::testing::Values("v5", "legacy"));

@@ -97,18 +97,7 @@ TEST_P(MlaModel, GreedyContinuationMatchesTransformers) {
   c.max_model_len = 128;
   c.kv_cache_tokens = 1024;
   Engine engine(c);
-  for (const auto& p : ref["prompts"]) {
-    const auto expected = p["greedy_tokens"].get<std::vector<int32_t>>();
-    const auto margins = p["greedy_margins"].get<std::vector<double>>();
-    const auto [got, same, decided] =
-        testing::compare_greedy(engine, p["tokens"].get<std::vector<int32_t>>(), expected, margins, kNearTie);
-    std::printf("[mla] %s (%s config) %s: %zu of %zu greedy tokens identical%s\n", name.c_str(), flavour.c_str(),
-                p["name"].get<std::string>().c_str(), same, expected.size(),
-                decided < margins.size() ? fmt::format(" (near-tie at step {})", decided).c_str() : "");
-    ASSERT_EQ(got.size(), expected.size());
-    EXPECT_GE(same, decided) << name << "/" << p["name"] << ": differs at step " << same;
-  }
-  engine.check_integrity();
+  testing::expect_greedy_matches(engine, ref["prompts"], kNearTie, "mla " + name + " (" + flavour + " config)");
 }
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
