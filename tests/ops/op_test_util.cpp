@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 #include <span>
 
 #include "backend/cpu/quants.h"
@@ -122,6 +123,18 @@ std::vector<int> scale_offsets(DType dtype) {
 }
 
 }  // namespace
+
+std::vector<int32_t> draw_expert_ids(Rng& rng, int64_t n, int64_t n_experts, int top_k, bool skew) {
+  std::vector<int32_t> ids;
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<int32_t> perm(static_cast<size_t>(n_experts));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng.gen());
+    if (skew && rng.uniform() > 0.0f) std::iota(perm.begin(), perm.begin() + top_k, 0);
+    ids.insert(ids.end(), perm.begin(), perm.begin() + top_k);
+  }
+  return ids;
+}
 
 HostWeights random_weights(Rng& rng, DType dtype, int64_t m, int64_t k) {
   HostWeights w;

@@ -72,6 +72,11 @@ HostWeights random_weights(Rng& rng, DType dtype, int64_t m, int64_t k);
 
 // Whether the backend has kernels for GGUF block-quantised weights (the CPU
 // does; CUDA rejects them with a clear error for now).
+// top_k distinct expert ids per token for n tokens, drawn from the first
+// n_experts; `skew` sends about half the tokens to experts 0..top_k-1 (so
+// some experts get many rows and others none).
+std::vector<int32_t> draw_expert_ids(Rng& rng, int64_t n, int64_t n_experts, int top_k, bool skew = false);
+
 inline bool backend_supports_quantised(const Backend& b) { return b.device().type == DeviceType::CPU; }
 
 // Fixture base for CUDA-vs-CPU comparisons in the GPU's production

@@ -72,20 +72,6 @@ struct Case {
   bool bias = false;  // gpt-oss's per-expert biases (f32)
 };
 
-// Distinct experts per token; `skew` sends half the tokens to the first top_k experts,
-// so that some experts span several row tiles and others none.
-std::vector<int32_t> draw_ids(Rng& rng, int64_t n, int64_t n_experts, int top_k, bool skew) {
-  std::vector<int32_t> ids;
-  for (int64_t t = 0; t < n; ++t) {
-    std::vector<int32_t> perm(static_cast<size_t>(n_experts));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng.gen());
-    if (skew && rng.uniform() > 0.0f) std::iota(perm.begin(), perm.begin() + top_k, 0);
-    ids.insert(ids.end(), perm.begin(), perm.begin() + top_k);
-  }
-  return ids;
-}
-
 struct Stacks {
   Pair gate, up, down, gate_up;
   DeviceTensor bias[2][3];  // [gpu, cpu][gate, up, down]
@@ -137,7 +123,7 @@ void compare_experts(Backend& g, Backend& c, Rng& rng, const Case& k, bool skew 
   Stacks s = make_stacks(g, c, rng, k);
   Pair x = rounded(g, c, rng, k.dtype, {k.n, k.hidden}, 1.0f);
   Pair out = rounded(g, c, rng, k.dtype, {k.n, k.hidden}, 1.0f);
-  std::vector<int32_t> ids = draw_ids(rng, k.n, k.n_experts, k.top_k, skew);
+  std::vector<int32_t> ids = draw_expert_ids(rng, k.n, k.n_experts, k.top_k, skew);
   std::vector<float> weights = rng.floats(ids.size(), 0.0f, 1.0f);
   for (Backend* b : {&g, &c}) {
     const bool on_gpu = b == &g;
@@ -223,7 +209,7 @@ TEST_F(MoeCudaTest, InvalidExpertIdRaisesOnBothPaths) {
     Stacks s = make_stacks(g, cpu(), rng, k);
     Pair x = rounded(g, cpu(), rng, k.dtype, {k.n, k.hidden}, 1.0f);
     DeviceTensor out = zeros(g, k.dtype, {k.n, k.hidden});
-    std::vector<int32_t> ids = draw_ids(rng, k.n, k.n_experts, k.top_k, false);
+    std::vector<int32_t> ids = draw_expert_ids(rng, k.n, k.n_experts, k.top_k, false);
     ids[3] = static_cast<int32_t>(k.n_experts);
     ids[0] = -1;
     DeviceTensor did = upload(g, DType::I32, {k.n, k.top_k}, ids.data());

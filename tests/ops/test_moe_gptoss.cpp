@@ -111,14 +111,8 @@ void run_case(Backend& b, Rng& rng, const Case& c) {
   InterleavedExperts ex = make_experts(b, rng, c.dtype, c.n_experts, c.hidden, c.ffn);
   std::vector<float> x = rng.floats(static_cast<size_t>(c.n * c.hidden));
   std::vector<float> out0 = rng.floats(x.size());
-  std::vector<int32_t> ids;
   std::vector<float> weights = rng.floats(static_cast<size_t>(c.n * c.top_k), 0.0f, 1.0f);
-  for (int64_t t = 0; t < c.n; ++t) {
-    std::vector<int32_t> perm(static_cast<size_t>(c.n_experts));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng.gen());
-    ids.insert(ids.end(), perm.begin(), perm.begin() + c.top_k);
-  }
+  const std::vector<int32_t> ids = draw_expert_ids(rng, c.n, c.n_experts, c.top_k);
   DeviceTensor dx = upload_f32(b, {c.n, c.hidden}, x);
   DeviceTensor dout = upload_f32(b, {c.n, c.hidden}, out0);
   DeviceTensor dids = upload(b, DType::I32, {c.n, c.top_k}, ids.data());
