@@ -23,36 +23,14 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
   const int64_t H = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
   const int64_t q_dim = int64_t{c.n_heads_q} * D, kv_dim = int64_t{c.n_heads_kv} * D;
 
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    Tensor t = source.get(name, {rows, cols});
-    weight_bytes_ += t.nbytes();
-    return store_.matrix(t);
-  };
-  // A matrix still in the file (for fusing on device backends), counted as read per step.
-  auto host_matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    Tensor t = source.get(name, {rows, cols});
-    weight_bytes_ += t.nbytes();
-    return t;
-  };
-  auto host_vector = [&](const std::string& name, int64_t n) {
-    Tensor t = source.get(name, {n});
-    return t;
-  };
-  auto vector = [&](const std::string& name, int64_t n) {
-    Tensor t = source.get(name, {n});
-    return store_.f32_vector(t);
-  };
-  auto optional_vector = [&](const std::string& name, int64_t n) {
-    return source.has(name) ? vector(name, n) : Tensor();
-  };
-
-  token_embd_ = matrix("token_embd.weight", c.vocab_size, H);
-  output_norm_ = vector("output_norm.weight", H);
-  if (source.has("output.weight") && !c.tied_embeddings) {
-    output_ = matrix("output.weight", c.vocab_size, H);
+  WeightLoader load(source, store_);
+  token_embd_ = load.matrix("token_embd.weight", c.vocab_size, H);
+  output_norm_ = load.vector("output_norm.weight", H);
+  if (load.has("output.weight") && !c.tied_embeddings) {
+    output_ = load.matrix("output.weight", c.vocab_size, H);
   } else {
     output_ = token_embd_;
-    weight_bytes_ += token_embd_.nbytes();  // read again by the output projection
+    load.count(token_embd_.nbytes());  // read again by the output projection
   }
 
   layers_.resize(c.n_layers);
@@ -60,95 +38,80 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
     const std::string p = fmt::format("blk.{}.", i);
     Layer& l = layers_[i];
     l.local = c.is_sliding(i);
-    l.attn_norm = vector(p + "attn_norm.weight", H);
-    const Tensor hq = host_matrix(p + "attn_q.weight", q_dim, H);
-    const Tensor hk = host_matrix(p + "attn_k.weight", kv_dim, H);
-    const Tensor hv = host_matrix(p + "attn_v.weight", kv_dim, H);
+    l.attn_norm = load.vector(p + "attn_norm.weight", H);
+    const Tensor hq = load.host_matrix(p + "attn_q.weight", q_dim, H);
+    const Tensor hk = load.host_matrix(p + "attn_k.weight", kv_dim, H);
+    const Tensor hv = load.host_matrix(p + "attn_v.weight", kv_dim, H);
     l.attn.wqkv = store_.fused_matrix({hq, hk, hv});
     if (!l.attn.wqkv.defined()) {
       l.attn.wq = store_.matrix(hq);
       l.attn.wk = store_.matrix(hk);
       l.attn.wv = store_.matrix(hv);
     }
-    l.attn.wo = matrix(p + "attn_output.weight", H, q_dim);
-    if (c.output_bias) l.attn.bo = vector(p + "attn_output.bias", H);
-    if (c.attn_sinks) l.sinks = vector(p + "attn_sinks.weight", c.n_heads_q);
+    l.attn.wo = load.matrix(p + "attn_output.weight", H, q_dim);
+    if (c.output_bias) l.attn.bo = load.vector(p + "attn_output.bias", H);
+    if (c.attn_sinks) l.sinks = load.vector(p + "attn_sinks.weight", c.n_heads_q);
     if (c.qkv_bias) {
       if (l.attn.wqkv.defined()) {
-        l.attn.bqkv = store_.f32_concat({host_vector(p + "attn_q.bias", q_dim), host_vector(p + "attn_k.bias", kv_dim),
-                                         host_vector(p + "attn_v.bias", kv_dim)});
+        l.attn.bqkv = store_.f32_concat({load.host_vector(p + "attn_q.bias", q_dim),
+                                         load.host_vector(p + "attn_k.bias", kv_dim),
+                                         load.host_vector(p + "attn_v.bias", kv_dim)});
       } else {
-        l.attn.bq = vector(p + "attn_q.bias", q_dim);
-        l.attn.bk = vector(p + "attn_k.bias", kv_dim);
-        l.attn.bv = vector(p + "attn_v.bias", kv_dim);
+        l.attn.bq = load.vector(p + "attn_q.bias", q_dim);
+        l.attn.bk = load.vector(p + "attn_k.bias", kv_dim);
+        l.attn.bv = load.vector(p + "attn_v.bias", kv_dim);
       }
     }
     if (c.qk_norm) {
-      l.attn.q_norm = vector(p + "attn_q_norm.weight", D);
-      l.attn.k_norm = vector(p + "attn_k_norm.weight", D);
+      l.attn.q_norm = load.vector(p + "attn_q_norm.weight", D);
+      l.attn.k_norm = load.vector(p + "attn_k_norm.weight", D);
     }
-    l.ffn_norm = vector(p + "ffn_norm.weight", H);
+    l.ffn_norm = load.vector(p + "ffn_norm.weight", H);
     if (c.post_norms) {
-      l.post_attn_norm = vector(p + "post_attention_norm.weight", H);
-      l.post_ffw_norm = vector(p + "post_ffw_norm.weight", H);
+      l.post_attn_norm = load.vector(p + "post_attention_norm.weight", H);
+      l.post_ffw_norm = load.vector(p + "post_ffw_norm.weight", H);
     } else {
-      l.post_attn_norm = optional_vector(p + "post_attention_norm.weight", H);
+      l.post_attn_norm = load.optional_vector(p + "post_attention_norm.weight", H);
     }
     if (c.is_moe(i)) {
-      load_moe(l, source, p);
+      load_moe(l, load, p);
     } else {
-      const Tensor hg = host_matrix(p + "ffn_gate.weight", F, H);
-      const Tensor hu = host_matrix(p + "ffn_up.weight", F, H);
+      const Tensor hg = load.host_matrix(p + "ffn_gate.weight", F, H);
+      const Tensor hu = load.host_matrix(p + "ffn_up.weight", F, H);
       l.mlp.w_gate_up = store_.fused_matrix({hg, hu});
       if (!l.mlp.w_gate_up.defined()) {
         l.mlp.w_gate = store_.matrix(hg);
         l.mlp.w_up = store_.matrix(hu);
       }
-      l.mlp.w_down = matrix(p + "ffn_down.weight", H, F);
+      l.mlp.w_down = load.matrix(p + "ffn_down.weight", H, F);
     }
   }
   inv_freq_global_ = store_.f32_vector(rope_inv_freq(c, false));
   inv_freq_local_ = store_.f32_vector(rope_inv_freq(c, true));
+  weight_bytes_ = load.bytes();
 }
 
-void DecoderModel::load_moe(Layer& l, const WeightSource& source, const std::string& p) {
+void DecoderModel::load_moe(Layer& l, WeightLoader& load, const std::string& p) {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size, E = c.moe.n_experts, F = c.moe.expert_ffn_size, S = c.moe.shared_ffn_size;
-  auto stack = [&](const std::string& name, int64_t rows, int64_t cols) {
-    Tensor t = source.get_experts(name, E, rows, cols);
-    // Decode reads only the chosen experts' weights.
-    weight_bytes_ += t.nbytes() / static_cast<size_t>(E) * static_cast<size_t>(c.moe.n_experts_used);
-    return store_.expert_stack(t);
-  };
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    Tensor t = source.get(name, {rows, cols});
-    weight_bytes_ += t.nbytes();
-    return store_.matrix(t);
-  };
+  const int64_t used = c.moe.n_experts_used;
   layers::MoeWeights& m = l.moe;
-  m.router = matrix(p + "ffn_gate_inp.weight", E, H);
-  m.experts.gate = stack(p + "ffn_gate_exps.weight", F, H);
-  m.experts.up = stack(p + "ffn_up_exps.weight", F, H);
-  m.experts.down = stack(p + "ffn_down_exps.weight", H, F);
-  auto bias = [&](const std::string& name, int64_t rows, int64_t cols) {
-    Tensor t = source.get(name, {rows, cols});
-    return store_.f32_vector(t).reshape({rows, cols});
-  };
-  if (c.moe.router_bias) {
-    const Tensor t = source.get(p + "ffn_gate_inp.bias", {E});
-    m.router_bias = store_.f32_vector(t);
-  }
+  m.router = load.matrix(p + "ffn_gate_inp.weight", E, H);
+  m.experts.gate = load.expert_stack(p + "ffn_gate_exps.weight", E, F, H, used);
+  m.experts.up = load.expert_stack(p + "ffn_up_exps.weight", E, F, H, used);
+  m.experts.down = load.expert_stack(p + "ffn_down_exps.weight", E, H, F, used);
+  if (c.moe.router_bias) m.router_bias = load.vector(p + "ffn_gate_inp.bias", E);
   if (c.moe.expert_bias) {
-    m.experts.gate_bias = bias(p + "ffn_gate_exps.bias", E, F);
-    m.experts.up_bias = bias(p + "ffn_up_exps.bias", E, F);
-    m.experts.down_bias = bias(p + "ffn_down_exps.bias", E, H);
+    m.experts.gate_bias = load.f32_table(p + "ffn_gate_exps.bias", E, F);
+    m.experts.up_bias = load.f32_table(p + "ffn_up_exps.bias", E, F);
+    m.experts.down_bias = load.f32_table(p + "ffn_down_exps.bias", E, H);
   }
   if (S > 0) {
     DI_CHECK(c.moe.shared_expert_gate, "{}: shared experts without a gate are not supported yet", c.arch);
-    m.shared.gate = matrix(p + "ffn_gate_shexp.weight", S, H).reshape({1, S, H});
-    m.shared.up = matrix(p + "ffn_up_shexp.weight", S, H).reshape({1, S, H});
-    m.shared.down = matrix(p + "ffn_down_shexp.weight", H, S).reshape({1, H, S});
-    m.shared_gate = matrix(p + "ffn_gate_inp_shexp.weight", 1, H);
+    m.shared.gate = load.matrix(p + "ffn_gate_shexp.weight", S, H).reshape({1, S, H});
+    m.shared.up = load.matrix(p + "ffn_up_shexp.weight", S, H).reshape({1, S, H});
+    m.shared.down = load.matrix(p + "ffn_down_shexp.weight", H, S).reshape({1, H, S});
+    m.shared_gate = load.matrix(p + "ffn_gate_inp_shexp.weight", 1, H);
   }
 }
 

@@ -14,6 +14,7 @@
 #include "model/layers/mlp_layer.h"
 #include "model/layers/moe_layer.h"
 #include "model/model.h"
+#include "model/weight_loader.h"
 #include "model/weight_source.h"
 #include "model/weight_store.h"
 
@@ -43,7 +44,7 @@ class DecoderModel final : public Model {
 
   Tensor act_view(int64_t rows, int64_t cols, size_t& offset) const;
   Tensor work_view(DType dtype, int64_t rows, int64_t cols, size_t& offset) const;
-  void load_moe(Layer& l, const WeightSource& source, const std::string& prefix);
+  void load_moe(Layer& l, WeightLoader& load, const std::string& prefix);
   layers::MoeScratch moe_scratch(int64_t n, size_t& offset) const;
 
   ModelConfig config_;

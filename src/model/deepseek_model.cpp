@@ -29,7 +29,7 @@ float softmax_scale(const ModelConfig& c) {
 }  // namespace
 
 DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& source, Backend& backend)
-    : config_(std::move(config)), source_(source), backend_(backend), store_(backend) {
+    : config_(std::move(config)), backend_(backend), store_(backend) {
   config_.validate();
   const ModelConfig& c = config_;
   DI_CHECK(c.mla.enabled(), "{}: DeepseekModel needs a Multi-head Latent Attention config", c.arch);
@@ -38,92 +38,77 @@ DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& source, Bac
   attention_scale_ = softmax_scale(c);
   const int64_t H = c.hidden_size, F = c.intermediate_size;
 
-  token_embd_ = matrix("token_embd.weight", c.vocab_size, H);
-  output_norm_ = vector("output_norm.weight", H);
-  if (source.has("output.weight") && !c.tied_embeddings) {
-    output_ = matrix("output.weight", c.vocab_size, H);
+  WeightLoader load(source, store_);
+  token_embd_ = load.matrix("token_embd.weight", c.vocab_size, H);
+  output_norm_ = load.vector("output_norm.weight", H);
+  if (load.has("output.weight") && !c.tied_embeddings) {
+    output_ = load.matrix("output.weight", c.vocab_size, H);
   } else {
     output_ = token_embd_;
-    weight_bytes_ += token_embd_.nbytes();  // read again by the output projection
+    load.count(token_embd_.nbytes());  // read again by the output projection
   }
   ffn_scratch_ = std::max<int64_t>(F, c.moe.shared_ffn_size);
   layers_.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = fmt::format("blk.{}.", i);
     Layer& l = layers_[i];
-    l.attn_norm = vector(p + "attn_norm.weight", H);
-    load_mla(l, p);
-    l.ffn_norm = vector(p + "ffn_norm.weight", H);
+    l.attn_norm = load.vector(p + "attn_norm.weight", H);
+    load_mla(l, load, p);
+    l.ffn_norm = load.vector(p + "ffn_norm.weight", H);
     if (c.is_moe(i)) {
       has_moe_ = true;
-      load_moe(l, p);
+      load_moe(l, load, p);
     } else {
-      l.mlp.w_gate = matrix(p + "ffn_gate.weight", F, H);
-      l.mlp.w_up = matrix(p + "ffn_up.weight", F, H);
-      l.mlp.w_down = matrix(p + "ffn_down.weight", H, F);
+      l.mlp.w_gate = load.matrix(p + "ffn_gate.weight", F, H);
+      l.mlp.w_up = load.matrix(p + "ffn_up.weight", F, H);
+      l.mlp.w_down = load.matrix(p + "ffn_down.weight", H, F);
     }
   }
   inv_freq_ = store_.f32_vector(rope_inv_freq(c, false));
+  weight_bytes_ = load.bytes();
   log_info("model: MLA q_lora {} kv_lora {} nope {} rope {} v {}; KV cache row {} per token and layer; softmax "
            "scale {:.6g}",
            c.mla.q_lora_rank, c.mla.kv_lora_rank, c.mla.qk_nope_head_dim, c.mla.qk_rope_head_dim, c.mla.v_head_dim,
            mla_shape_.cache_row(), attention_scale_);
 }
 
-Tensor DeepseekModel::matrix(const std::string& name, int64_t rows, int64_t cols) {
-  Tensor t = source_.get(name, {rows, cols});
-  weight_bytes_ += t.nbytes();
-  return store_.matrix(t);
-}
-
-Tensor DeepseekModel::vector(const std::string& name, int64_t n) {
-  Tensor t = source_.get(name, {n});
-  return store_.f32_vector(t);
-}
-
-void DeepseekModel::load_mla(Layer& l, const std::string& p) {
+void DeepseekModel::load_mla(Layer& l, WeightLoader& load, const std::string& p) {
   const ModelConfig& c = config_;
   const layers::MlaShape& s = mla_shape_;
   const int64_t H = c.hidden_size, q_dim = s.q_dim(), lora = s.kv_lora_rank;
   layers::MlaWeights& w = l.mla;
   if (s.q_lora_rank > 0) {
-    w.wq_a = matrix(p + "attn_q_a.weight", s.q_lora_rank, H);
-    if (c.mla.attention_bias) w.bq_a = vector(p + "attn_q_a.bias", s.q_lora_rank);
-    w.q_a_norm = vector(p + "attn_q_a_norm.weight", s.q_lora_rank);
-    w.wq_b = matrix(p + "attn_q_b.weight", q_dim, s.q_lora_rank);
+    w.wq_a = load.matrix(p + "attn_q_a.weight", s.q_lora_rank, H);
+    if (c.mla.attention_bias) w.bq_a = load.vector(p + "attn_q_a.bias", s.q_lora_rank);
+    w.q_a_norm = load.vector(p + "attn_q_a_norm.weight", s.q_lora_rank);
+    w.wq_b = load.matrix(p + "attn_q_b.weight", q_dim, s.q_lora_rank);
   } else {
-    w.wq = matrix(p + "attn_q.weight", q_dim, H);
+    w.wq = load.matrix(p + "attn_q.weight", q_dim, H);
   }
-  w.wkv_a = matrix(p + "attn_kv_a_mqa.weight", s.cache_row(), H);
-  if (c.mla.attention_bias) w.bkv_a = vector(p + "attn_kv_a_mqa.bias", s.cache_row());
-  w.kv_a_norm = vector(p + "attn_kv_a_norm.weight", lora);
+  w.wkv_a = load.matrix(p + "attn_kv_a_mqa.weight", s.cache_row(), H);
+  if (c.mla.attention_bias) w.bkv_a = load.vector(p + "attn_kv_a_mqa.bias", s.cache_row());
+  w.kv_a_norm = load.vector(p + "attn_kv_a_norm.weight", lora);
   const std::string kv_b_name = p + "attn_kv_b.weight";
-  const Tensor kv_b = source_.get(kv_b_name, {int64_t{s.n_heads} * (s.nope_dim + s.v_dim), lora});
-  weight_bytes_ += kv_b.nbytes();
+  const Tensor kv_b = load.host_matrix(kv_b_name, int64_t{s.n_heads} * (s.nope_dim + s.v_dim), lora);
   w.wkv_b = store_.matrix(kv_b);
   std::vector<uint8_t>& uk = absorbed_.emplace_back(layers::absorbed_key_weights(kv_b, s));
   w.w_uk_t = store_.matrix(Tensor(uk.data(), kv_b.dtype(), {s.n_heads, lora, s.nope_dim}));
-  w.wo = matrix(p + "attn_output.weight", H, int64_t{s.n_heads} * s.v_dim);
-  if (c.mla.attention_bias) w.bo = vector(p + "attn_output.bias", H);
+  w.wo = load.matrix(p + "attn_output.weight", H, int64_t{s.n_heads} * s.v_dim);
+  if (c.mla.attention_bias) w.bo = load.vector(p + "attn_output.bias", H);
 }
 
-void DeepseekModel::load_moe(Layer& l, const std::string& p) {
+void DeepseekModel::load_moe(Layer& l, WeightLoader& load, const std::string& p) {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size, E = c.moe.n_experts, F = c.moe.expert_ffn_size, S = c.moe.shared_ffn_size;
-  auto stack = [&](const std::string& name, int64_t rows, int64_t cols) {
-    Tensor t = source_.get_experts(name, E, rows, cols);
-    // Decode reads only the chosen experts' weights.
-    weight_bytes_ += t.nbytes() / static_cast<size_t>(E) * static_cast<size_t>(c.moe.n_experts_used);
-    return store_.expert_stack(t);
-  };
-  l.moe.router = matrix(p + "ffn_gate_inp.weight", E, H);
-  l.moe.experts.gate = stack(p + "ffn_gate_exps.weight", F, H);
-  l.moe.experts.up = stack(p + "ffn_up_exps.weight", F, H);
-  l.moe.experts.down = stack(p + "ffn_down_exps.weight", H, F);
+  const int64_t used = c.moe.n_experts_used;
+  l.moe.router = load.matrix(p + "ffn_gate_inp.weight", E, H);
+  l.moe.experts.gate = load.expert_stack(p + "ffn_gate_exps.weight", E, F, H, used);
+  l.moe.experts.up = load.expert_stack(p + "ffn_up_exps.weight", E, F, H, used);
+  l.moe.experts.down = load.expert_stack(p + "ffn_down_exps.weight", E, H, F, used);
   if (S > 0) {
-    l.mlp.w_gate = matrix(p + "ffn_gate_shexp.weight", S, H);
-    l.mlp.w_up = matrix(p + "ffn_up_shexp.weight", S, H);
-    l.mlp.w_down = matrix(p + "ffn_down_shexp.weight", H, S);
+    l.mlp.w_gate = load.matrix(p + "ffn_gate_shexp.weight", S, H);
+    l.mlp.w_up = load.matrix(p + "ffn_up_shexp.weight", S, H);
+    l.mlp.w_down = load.matrix(p + "ffn_down_shexp.weight", H, S);
   }
   MoeRouteParams& r = l.route;
   r.top_k = c.moe.n_experts_used;
@@ -133,7 +118,7 @@ void DeepseekModel::load_moe(Layer& l, const std::string& p) {
   r.n_groups = c.moe.n_groups;
   r.top_k_groups = c.moe.top_k_groups;
   r.group_score = c.moe.group_score;
-  if (c.moe.correction_bias) r.correction_bias = vector(p + "exp_probs_b.bias", E);
+  if (c.moe.correction_bias) r.correction_bias = load.vector(p + "exp_probs_b.bias", E);
 }
 
 Tensor DeepseekModel::work_view(DType dtype, int64_t rows, int64_t cols, size_t& offset) const {

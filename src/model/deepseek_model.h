@@ -14,6 +14,7 @@
 #include "model/layers/mlp_layer.h"
 #include "model/layers/moe_layer.h"
 #include "model/model.h"
+#include "model/weight_loader.h"
 #include "model/weight_source.h"
 #include "model/weight_store.h"
 
@@ -41,14 +42,11 @@ class DeepseekModel final : public Model {
     MoeRouteParams route;       // with this layer's correction bias (V3)
   };
 
-  void load_mla(Layer& l, const std::string& prefix);
-  void load_moe(Layer& l, const std::string& prefix);
-  Tensor matrix(const std::string& name, int64_t rows, int64_t cols);
-  Tensor vector(const std::string& name, int64_t n);
+  void load_mla(Layer& l, WeightLoader& load, const std::string& prefix);
+  void load_moe(Layer& l, WeightLoader& load, const std::string& prefix);
   Tensor work_view(DType dtype, int64_t rows, int64_t cols, size_t& offset) const;
 
   ModelConfig config_;
-  const WeightSource& source_;
   Backend& backend_;
   WeightStore store_;
   layers::MlaShape mla_shape_;
