@@ -27,6 +27,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_moe.h"
 #include "backend/cuda/cuda_moe_common.cuh"
 
@@ -225,43 +226,6 @@ __global__ void moe_index_kernel(RowView ids, int64_t n, int top_k, int n_expert
 
 // ---------------------------------------------------------------- tensor-core GEMM
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared; zeros (and no read) when !valid.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
 // Tile shapes. Decode: 16-row tiles, narrow column tiles (many blocks), and
 // long k tiles (256 contiguous bytes of each weight row per stage, which HBM
 // serves better than short scattered reads) so that enough weight bytes are in
@@ -309,7 +273,7 @@ __global__ void __launch_bounds__(C::kThreads) moe_mma_kernel(GemmArgs g) {
   constexpr int kLoads = kRows * kChunksPerRow / C::kThreads;
   static_assert(kRows * kChunksPerRow % C::kThreads == 0, "stage loads split evenly");
   constexpr uint32_t kStageBytes = kRows * C::kPitch * 2;
-  const uint32_t s_base = smem_u32(smem);
+  const uint32_t s_base = smem_addr(smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / C::kWarpsN, wn = warp % C::kWarpsN;
   const int64_t row0 = int64_t{tile} * C::kBM, n0 = int64_t{blockIdx.y} * C::kBN;
@@ -370,7 +334,7 @@ __global__ void __launch_bounds__(C::kThreads) moe_mma_kernel(GemmArgs g) {
 #pragma unroll
       for (int mt = 0; mt < C::kMT; ++mt) {
         const int r = wm * C::kWM + mt * 16 + (lane & 15);
-        ldsm_x4(a[mt], stage + (r * C::kPitch + kk + (lane >> 4) * 8) * 2);
+        ldmatrix_x4(a[mt], stage + (r * C::kPitch + kk + (lane >> 4) * 8) * 2);
       }
 #pragma unroll
       for (int b = 0; b < kB; ++b) {
@@ -378,11 +342,11 @@ __global__ void __launch_bounds__(C::kThreads) moe_mma_kernel(GemmArgs g) {
         for (int np = 0; np < C::kNT / 2; ++np) {
           const int r = C::kBM + b * C::kBN + wn * C::kWN + np * 16 + (lane & 7) + (lane >> 4) * 8;
           uint32_t w[4];
-          ldsm_x4(w, stage + (r * C::kPitch + kk + ((lane >> 3) & 1) * 8) * 2);
+          ldmatrix_x4(w, stage + (r * C::kPitch + kk + ((lane >> 3) & 1) * 8) * 2);
 #pragma unroll
           for (int mt = 0; mt < C::kMT; ++mt) {
-            mma_16816<T>(acc[b][mt][2 * np], a[mt], w[0], w[1]);
-            mma_16816<T>(acc[b][mt][2 * np + 1], a[mt], w[2], w[3]);
+            mma16816<T>(acc[b][mt][2 * np], a[mt], w[0], w[1]);
+            mma16816<T>(acc[b][mt][2 * np + 1], a[mt], w[2], w[3]);
           }
         }
       }
