@@ -48,6 +48,22 @@ size_t select_top(std::span<const float> logits, size_t k, std::span<int32_t> ca
   return n;
 }
 
+// The token of the first of weights[0, count) at which the running sum (in
+// order, zero weights skipped) exceeds target, or of the last positive weight
+// when rounding leaves the sum short; -1 when every weight is zero.
+template <typename TokenOf>
+int32_t draw(std::span<const float> weights, size_t count, double target, TokenOf token_of) {
+  double cumulative = 0.0;
+  int32_t last_positive = -1;
+  for (size_t j = 0; j < count; ++j) {
+    if (weights[j] <= 0.0f) continue;
+    cumulative += weights[j];
+    last_positive = token_of(j);
+    if (cumulative > target) return last_positive;
+  }
+  return last_positive;
+}
+
 }  // namespace
 
 int32_t argmax(std::span<const float> logits) {
@@ -86,16 +102,7 @@ int32_t sample_filtered(std::span<const float> logits, const SamplingRowParams& 
       weights[i] = w;
       total += w;
     }
-    const double target = target_fraction * total;
-    double cumulative = 0.0;
-    int32_t last_positive = -1;
-    for (size_t i = 0; i < v; ++i) {
-      if (weights[i] <= 0.0f) continue;
-      cumulative += weights[i];
-      last_positive = static_cast<int32_t>(i);
-      if (cumulative > target) return last_positive;
-    }
-    return last_positive;
+    return draw(weights, v, target_fraction * total, [](size_t i) { return static_cast<int32_t>(i); });
   }
 
   size_t n = 0;
@@ -129,16 +136,7 @@ int32_t sample_filtered(std::span<const float> logits, const SamplingRowParams& 
     if (kept > 0 && (kept_total >= nucleus || weights[kept] < p.min_p)) break;
     kept_total += weights[kept];
   }
-  const double target = target_fraction * kept_total;
-  double cumulative = 0.0;
-  int32_t last_positive = -1;
-  for (size_t j = 0; j < kept; ++j) {
-    if (weights[j] <= 0.0f) continue;
-    cumulative += weights[j];
-    last_positive = candidates[j];
-    if (cumulative > target) return last_positive;
-  }
-  return last_positive;
+  return draw(weights, kept, target_fraction * kept_total, [&](size_t j) { return candidates[j]; });
 }
 
 int32_t sample_row(std::span<const float> logits, const SamplingRowParams& p, std::span<float> work,
