@@ -6,9 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -72,6 +74,44 @@ HostWeights random_weights(Rng& rng, DType dtype, int64_t m, int64_t k);
 
 // Whether the backend has kernels for GGUF block-quantised weights (the CPU
 // does; CUDA rejects them with a clear error for now).
+// Sequences (anything with q_len and kv_len) laid out on randomly shuffled
+// pages of page_size, with two spare pages: the attention metadata arrays and
+// the cache slot of every key, keys of all sequences in order.
+struct PagedLayout {
+  int64_t num_pages = 0, kv_total = 0, n = 0;  // n: query rows
+  int max_q = 0, max_kv = 0;
+  std::vector<int32_t> q_indptr{0}, kv_indptr{0}, pages, last, slots;
+};
+
+template <class Seqs>
+PagedLayout random_paged_layout(Rng& rng, const Seqs& seqs, int page_size) {
+  PagedLayout l;
+  int64_t pages_needed = 0;
+  for (const auto& s : seqs) {
+    pages_needed += (s.kv_len + page_size - 1) / page_size;
+    l.kv_total += s.kv_len;
+  }
+  l.num_pages = pages_needed + 2;
+  std::vector<int32_t> pool(static_cast<size_t>(l.num_pages));
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng.gen());
+  for (const auto& s : seqs) {
+    const int n_pages = (s.kv_len + page_size - 1) / page_size;
+    const size_t first_page = l.pages.size();
+    for (int p = 0; p < n_pages; ++p) l.pages.push_back(pool[l.pages.size()]);
+    for (int j = 0; j < s.kv_len; ++j) {
+      l.slots.push_back(l.pages[first_page + static_cast<size_t>(j / page_size)] * page_size + j % page_size);
+    }
+    l.q_indptr.push_back(l.q_indptr.back() + s.q_len);
+    l.kv_indptr.push_back(static_cast<int32_t>(l.pages.size()));
+    l.last.push_back(s.kv_len - (n_pages - 1) * page_size);
+    l.max_q = std::max(l.max_q, s.q_len);
+    l.max_kv = std::max(l.max_kv, s.kv_len);
+  }
+  l.n = l.q_indptr.back();
+  return l;
+}
+
 // top_k distinct expert ids per token for n tokens, drawn from the first
 // n_experts; `skew` sends about half the tokens to experts 0..top_k-1 (so
 // some experts get many rows and others none).

@@ -172,32 +172,12 @@ void compare_latent(Backend& gpu, Backend& cpu, Rng& rng, int heads, int latent,
   SCOPED_TRACE(fmt::format("heads={} latent={} rope={} page={} type={} q/kv:{}", heads, latent, rope, page_size,
                            dtype_name(type), lens));
   const int64_t row = latent + rope, ps = page_size;
-  int64_t pages_needed = 0, kv_total = 0;
-  for (const Seq& s : seqs) {
-    pages_needed += (s.kv_len + ps - 1) / ps;
-    kv_total += s.kv_len;
-  }
-  const int64_t num_pages = pages_needed + 2;
-  std::vector<int32_t> pool(static_cast<size_t>(num_pages));
-  std::iota(pool.begin(), pool.end(), 0);
-  std::shuffle(pool.begin(), pool.end(), rng.gen());
-  std::vector<int32_t> q_indptr{0}, kv_indptr{0}, pages, last, slots;
+  const PagedLayout lay = random_paged_layout(rng, seqs, page_size);
+  const int64_t n = lay.n, kv_total = lay.kv_total, num_pages = lay.num_pages;
   AttentionMetadata meta;
   meta.num_seqs = static_cast<int>(seqs.size());
-  for (const Seq& s : seqs) {
-    const int64_t n_pages = (s.kv_len + ps - 1) / ps;
-    const int64_t first_page = static_cast<int64_t>(pages.size());
-    for (int64_t p = 0; p < n_pages; ++p) pages.push_back(pool[pages.size()]);
-    for (int64_t j = 0; j < s.kv_len; ++j) {
-      slots.push_back(static_cast<int32_t>(pages[static_cast<size_t>(first_page + j / ps)] * ps + j % ps));
-    }
-    q_indptr.push_back(q_indptr.back() + s.q_len);
-    kv_indptr.push_back(static_cast<int32_t>(pages.size()));
-    last.push_back(static_cast<int32_t>(s.kv_len - (n_pages - 1) * ps));
-    meta.max_q_len = std::max(meta.max_q_len, s.q_len);
-    meta.max_kv_len = std::max(meta.max_kv_len, s.kv_len);
-  }
-  const int64_t n = q_indptr.back();
+  meta.max_q_len = lay.max_q;
+  meta.max_kv_len = lay.max_kv;
   auto rounded = [&](std::vector<float> v) {
     if (type == DType::BF16) {
       for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
@@ -213,10 +193,10 @@ void compare_latent(Backend& gpu, Backend& cpu, Rng& rng, int heads, int latent,
     DeviceTensor dk = upload_as(b, t, {kv_total, 1, row}, rows), dq = upload_as(b, t, {n, heads, row}, q);
     DeviceTensor cache = zeros(b, t, {num_pages, ps, 1, row});
     const KvCacheLayer layer{cache.t, cache.t.narrow(3, 0, latent)};
-    DeviceTensor dslots = upload_i32(b, slots);
+    DeviceTensor dslots = upload_i32(b, lay.slots);
     ops::store_kv(b, dk.t, dk.t.narrow(2, 0, latent), dslots.t, layer);
-    DeviceTensor dqi = upload_i32(b, q_indptr), dki = upload_i32(b, kv_indptr), dp = upload_i32(b, pages);
-    DeviceTensor dl = upload_i32(b, last);
+    DeviceTensor dqi = upload_i32(b, lay.q_indptr), dki = upload_i32(b, lay.kv_indptr), dp = upload_i32(b, lay.pages);
+    DeviceTensor dl = upload_i32(b, lay.last);
     AttentionMetadata m = meta;
     m.q_indptr = dqi.t;
     m.kv_indptr = dki.t;

@@ -281,29 +281,8 @@ void compare_attention(Backend& gpu, Backend& cpu, Rng& rng, const std::vector<S
   SCOPED_TRACE(fmt::format("hkv={} group={} d={} page={} window={} softcap={} sinks={} type={} q/kv:{}", hkv, group,
                            d, page_size, base.sliding_window, base.logit_softcap, sinks, dtype_name(gpu_type), lens));
   const int64_t hq = int64_t{hkv} * group;
-  int64_t pages_needed = 0, kv_total = 0;
-  for (const Seq& s : seqs) {
-    pages_needed += (s.kv_len + page_size - 1) / page_size;
-    kv_total += s.kv_len;
-  }
-  const int64_t num_pages = pages_needed + 2;
-  std::vector<int32_t> pool(static_cast<size_t>(num_pages));
-  std::iota(pool.begin(), pool.end(), 0);
-  std::shuffle(pool.begin(), pool.end(), rng.gen());
-  std::vector<int32_t> q_indptr{0}, kv_indptr{0}, pages, last, slots;
-  int max_q = 0, max_kv = 0;
-  for (const Seq& s : seqs) {
-    int n_pages = (s.kv_len + page_size - 1) / page_size;
-    int first_page = static_cast<int>(pages.size());
-    for (int p = 0; p < n_pages; ++p) pages.push_back(pool[pages.size()]);
-    for (int j = 0; j < s.kv_len; ++j) slots.push_back(pages[first_page + j / page_size] * page_size + j % page_size);
-    q_indptr.push_back(q_indptr.back() + s.q_len);
-    kv_indptr.push_back(static_cast<int32_t>(pages.size()));
-    last.push_back(s.kv_len - (n_pages - 1) * page_size);
-    max_q = std::max(max_q, s.q_len);
-    max_kv = std::max(max_kv, s.kv_len);
-  }
-  const int64_t n = q_indptr.back();
+  const PagedLayout lay = random_paged_layout(rng, seqs, page_size);
+  const int64_t n = lay.n, kv_total = lay.kv_total, num_pages = lay.num_pages;
   std::vector<float> k = round_bf16(rng.floats(static_cast<size_t>(kv_total * hkv * d)));
   std::vector<float> v = round_bf16(rng.floats(static_cast<size_t>(kv_total * hkv * d)));
   std::vector<float> q = round_bf16(rng.floats(static_cast<size_t>(n * hq * d), -2, 2));
@@ -316,16 +295,16 @@ void compare_attention(Backend& gpu, Backend& cpu, Rng& rng, const std::vector<S
     };
     DeviceTensor dk = up({kv_total, hkv, d}, k), dv = up({kv_total, hkv, d}, v), dq = up({n, hq, d}, q);
     DeviceTensor ck = zeros(b, act, {num_pages, page_size, hkv, d}), cv = zeros(b, act, {num_pages, page_size, hkv, d});
-    DeviceTensor dslots = upload_i32(b, slots);
+    DeviceTensor dslots = upload_i32(b, lay.slots);
     KvCacheLayer cache{ck.t, cv.t};
     if (act == DType::F16) b.store_kv(dk.t, dv.t, dslots.t, cache);
     else ops::store_kv(b, dk.t, dv.t, dslots.t, cache);
-    DeviceTensor dqi = upload_i32(b, q_indptr), dki = upload_i32(b, kv_indptr), dp = upload_i32(b, pages);
-    DeviceTensor dl = upload_i32(b, last), ds = upload_f32(b, {hq}, sink_values);
+    DeviceTensor dqi = upload_i32(b, lay.q_indptr), dki = upload_i32(b, lay.kv_indptr), dp = upload_i32(b, lay.pages);
+    DeviceTensor dl = upload_i32(b, lay.last), ds = upload_f32(b, {hq}, sink_values);
     AttentionMetadata meta;
     meta.num_seqs = static_cast<int>(seqs.size());
-    meta.max_q_len = max_q;
-    meta.max_kv_len = max_kv;
+    meta.max_q_len = lay.max_q;
+    meta.max_kv_len = lay.max_kv;
     meta.q_indptr = dqi.t;
     meta.kv_indptr = dki.t;
     meta.kv_page_indices = dp.t;
