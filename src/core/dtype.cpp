@@ -26,6 +26,7 @@ constexpr DTypeInfo kInfos[] = {
     {"q5_K", kQK_K, 2 + 2 + 12 + kQK_K / 8 + kQK_K / 2, true},
     {"q6_K", kQK_K, kQK_K / 2 + kQK_K / 4 + kQK_K / 16 + 2, true},
     {"q8_K", kQK_K, 4 + kQK_K + kQK_K / 16 * 2, true},
+    {"f8_e4m3", 1, 1, false},
 };
 static_assert(sizeof(kInfos) / sizeof(kInfos[0]) == static_cast<size_t>(DType::Count));
 }  // namespace

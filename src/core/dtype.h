@@ -28,6 +28,8 @@ enum class DType : uint8_t {
   Q5_K,
   Q6_K,
   Q8_K,
+  // FP8 e4m3 ("fn": no infinities, max 448): the KV cache's 8-bit format.
+  F8E4M3,
   Count,
 };
 
