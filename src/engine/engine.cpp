@@ -92,7 +92,9 @@ Engine::Engine(EngineConfig config) : config_(std::move(config)) {
   DI_CHECK(mc.max_position <= 0 || max_model_len_ <= mc.max_position,
            "--max-model-len {} exceeds the model's context length {}", max_model_len_, mc.max_position);
 
-  const DType kv_dtype = backend_->activation_dtype();
+  DI_CHECK(config_.kv_cache_dtype == "auto" || config_.kv_cache_dtype == "fp8" || config_.kv_cache_dtype == "fp8_e4m3",
+           "--kv-cache-dtype must be auto, fp8 or fp8_e4m3, got '{}'", config_.kv_cache_dtype);
+  const DType kv_dtype = config_.kv_cache_dtype == "auto" ? backend_->activation_dtype() : DType::F8E4M3;
   const KvCacheSpec spec = model_->model().kv_spec(config_.block_size, kv_dtype);
   int64_t pages = config_.kv_cache_tokens > 0
                       ? (config_.kv_cache_tokens + config_.block_size - 1) / config_.block_size
@@ -101,8 +103,8 @@ Engine::Engine(EngineConfig config) : config_(std::move(config)) {
   DI_CHECK(pages >= 2 && pages < (int64_t{1} << 30), "KV cache of {} pages is out of range", pages);
   kv_ = std::make_unique<KvStorage>(*backend_, spec, static_cast<int32_t>(pages));
   const int64_t kv_tokens = pages * config_.block_size;
-  log_info("engine: KV cache {:.1f} MiB = {} tokens in {} pages of {}; max concurrency at {} tokens: {:.1f}x",
-           kv_->bytes() / 1048576.0, kv_tokens, pages, config_.block_size, max_model_len_,
+  log_info("engine: KV cache ({}) {:.1f} MiB = {} tokens in {} pages of {}; max concurrency at {} tokens: {:.1f}x",
+           dtype_name(kv_dtype), kv_->bytes() / 1048576.0, kv_tokens, pages, config_.block_size, max_model_len_,
            static_cast<double>(kv_tokens) / max_model_len_);
 
   pool_ = std::make_unique<BlockPool>(static_cast<int32_t>(pages));

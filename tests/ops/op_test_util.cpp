@@ -8,6 +8,7 @@
 
 #include "backend/cpu/quants.h"
 #include "core/error.h"
+#include "core/fp8.h"
 
 namespace deepinfer::testing {
 
@@ -71,8 +72,34 @@ std::vector<float> download_f32(Backend& backend, const Tensor& t) {
   return host;
 }
 
+std::vector<float> round_to_fp8(const std::vector<float>& values) {
+  std::vector<float> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = f8e4m3_to_f32(f32_to_f8e4m3(values[i]));
+  return out;
+}
+
+DeviceTensor upload_fp8(Backend& backend, std::initializer_list<int64_t> shape, const std::vector<float>& values) {
+  std::vector<uint8_t> h(values.size());
+  for (size_t i = 0; i < values.size(); ++i) h[i] = f32_to_f8e4m3(values[i]);
+  return upload(backend, DType::F8E4M3, shape, h.data());
+}
+
+std::vector<uint8_t> download_bytes(Backend& backend, const Tensor& t) {
+  std::vector<uint8_t> h(t.nbytes());
+  std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+  backend.copy(Tensor(h.data(), t.dtype(), std::span<const int64_t>(shape)), t);
+  backend.synchronize();
+  return h;
+}
+
 std::vector<float> download_any(Backend& backend, const Tensor& t) {
   if (t.dtype() == DType::F32) return download_f32(backend, t);
+  if (t.dtype() == DType::F8E4M3) {
+    const std::vector<uint8_t> bytes = download_bytes(backend, t);
+    std::vector<float> out(bytes.size());
+    for (size_t i = 0; i < bytes.size(); ++i) out[i] = f8e4m3_to_f32(bytes[i]);
+    return out;
+  }
   std::vector<uint16_t> h(static_cast<size_t>(t.numel()));
   std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
   backend.copy(Tensor(h.data(), t.dtype(), std::span<const int64_t>(shape)), t);

@@ -47,8 +47,14 @@ DeviceTensor zeros(Backend& backend, DType dtype, std::initializer_list<int64_t>
 
 // The elements of an f32 view (any strides), row-major and contiguous on the host.
 std::vector<float> download_f32(Backend& backend, const Tensor& t);
-// The same for f32, bf16 or f16 views, widened to f32.
+// The same for f32, bf16, f16 or f8_e4m3 views, widened to f32.
 std::vector<float> download_any(Backend& backend, const Tensor& t);
+// Values rounded to FP8 e4m3 (and back to f32), as an FP8 KV cache holds them.
+std::vector<float> round_to_fp8(const std::vector<float>& values);
+// Values rounded to FP8 e4m3 and placed on the backend as an f8_e4m3 tensor.
+DeviceTensor upload_fp8(Backend& backend, std::initializer_list<int64_t> shape, const std::vector<float>& values);
+// The raw bytes of a contiguous tensor.
+std::vector<uint8_t> download_bytes(Backend& backend, const Tensor& t);
 // Values rounded to bf16 and placed on the backend as a bf16 tensor.
 DeviceTensor upload_bf16(Backend& backend, std::initializer_list<int64_t> shape, const std::vector<float>& values);
 

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "op_test_util.h"
+#include "core/fp8.h"
 #include "ops/ops.h"
 
 namespace deepinfer::testing {
@@ -114,6 +115,40 @@ TEST_P(AttentionTest, StoreKv) {
   }
 }
 
+// Storing into an FP8 cache rounds each element to nearest even e4m3, the
+// same bytes on every backend; values beyond +-448 saturate.
+TEST_P(AttentionTest, StoreKvFp8) {
+  Rng rng(26);
+  const int64_t n = 9, hkv = 2, head_dim = 64, page_size = 16, num_pages = 3;
+  std::vector<float> k = rng.floats(static_cast<size_t>(n * hkv * head_dim), -3.0f, 3.0f);
+  std::vector<float> v = rng.floats(static_cast<size_t>(n * hkv * head_dim), -0.05f, 0.05f);
+  k[3] = 1000.0f;
+  k[7] = -451.0f;
+  v[5] = 1e-4f;  // subnormal in e4m3
+  DeviceTensor dk = upload_f32(backend(), {n, hkv, head_dim}, k), dv = upload_f32(backend(), {n, hkv, head_dim}, v);
+  std::vector<int32_t> slots = {5, 0, 47, -1, 16, 17, 2, 30, 9};
+  DeviceTensor dslots = upload_i32(backend(), slots);
+  DeviceTensor ck = zeros(backend(), DType::F8E4M3, {num_pages, page_size, hkv, head_dim});
+  DeviceTensor cv = zeros(backend(), DType::F8E4M3, {num_pages, page_size, hkv, head_dim});
+  ops::store_kv(backend(), dk.t, dv.t, dslots.t, KvCacheLayer{ck.t, cv.t});
+  const std::vector<uint8_t> k_bytes = download_bytes(backend(), ck.t), v_bytes = download_bytes(backend(), cv.t);
+  std::vector<uint8_t> k_want(k_bytes.size(), 0), v_want(v_bytes.size(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (slots[i] < 0) continue;
+    for (int64_t e = 0; e < hkv * head_dim; ++e) {
+      k_want[static_cast<size_t>(slots[i] * hkv * head_dim + e)] = f32_to_f8e4m3(k[static_cast<size_t>(i * hkv * head_dim + e)]);
+      v_want[static_cast<size_t>(slots[i] * hkv * head_dim + e)] = f32_to_f8e4m3(v[static_cast<size_t>(i * hkv * head_dim + e)]);
+    }
+  }
+  EXPECT_EQ(k_bytes, k_want);
+  EXPECT_EQ(v_bytes, v_want);
+  EXPECT_EQ(k_bytes[static_cast<size_t>(5 * hkv * head_dim + 3)], 0x7e);  // 1000 saturates to 448
+
+  // The cache must hold the activations' type or f8_e4m3.
+  DeviceTensor ci = zeros(backend(), DType::I32, {num_pages, page_size, hkv, head_dim});
+  EXPECT_THROW(ops::store_kv(backend(), dk.t, dv.t, dslots.t, KvCacheLayer{ci.t, ci.t}), Error);
+}
+
 // rope_store_kv (with and without the per-head q/k norm) is the separate
 // ops in one call: same q and caches on every backend (f32: the CUDA backend
 // runs its fused kernel without the norm and falls back with it). Bad norm
@@ -179,9 +214,10 @@ struct AttentionCase {
   int window = 0;
   float softcap = 0.0f;
   bool sinks = false;
+  bool fp8_cache = false;  // K/V stored as f8_e4m3 (the reference reads the same rounded values)
   std::string describe() const {
-    return fmt::format("heads_kv={} group={} head_dim={} page_size={} window={} softcap={} sinks={}", heads_kv,
-                       group, head_dim, page_size, window, softcap, sinks);
+    return fmt::format("heads_kv={} group={} head_dim={} page_size={} window={} softcap={} sinks={} fp8={}",
+                       heads_kv, group, head_dim, page_size, window, softcap, sinks, fp8_cache);
   }
 };
 
@@ -210,14 +246,20 @@ void run_attention(Backend& backend, Rng& rng, const AttentionCase& c) {
 
   size_t cache_elems = static_cast<size_t>(num_pages * ps * hkv * d);
   std::vector<float> k_cache = rng.floats(cache_elems), v_cache = rng.floats(cache_elems);
+  if (c.fp8_cache) {
+    k_cache = round_to_fp8(k_cache);
+    v_cache = round_to_fp8(v_cache);
+  }
   // q as the middle of a fused [k | q | v] projection output; out as a strided view too.
   const int64_t fused_heads = hq + 2 * hkv;
   float q_range = c.softcap > 0 ? 2.0f : 1.0f;
   std::vector<float> qkv = rng.floats(static_cast<size_t>(n * fused_heads * d), -q_range, q_range);
   std::vector<float> sinks = rng.floats(static_cast<size_t>(hq), -1.0f, 2.0f);
 
-  DeviceTensor dk = upload_f32(backend, {num_pages, ps, hkv, d}, k_cache);
-  DeviceTensor dv = upload_f32(backend, {num_pages, ps, hkv, d}, v_cache);
+  DeviceTensor dk = c.fp8_cache ? upload_fp8(backend, {num_pages, ps, hkv, d}, k_cache)
+                                : upload_f32(backend, {num_pages, ps, hkv, d}, k_cache);
+  DeviceTensor dv = c.fp8_cache ? upload_fp8(backend, {num_pages, ps, hkv, d}, v_cache)
+                                : upload_f32(backend, {num_pages, ps, hkv, d}, v_cache);
   DeviceTensor dqkv = upload_f32(backend, {n, fused_heads, d}, qkv);
   DeviceTensor dout = zeros(backend, DType::F32, {n, hq + 1, d});
   DeviceTensor dq_indptr = upload_i32(backend, q_indptr), dkv_indptr = upload_i32(backend, kv_indptr);
@@ -308,6 +350,22 @@ TEST_P(AttentionTest, SlidingWindowSoftcapSinks) {
       }
     }
   }
+}
+
+// An FP8 cache decodes exactly, so attention over it equals attention over
+// the same rounded values in f32 (same tolerance as the f32 cache).
+TEST_P(AttentionTest, Fp8CacheSweep) {
+  Rng rng(25);
+  for (int group : {1, 4}) {
+    for (int head_dim : {64, 128, 80}) {
+      AttentionCase c{2, group, head_dim, 16, kMixedBatch};
+      c.fp8_cache = true;
+      run_attention(backend(), rng, c);
+    }
+  }
+  AttentionCase windowed{1, 3, 64, 32, kMixedBatch, 5, 4.0f, true};
+  windowed.fp8_cache = true;
+  run_attention(backend(), rng, windowed);
 }
 
 TEST_P(AttentionTest, LongDecodeWithReleasedPages) {

@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vec.h"
 #include "core/error.h"
+#include "core/fp8.h"
 
 namespace deepinfer::cpu {
 
@@ -44,6 +45,23 @@ void rotate_heads(const Tensor& x, int64_t token, const float* cos, const float*
   }
 }
 
+// The CPU cache holds f32, or FP8 e4m3 that store_kv rounds to and
+// attention decodes row by row (exactly, so an f32 cache holding the same
+// rounded values gives bit-identical attention).
+void check_cpu_cache(const KvCacheLayer& cache) {
+  DI_CHECK((cache.k.dtype() == DType::F32 || cache.k.dtype() == DType::F8E4M3) && cache.v.dtype() == cache.k.dtype(),
+           "CPU backend: KV cache must be f32 or f8_e4m3, got {}", cache.k.describe());
+}
+
+// Row `head` of slot (page, offset) as f32: the cache itself, or `scratch` holding the decoded row.
+const float* cache_row(const Tensor& c, int64_t page, int64_t offset, int64_t head, int64_t dim, float* scratch) {
+  if (c.dtype() == DType::F32) return at(c, page, offset, head);
+  const auto* bytes = at<const uint8_t>(c, page, offset, head);
+  const auto& table = f8e4m3_table();
+  for (int64_t d = 0; d < dim; ++d) scratch[d] = table[bytes[d]];
+  return scratch;
+}
+
 // One sequence's slice of the attention metadata, validated.
 struct SeqLayout {
   int64_t q_begin = 0;
@@ -79,8 +97,7 @@ void CpuBackend::rope(Tensor q, Tensor k, const Tensor& positions, const RopePar
 
 void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
                           KvCacheLayer cache) {
-  DI_CHECK(cache.k.dtype() == DType::F32 && cache.v.dtype() == DType::F32,
-           "CPU backend: KV cache must be f32, got {}", cache.k.describe());
+  check_cpu_cache(cache);
   const int32_t* slots = slot_mapping.data_as<int32_t>();
   int64_t n = k.size(0), heads = k.size(1), head_dim = k.size(2);
   int64_t page_size = cache.page_size();
@@ -88,24 +105,31 @@ void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_m
   for (int64_t i = 0; i < n; ++i) {
     DI_CHECK(slots[i] < capacity, "store_kv: slot {} out of range for a cache of {} slots", slots[i], capacity);
   }
-  const size_t k_row = static_cast<size_t>(head_dim) * sizeof(float);
-  const size_t v_row = static_cast<size_t>(v.size(2)) * sizeof(float);
+  const int64_t v_dim = v.size(2);
+  const bool fp8 = cache.k.dtype() == DType::F8E4M3;
+  auto put = [fp8](const Tensor& c, int64_t page, int64_t offset, int64_t h, const float* src, int64_t dim) {
+    if (!fp8) {
+      std::memcpy(at(c, page, offset, h), src, static_cast<size_t>(dim) * sizeof(float));
+      return;
+    }
+    auto* dst = at<uint8_t>(c, page, offset, h);
+    for (int64_t d = 0; d < dim; ++d) dst[d] = f32_to_f8e4m3(src[d]);
+  };
   // A latent cache's V is a view of K: writing K stores both.
   const bool v_in_k = cache.v.data() == cache.k.data();
   for (int64_t i = 0; i < n; ++i) {
     if (slots[i] < 0) continue;  // padding token: nothing to store
     int64_t page = slots[i] / page_size, offset = slots[i] % page_size;
     for (int64_t h = 0; h < heads; ++h) {
-      std::memcpy(at(cache.k, page, offset, h), at(k, i, h), k_row);
-      if (!v_in_k) std::memcpy(at(cache.v, page, offset, h), at(v, i, h), v_row);
+      put(cache.k, page, offset, h, at(k, i, h), head_dim);
+      if (!v_in_k) put(cache.v, page, offset, h, at(v, i, h), v_dim);
     }
   }
 }
 
 void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,
                            const AttentionParams& params, Tensor out) {
-  DI_CHECK(cache.k.dtype() == DType::F32 && cache.v.dtype() == DType::F32,
-           "CPU backend: KV cache must be f32, got {}", cache.k.describe());
+  check_cpu_cache(cache);
   int64_t n = q.size(0), heads_q = q.size(1), head_dim = q.size(2), v_dim = cache.v.size(3);
   int64_t heads_kv = cache.k.size(2), group = heads_q / heads_kv;
   int64_t page_size = cache.page_size(), num_pages = cache.k.size(0);
@@ -143,7 +167,8 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
   const float* sinks = params.sinks.defined() ? params.sinks.data_as<float>() : nullptr;
   float softcap = params.logit_softcap;
   int64_t window = params.sliding_window;
-  size_t scratch_bytes = static_cast<size_t>(v_dim + page_size) * sizeof(float);
+  // acc, scores, and a decoded K and V row when the cache is FP8.
+  size_t scratch_bytes = static_cast<size_t>(2 * v_dim + page_size + head_dim) * sizeof(float);
 
   // kv_start_pos shifts query and key positions alike, so the causal and window
   // masks depend only on indices within the listed pages and it is not needed here.
@@ -152,6 +177,8 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
   pool_.parallel_for(items, [&](int64_t begin, int64_t end, int thread) {
     float* acc = thread_scratch_[static_cast<size_t>(thread)].get<float>(scratch_bytes);
     float* scores = acc + v_dim;
+    float* k_row = scores + page_size;
+    float* v_row = k_row + head_dim;
     int s = 0;
     for (int64_t item = begin; item < end; ++item) {
       int64_t t = item / heads_q, h = item % heads_q, kvh = h / group;
@@ -175,7 +202,7 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
         int64_t hi = std::min(last - p * page_size, page_size - 1);
         float block_max = -std::numeric_limits<float>::infinity();
         for (int64_t o = lo; o <= hi; ++o) {
-          float logit = vec::dot(qv, at(cache.k, pages[p], o, kvh), head_dim) * params.scale;
+          float logit = vec::dot(qv, cache_row(cache.k, pages[p], o, kvh, head_dim, k_row), head_dim) * params.scale;
           if (softcap > 0.0f) logit = softcap * std::tanh(logit / softcap);
           scores[o] = logit;
           block_max = std::max(block_max, logit);
@@ -189,7 +216,7 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
         for (int64_t o = lo; o <= hi; ++o) {
           float w = std::exp(scores[o] - max);
           sum += w;
-          vec::axpy(acc, w, at(cache.v, pages[p], o, kvh), v_dim);
+          vec::axpy(acc, w, cache_row(cache.v, pages[p], o, kvh, v_dim, v_row), v_dim);
         }
       }
       float* ov = at(out, t, h);
