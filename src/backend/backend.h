@@ -148,6 +148,34 @@ static_assert(sizeof(SamplingRowParams) == 32 && alignof(SamplingRowParams) == 8
 // backends do not see the public API header).
 constexpr float kSamplingGreedyTemperature = 1e-5f;
 
+// Backend::apply_penalties' inputs. A row's entries are a sorted run of the
+// entry list: one per token the row's logit_bias, min_tokens mask or
+// penalties touch, strictly increasing token ids. Both structs are laid out
+// identically on the host and the device (tensors are arrays of them).
+struct PenaltyRowParams {
+  float repetition = 1.0f;  // 1 = off
+  float frequency = 0.0f;   // 0 = off
+  float presence = 0.0f;    // 0 = off
+  int32_t entries_begin = 0, entries_end = 0;  // the row's entries [begin, end)
+  // Index into pending_tokens of the row's in-flight token (sampled by a step
+  // whose results the host has not read): one more output occurrence. -1 = none.
+  int32_t pending = -1;
+  int32_t mask_min_tokens = 0;  // non-zero: entries with kPenaltyMinTokensMask become -inf
+  int32_t reserved = 0;
+};
+static_assert(sizeof(PenaltyRowParams) == 32, "PenaltyRowParams is copied byte for byte to devices");
+
+constexpr uint32_t kPenaltyInPrompt = 1u << 0;       // the token occurs in the prompt
+constexpr uint32_t kPenaltyHasBias = 1u << 1;        // logit_bias has the token (bias may be 0)
+constexpr uint32_t kPenaltyMinTokensMask = 1u << 2;  // EOS or stop token: masked while min_tokens is not reached
+struct PenaltyEntry {
+  int32_t token = 0;
+  int32_t output_count = 0;  // occurrences in the output the host knows (pending excluded)
+  uint32_t flags = 0;
+  float bias = 0.0f;
+};
+static_assert(sizeof(PenaltyEntry) == 16, "PenaltyEntry is copied byte for byte to devices");
+
 // A marker in a backend's op stream: complete once every op enqueued before
 // record() has finished.
 class DeviceEvent {
@@ -291,6 +319,24 @@ class Backend {
   // NaN. A +inf logit in a non-greedy row is an error (raised at once on the
   // CPU, by synchronize() on a device).
   virtual void sample(const Tensor& logits, const Tensor& params, Tensor tokens) = 0;
+
+  // The host Sampler's logits processing before sampling, in its order, on
+  // rows of logits f32[rows, vocab] (outer stride free), in place: per entry,
+  // -inf if masked (kPenaltyMinTokensMask with the row's mask_min_tokens),
+  // + bias (kPenaltyHasBias), then with count = output_count (+1 for the
+  // row's pending token): repetition (l > 0 ? l / r : l * r) when the token is
+  // in the prompt or count > 0, then l - (frequency * count + presence) when
+  // count > 0; a pending token without an entry counts once. Each step is a
+  // separately rounded f32 operation (no fused multiply-add), so every
+  // backend's logits are bit-identical to cpu::penalise_logit's
+  // (backend/cpu/cpu_penalties.h). params: u8[rows, 32] (PenaltyRowParams);
+  // entries: u8[n, 16] (PenaltyEntry); pending_tokens: i32[m], may be
+  // undefined (m = 0). A row range outside [0, n], unsorted entries, a token
+  // id outside [0, vocab) or a pending index outside [0, m) is an error
+  // (raised at once on the CPU, by synchronize() on a device); a negative
+  // pending token (no token could be sampled) counts as none.
+  virtual void apply_penalties(Tensor logits, const Tensor& params, const Tensor& entries,
+                               const Tensor& pending_tokens) = 0;
 };
 
 struct BackendOptions {

@@ -412,6 +412,40 @@ void sample(Backend& backend, const Tensor& logits, const Tensor& params, Tensor
   backend.sample(logits, params, tokens);
 }
 
+void apply_penalties(Backend& backend, Tensor logits, const Tensor& params, const Tensor& entries,
+                     const Tensor& pending_tokens) {
+  const char* op = "apply_penalties";
+  check_device(op, "logits", logits, backend);
+  check_rank(op, "logits", logits, 2);
+  check_dtype(op, "logits", logits, DType::F32);
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  DI_CHECK(vocab > 0 && vocab <= INT32_MAX, "{}: logits {} must have between 1 and {} columns", op,
+           logits.describe(), INT32_MAX);
+  // Arrays of plain structs: contiguous, 4-byte aligned rows of their exact size.
+  auto check_records = [&](const char* name, const Tensor& t, int64_t record_bytes, const char* record) {
+    check_device(op, name, t, backend);
+    check_rank(op, name, t, 2);
+    check_dtype(op, name, t, DType::U8);
+    DI_CHECK(t.size(1) == record_bytes && t.is_contiguous(), "{}: {} {} must be a contiguous u8[n, {}] (one {} per row)",
+             op, name, t.describe(), record_bytes, record);
+    DI_CHECK(reinterpret_cast<uintptr_t>(t.data()) % 4 == 0, "{}: {} must be 4-byte aligned", op, name);
+  };
+  check_records("params", params, sizeof(PenaltyRowParams), "PenaltyRowParams");
+  DI_CHECK(params.size(0) == rows, "{}: params {} must have one row per row of logits {}", op, params.describe(),
+           logits.describe());
+  check_records("entries", entries, sizeof(PenaltyEntry), "PenaltyEntry");
+  DI_CHECK(entries.size(0) <= INT32_MAX, "{}: entries {} exceed {} rows", op, entries.describe(), INT32_MAX);
+  if (pending_tokens.defined()) {
+    check_device(op, "pending_tokens", pending_tokens, backend);
+    check_rank(op, "pending_tokens", pending_tokens, 1);
+    check_dtype(op, "pending_tokens", pending_tokens, DType::I32);
+    DI_CHECK(pending_tokens.is_contiguous() && pending_tokens.size(0) <= INT32_MAX,
+             "{}: pending_tokens {} must be a contiguous i32[m]", op, pending_tokens.describe());
+  }
+  if (rows == 0) return;
+  backend.apply_penalties(logits, params, entries, pending_tokens);
+}
+
 namespace {
 
 // Shapes shared by moe_workspace_bytes and moe_experts: E experts of ffn F over hidden H.

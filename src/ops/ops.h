@@ -65,4 +65,13 @@ void count_experts(Backend& backend, const Tensor& expert_ids, const Tensor& tok
 // (SamplingParams::validate).
 void sample(Backend& backend, const Tensor& logits, const Tensor& params, Tensor tokens);
 
+// logit_bias, min_tokens mask and penalties in place (see
+// Backend::apply_penalties). logits: f32[rows, vocab] with a free row stride;
+// params: contiguous u8[rows, sizeof(PenaltyRowParams)]; entries: contiguous
+// u8[n, sizeof(PenaltyEntry)] (n may be 0); pending_tokens: i32[m] or
+// undefined. The values inside params and entries may live on a device: the
+// backend checks them.
+void apply_penalties(Backend& backend, Tensor logits, const Tensor& params, const Tensor& entries,
+                     const Tensor& pending_tokens);
+
 }  // namespace deepinfer::ops

@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "backend/cpu/cpu_penalties.h"
 #include "core/error.h"
 #include "deepinfer/sampling_params.h"
 
@@ -46,7 +47,7 @@ void apply_penalties(std::span<float> logits, const SamplingParams& params, std:
         if (seen != 0) continue;
         seen = 1;
         float& l = logits[static_cast<size_t>(id)];
-        l = l > 0.0f ? l / r : l * r;
+        l = cpu::repetition_penalised(l, r);
       }
     };
     penalise(prompt_ids);
@@ -60,7 +61,8 @@ void apply_penalties(std::span<float> logits, const SamplingParams& params, std:
     for (int32_t id : output_ids) {
       int32_t& c = counts[static_cast<size_t>(id)];
       if (c == 0) continue;
-      logits[static_cast<size_t>(id)] -= params.frequency_penalty * static_cast<float>(c) + params.presence_penalty;
+      float& l = logits[static_cast<size_t>(id)];
+      l = cpu::frequency_penalised(l, params.frequency_penalty, params.presence_penalty, c);
       c = 0;
     }
   }

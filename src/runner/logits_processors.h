@@ -32,7 +32,8 @@ void apply_logit_bias(std::span<float> logits, const std::map<int32_t, float>& b
 // divided, negative ones multiplied by the penalty), then frequency (times the
 // token's count in the output) and presence (once if it occurs in the output)
 // subtracted. `counts` is caller-owned scratch of vocab size, all zero on entry
-// and on return.
+// and on return. The arithmetic is cpu::penalise_logit's, which every
+// backend's apply_penalties reproduces bit for bit.
 void apply_penalties(std::span<float> logits, const SamplingParams& params, std::span<const int32_t> prompt_ids,
                      std::span<const int32_t> output_ids, std::vector<int32_t>& counts);
 

@@ -77,6 +77,9 @@ class CpuBackend final : public Backend {
                    Tensor out) override;
   void count_experts(const Tensor& expert_ids, const Tensor& token_slots, Tensor counts) override;
   void sample(const Tensor& logits, const Tensor& params, Tensor tokens) override;
+  // cpu_penalties.cpp
+  void apply_penalties(Tensor logits, const Tensor& params, const Tensor& entries,
+                       const Tensor& pending_tokens) override;
 
   // Up to this many rows of x, linear runs as matrix-vector products on the
   // quantised activations; above it, as dequantised tiles times OpenBLAS sgemm.

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_expert_counts.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_moe.h"
+#include "backend/cuda/cuda_penalties.h"
 #include "backend/cuda/cuda_sampling.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -237,6 +238,7 @@ void CudaBackend::synchronize() {
   if (err & kErrSampleLogits) what.push_back("sample: +inf logit in a non-greedy row");
   if (err & kErrMoeExpertId) what.push_back("moe_experts: expert id out of range");
   if (err & kErrExpertCountId) what.push_back("count_experts: expert id out of range");
+  if (err & kErrPenaltyData) what.push_back("apply_penalties: entry range, token id or pending token out of range");
   fail("CUDA backend: bad input data detected on the device: {}", fmt::join(what, "; "));
 }
 
@@ -601,6 +603,15 @@ void CudaBackend::count_experts(const Tensor& expert_ids, const Tensor& token_sl
 void CudaBackend::sample(const Tensor& logits, const Tensor& params, Tensor tokens) {
   launch_sample(rows_of(logits), params.data(), tokens.data_as<int32_t>(), error_word_, stream_);
   check_launch("sample");
+}
+
+void CudaBackend::apply_penalties(Tensor logits, const Tensor& params, const Tensor& entries,
+                                  const Tensor& pending_tokens) {
+  const bool pending = pending_tokens.defined() && pending_tokens.size(0) > 0;
+  launch_apply_penalties(rows_of(logits), params.data(), entries.data(), entries.size(0),
+                         pending ? pending_tokens.data_as<const int32_t>() : nullptr,
+                         pending ? pending_tokens.size(0) : 0, error_word_, stream_);
+  check_launch("apply_penalties");
 }
 
 }  // namespace deepinfer::cuda

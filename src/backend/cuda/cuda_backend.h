@@ -77,6 +77,9 @@ class CudaBackend final : public Backend {
   // Expert-load counts (cuda_expert_counts.cu).
   void count_experts(const Tensor& expert_ids, const Tensor& token_slots, Tensor counts) override;
   void sample(const Tensor& logits, const Tensor& params, Tensor tokens) override;
+  // logit_bias, min_tokens mask and penalties (cuda_penalties.cu).
+  void apply_penalties(Tensor logits, const Tensor& params, const Tensor& entries,
+                       const Tensor& pending_tokens) override;
 
   int num_sms() const { return num_sms_; }
   CUstream_st* stream() const { return stream_; }
