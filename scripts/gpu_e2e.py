@@ -167,7 +167,7 @@ def prompts_for(name, vocab, seed=1):
     return [torch.randint(3, vocab, (n,), generator=g).tolist() for n in lengths]
 
 
-def run_deepinfer(exe, path, prompts, max_tokens, workdir):
+def run_deepinfer(exe, path, prompts, max_tokens, workdir, kv_dtype="auto"):
     inp = os.path.join(workdir, "in.jsonl")
     out = os.path.join(workdir, "out.jsonl")
     with open(inp, "w") as f:
@@ -175,7 +175,8 @@ def run_deepinfer(exe, path, prompts, max_tokens, workdir):
             f.write(json.dumps({"prompt_token_ids": p, "max_tokens": max_tokens, "temperature": 0,
                                 "ignore_eos": True, "logprobs": 20}) + "\n")
     cmd = [exe, "generate", "--device", "cuda", "--model", path, "--input", inp, "--output", out,
-           "--max-model-len", "4096", "--kv-cache-memory", str(8 << 30), "--max-num-batched-tokens", "2048"]
+           "--max-model-len", "4096", "--kv-cache-memory", str(8 << 30), "--max-num-batched-tokens", "2048",
+           "--kv-cache-dtype", kv_dtype]
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
@@ -189,26 +190,35 @@ DECISIVE_MARGIN = 0.5
 
 
 @torch.no_grad()
-def compare(model, prompts, rows, max_tokens):
+def compare(model, prompts, row_sets, max_tokens):
     """Teacher-forced on DeepInfer's own continuation: at each generated
     position, DeepInfer's greedy token and top-20 logprobs against
     transformers in bf16 and in f32 (the model upcast), and transformers bf16
-    against f32 as the noise floor of bf16 inference itself."""
-    seqs, bf16_rows, greedy_match = [], [], []
-    for p, row in zip(prompts, rows):
-        ours = row["token_ids"]
-        seq = torch.tensor([p + ours], device="cuda")
-        pos = torch.arange(len(p) - 1, len(p) - 1 + len(ours), device="cuda")
-        bf16_rows.append(torch.log_softmax(model(seq).logits[0].float()[pos], dim=-1))
-        seqs.append((seq, pos))
-        hf = model.generate(torch.tensor([p], device="cuda"), max_new_tokens=max_tokens, do_sample=False,
-                            min_new_tokens=max_tokens, pad_token_id=0)[0, len(p):].tolist()
-        n = 0
-        while n < min(len(hf), len(ours)) and hf[n] == ours[n]:
-            n += 1
-        greedy_match.append(n)
+    against f32 as the noise floor of bf16 inference itself. row_sets: one
+    DeepInfer run per KV-cache dtype; returns one result per run."""
+    hf_greedy = [model.generate(torch.tensor([p], device="cuda"), max_new_tokens=max_tokens, do_sample=False,
+                                min_new_tokens=max_tokens, pad_token_id=0)[0, len(p):].tolist() for p in prompts]
+    forced = {}
+    for key, rows in row_sets.items():
+        seqs, bf16_rows, greedy_match = [], [], []
+        for p, row, hf in zip(prompts, rows, hf_greedy):
+            ours = row["token_ids"]
+            seq = torch.tensor([p + ours], device="cuda")
+            pos = torch.arange(len(p) - 1, len(p) - 1 + len(ours), device="cuda")
+            bf16_rows.append(torch.log_softmax(model(seq).logits[0].float()[pos], dim=-1))
+            seqs.append((seq, pos))
+            n = 0
+            while n < min(len(hf), len(ours)) and hf[n] == ours[n]:
+                n += 1
+            greedy_match.append(n)
+        forced[key] = (seqs, bf16_rows, greedy_match)
     model.float()
-    f32_rows = [torch.log_softmax(model(seq).logits[0][pos].float(), dim=-1) for seq, pos in seqs]
+    return {key: score(rows, *forced[key], [torch.log_softmax(model(seq).logits[0][pos].float(), dim=-1)
+                                             for seq, pos in forced[key][0]], max_tokens)
+            for key, rows in row_sets.items()}
+
+
+def score(rows, seqs, bf16_rows, greedy_match, f32_rows, max_tokens):
     stats = {k: 0 for k in ("ours_vs_bf16", "ours_vs_f32", "bf16_vs_f32")}
     diffs = {k: 0.0 for k in stats}
     total = 0
@@ -253,6 +263,7 @@ def main():
     ap.add_argument("--workdir", default="/tmp/deepinfer_e2e")
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--keep", default="llama8b,qwen3", help="model folders to keep for the benchmark")
+    ap.add_argument("--kv-cache-dtypes", default="auto", help="DeepInfer runs per model, e.g. auto,fp8")
     args = ap.parse_args()
     results = {}
     os.makedirs(args.workdir, exist_ok=True)
@@ -261,17 +272,20 @@ def main():
         try:
             model, cfg = build_model(name, path)
             prompts = prompts_for(name, cfg.vocab_size)
-            rows, secs, log = run_deepinfer(args.deepinfer, path, prompts, args.max_tokens, path)
-            res = compare(model, prompts, rows, args.max_tokens)
-            res["deepinfer_seconds"] = secs
-            res["prompt_lengths"] = [len(p) for p in prompts]
-            results[name] = res
-            print(f"[e2e] {name}: {res['positions']} positions; top-1 agreement ours/hf-bf16 "
-                  f"{100 * res['top1_ours_vs_bf16']:.1f}%, ours/hf-f32 {100 * res['top1_ours_vs_f32']:.1f}%, "
-                  f"hf-bf16/hf-f32 {100 * res['top1_bf16_vs_f32']:.1f}%; max |dlogprob| (top-20) ours/bf16 "
-                  f"{res['max_abs_logprob_diff_ours_vs_bf16']:.4f}, ours/f32 {res['max_abs_logprob_diff_ours_vs_f32']:.4f}, "
-                  f"bf16/f32 {res['max_abs_logprob_diff_bf16_vs_f32']:.4f}; greedy prefix match "
-                  f"{res['greedy_prefix_match']} of {args.max_tokens}", flush=True)
+            row_sets, seconds = {}, {}
+            for kv in args.kv_cache_dtypes.split(","):
+                key = name if kv == "auto" else f"{name}_kv_{kv}"
+                row_sets[key], seconds[key], _ = run_deepinfer(args.deepinfer, path, prompts, args.max_tokens, path, kv)
+            for key, res in compare(model, prompts, row_sets, args.max_tokens).items():
+                res["deepinfer_seconds"] = seconds[key]
+                res["prompt_lengths"] = [len(p) for p in prompts]
+                results[key] = res
+                print(f"[e2e] {key}: {res['positions']} positions; top-1 agreement ours/hf-bf16 "
+                        f"{100 * res['top1_ours_vs_bf16']:.1f}%, ours/hf-f32 {100 * res['top1_ours_vs_f32']:.1f}%, "
+                      f"hf-bf16/hf-f32 {100 * res['top1_bf16_vs_f32']:.1f}%; max |dlogprob| (top-20) ours/bf16 "
+                      f"{res['max_abs_logprob_diff_ours_vs_bf16']:.4f}, ours/f32 {res['max_abs_logprob_diff_ours_vs_f32']:.4f}, "
+                      f"bf16/f32 {res['max_abs_logprob_diff_bf16_vs_f32']:.4f}; greedy prefix match "
+                      f"{res['greedy_prefix_match']} of {args.max_tokens}", flush=True)
         except Exception as e:  # keep going: the report says what failed
             results[name] = {"error": str(e)[-3000:]}
             print(f"[e2e] {name}: FAILED: {str(e)[-3000:]}", flush=True)

@@ -105,7 +105,7 @@ fi
 if has e2e; then
   echo -e "\n## End-to-end vs transformers\n" >> "$REPORT"
   timeout "${E2E_TIMEOUT:-420}" python3 scripts/gpu_e2e.py --deepinfer "$BIN/deepinfer" --out "$OUT" \
-    ${E2E_MODELS:+--models $E2E_MODELS} > "$OUT/e2e.log" 2>&1
+    ${E2E_MODELS:+--models $E2E_MODELS} ${E2E_KV:+--kv-cache-dtypes $E2E_KV} > "$OUT/e2e.log" 2>&1
   echo "exit code $?" >> "$REPORT"
   [ -f /tmp/deepinfer_e2e/e2e.md ] && cat /tmp/deepinfer_e2e/e2e.md >> "$REPORT"
   grep '^\[e2e\]' "$OUT/e2e.log" | sed 's/^/    /' >> "$REPORT"

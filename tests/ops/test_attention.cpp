@@ -135,9 +135,10 @@ TEST_P(AttentionTest, StoreKvFp8) {
   std::vector<uint8_t> k_want(k_bytes.size(), 0), v_want(v_bytes.size(), 0);
   for (int64_t i = 0; i < n; ++i) {
     if (slots[i] < 0) continue;
-    for (int64_t e = 0; e < hkv * head_dim; ++e) {
-      k_want[static_cast<size_t>(slots[i] * hkv * head_dim + e)] = f32_to_f8e4m3(k[static_cast<size_t>(i * hkv * head_dim + e)]);
-      v_want[static_cast<size_t>(slots[i] * hkv * head_dim + e)] = f32_to_f8e4m3(v[static_cast<size_t>(i * hkv * head_dim + e)]);
+    const auto dst = static_cast<size_t>(slots[i] * hkv * head_dim), src = static_cast<size_t>(i * hkv * head_dim);
+    for (size_t e = 0; e < static_cast<size_t>(hkv * head_dim); ++e) {
+      k_want[dst + e] = f32_to_f8e4m3(k[src + e]);
+      v_want[dst + e] = f32_to_f8e4m3(v[src + e]);
     }
   }
   EXPECT_EQ(k_bytes, k_want);

@@ -216,50 +216,53 @@ TEST_F(CudaBf16Test, RopeStoreKvEqualsSeparateOps) {
   for (bool with_norm : {false, true}) {
     for (RopeStyle style : {RopeStyle::Neox, RopeStyle::Interleaved}) {
       for (int64_t rotary : {d, d / 2}) {
-        SCOPED_TRACE(fmt::format("norm {} style {} rotary {}", with_norm, static_cast<int>(style), rotary));
-        std::vector<float> q = round_bf16(rng.floats(static_cast<size_t>(n * hq * d)));
-        std::vector<float> k = round_bf16(rng.floats(static_cast<size_t>(n * hkv * d)));
-        std::vector<float> v = round_bf16(rng.floats(static_cast<size_t>(n * hkv * d)));
-        std::vector<int32_t> pos(n), slots = {3, 17, -1, 40, 41, -1, 63};
-        for (auto& p : pos) p = rng.uniform_int(0, 100000);
-        std::vector<float> freq(static_cast<size_t>(rotary / 2));
-        for (size_t i = 0; i < freq.size(); ++i) freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / rotary));
-        DeviceTensor gp = upload_i32(gpu(), pos), gs = upload_i32(gpu(), slots);
-        DeviceTensor gf = upload_f32(gpu(), {rotary / 2}, freq);
-        DeviceTensor qw = upload_f32(gpu(), {d}, rng.floats(static_cast<size_t>(d)));
-        DeviceTensor kw = upload_f32(gpu(), {d}, rng.floats(static_cast<size_t>(d)));
-        const QkNorm norm{qw.t, kw.t, 1e-6f, rotary == d ? 0.0f : 1.0f};
-        const RopeParams params{gf.t, static_cast<int>(rotary), style, 0.9f};
-        std::vector<std::vector<float>> results[2];
-        for (int fused = 0; fused < 2; ++fused) {
-          DeviceTensor gq = upload_bf16(gpu(), {n, hq, d}, q), gk = upload_bf16(gpu(), {n, hkv, d}, k);
-          DeviceTensor gv = upload_bf16(gpu(), {n, hkv, d}, v);
-          DeviceTensor ck = zeros(gpu(), DType::BF16, {pages, page_size, hkv, d});
-          DeviceTensor cv = zeros(gpu(), DType::BF16, {pages, page_size, hkv, d});
-          const KvCacheLayer cache{ck.t, cv.t};
-          if (fused) {
-            ops::rope_store_kv(gpu(), gq.t, gk.t, gv.t, gp.t, params, gs.t, cache, with_norm ? &norm : nullptr);
-          } else {
-            if (with_norm) {
-              ops::rms_norm(gpu(), gq.t, norm.q_weight, norm.eps, norm.weight_offset, gq.t);
-              ops::rms_norm(gpu(), gk.t, norm.k_weight, norm.eps, norm.weight_offset, gk.t);
+        for (DType cache_type : {DType::BF16, DType::F8E4M3}) {
+          SCOPED_TRACE(fmt::format("norm {} style {} rotary {} cache {}", with_norm, static_cast<int>(style), rotary,
+                                   dtype_name(cache_type)));
+          std::vector<float> q = round_bf16(rng.floats(static_cast<size_t>(n * hq * d)));
+          std::vector<float> k = round_bf16(rng.floats(static_cast<size_t>(n * hkv * d)));
+          std::vector<float> v = round_bf16(rng.floats(static_cast<size_t>(n * hkv * d)));
+          std::vector<int32_t> pos(n), slots = {3, 17, -1, 40, 41, -1, 63};
+          for (auto& p : pos) p = rng.uniform_int(0, 100000);
+          std::vector<float> freq(static_cast<size_t>(rotary / 2));
+          for (size_t i = 0; i < freq.size(); ++i) freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / rotary));
+          DeviceTensor gp = upload_i32(gpu(), pos), gs = upload_i32(gpu(), slots);
+          DeviceTensor gf = upload_f32(gpu(), {rotary / 2}, freq);
+          DeviceTensor qw = upload_f32(gpu(), {d}, rng.floats(static_cast<size_t>(d)));
+          DeviceTensor kw = upload_f32(gpu(), {d}, rng.floats(static_cast<size_t>(d)));
+          const QkNorm norm{qw.t, kw.t, 1e-6f, rotary == d ? 0.0f : 1.0f};
+          const RopeParams params{gf.t, static_cast<int>(rotary), style, 0.9f};
+          std::vector<std::vector<float>> results[2];
+          for (int fused = 0; fused < 2; ++fused) {
+            DeviceTensor gq = upload_bf16(gpu(), {n, hq, d}, q), gk = upload_bf16(gpu(), {n, hkv, d}, k);
+            DeviceTensor gv = upload_bf16(gpu(), {n, hkv, d}, v);
+            DeviceTensor ck = zeros(gpu(), cache_type, {pages, page_size, hkv, d});
+            DeviceTensor cv = zeros(gpu(), cache_type, {pages, page_size, hkv, d});
+            const KvCacheLayer cache{ck.t, cv.t};
+            if (fused) {
+              ops::rope_store_kv(gpu(), gq.t, gk.t, gv.t, gp.t, params, gs.t, cache, with_norm ? &norm : nullptr);
+            } else {
+              if (with_norm) {
+                ops::rms_norm(gpu(), gq.t, norm.q_weight, norm.eps, norm.weight_offset, gq.t);
+                ops::rms_norm(gpu(), gk.t, norm.k_weight, norm.eps, norm.weight_offset, gk.t);
+              }
+              ops::rope(gpu(), gq.t, gk.t, gp.t, params);
+              ops::store_kv(gpu(), gk.t, gv.t, gs.t, cache);
             }
-            ops::rope(gpu(), gq.t, gk.t, gp.t, params);
-            ops::store_kv(gpu(), gk.t, gv.t, gs.t, cache);
+            results[fused] = {download_any(gpu(), gq.t), download_any(gpu(), ck.t), download_any(gpu(), cv.t)};
           }
-          results[fused] = {download_any(gpu(), gq.t), download_any(gpu(), ck.t), download_any(gpu(), cv.t)};
-        }
-        for (size_t i = 0; i < 3; ++i) {
-          if (!with_norm) {
-            EXPECT_EQ(results[0][i], results[1][i]) << "tensor " << i;
-            continue;
+          for (size_t i = 0; i < 3; ++i) {
+            if (!with_norm) {
+              EXPECT_EQ(results[0][i], results[1][i]) << "tensor " << i;
+              continue;
+            }
+            size_t same = 0;
+            for (size_t j = 0; j < results[0][i].size(); ++j) same += results[0][i][j] == results[1][i][j];
+            EXPECT_GE(same, results[0][i].size() * 99 / 100) << "tensor " << i;
+            EXPECT_TRUE(all_close(results[1][i], to_double(results[0][i]), 1e-2, 1e-2)) << "tensor " << i;
           }
-          size_t same = 0;
-          for (size_t j = 0; j < results[0][i].size(); ++j) same += results[0][i][j] == results[1][i][j];
-          EXPECT_GE(same, results[0][i].size() * 99 / 100) << "tensor " << i;
-          EXPECT_TRUE(all_close(results[1][i], to_double(results[0][i]), 1e-2, 1e-2)) << "tensor " << i;
+          EXPECT_NE(results[1][1], std::vector<float>(results[1][1].size(), 0.0f));  // something was stored
         }
-        EXPECT_NE(results[1][1], std::vector<float>(results[1][1].size(), 0.0f));  // something was stored
       }
     }
   }
@@ -273,13 +276,16 @@ struct Seq {
 // attention, against the CPU backend on f32 copies of the same values. The
 // inputs are bf16-rounded, so f16 holds them too. f16 is not an activation
 // dtype of the CUDA backend, so that case calls the backend directly.
+// With fp8_cache both backends store into an f8_e4m3 cache; the values
+// round identically (the GPU converts the same bf16-representable values).
 void compare_attention(Backend& gpu, Backend& cpu, Rng& rng, const std::vector<Seq>& seqs, int hkv, int group,
                        int d, int page_size, const AttentionParams& base, bool sinks,
-                       DType gpu_type = DType::BF16) {
+                       DType gpu_type = DType::BF16, bool fp8_cache = false) {
   std::string lens;
   for (const Seq& s : seqs) lens += fmt::format(" {}/{}", s.q_len, s.kv_len);
-  SCOPED_TRACE(fmt::format("hkv={} group={} d={} page={} window={} softcap={} sinks={} type={} q/kv:{}", hkv, group,
-                           d, page_size, base.sliding_window, base.logit_softcap, sinks, dtype_name(gpu_type), lens));
+  SCOPED_TRACE(fmt::format("hkv={} group={} d={} page={} window={} softcap={} sinks={} type={} fp8={} q/kv:{}", hkv,
+                           group, d, page_size, base.sliding_window, base.logit_softcap, sinks, dtype_name(gpu_type),
+                           fp8_cache, lens));
   const int64_t hq = int64_t{hkv} * group;
   const PagedLayout lay = random_paged_layout(rng, seqs, page_size);
   const int64_t n = lay.n, kv_total = lay.kv_total, num_pages = lay.num_pages;
@@ -294,7 +300,9 @@ void compare_attention(Backend& gpu, Backend& cpu, Rng& rng, const std::vector<S
       return act == DType::BF16 ? upload_bf16(b, shape, x) : upload_f32(b, shape, x);
     };
     DeviceTensor dk = up({kv_total, hkv, d}, k), dv = up({kv_total, hkv, d}, v), dq = up({n, hq, d}, q);
-    DeviceTensor ck = zeros(b, act, {num_pages, page_size, hkv, d}), cv = zeros(b, act, {num_pages, page_size, hkv, d});
+    const DType cache_type = fp8_cache ? DType::F8E4M3 : act;
+    DeviceTensor ck = zeros(b, cache_type, {num_pages, page_size, hkv, d});
+    DeviceTensor cv = zeros(b, cache_type, {num_pages, page_size, hkv, d});
     DeviceTensor dslots = upload_i32(b, lay.slots);
     KvCacheLayer cache{ck.t, cv.t};
     if (act == DType::F16) b.store_kv(dk.t, dv.t, dslots.t, cache);
@@ -413,6 +421,77 @@ TEST_F(CudaBf16Test, AttentionF16) {
   AttentionParams w = p;
   w.sliding_window = 50;
   compare_attention(gpu(), cpu(), rng, {{120, 120}}, 1, 2, 256, 7, w, false, DType::F16);
+}
+
+// FP8 KV cache: the tensor-core kernels widen each landed e4m3 tile to bf16
+// (f16) in shared memory, the SIMT kernel on load; against the CPU backend
+// storing into its own FP8 cache.
+TEST_F(CudaBf16Test, AttentionFp8Cache) {
+  Rng rng(111);
+  const std::vector<Seq> mixed = {{1, 1}, {15, 40}, {64, 64}, {300, 333}, {1, 257}};
+  for (int d : {64, 128, 256}) {
+    for (int group : {1, 4, 8}) {
+      for (int page : {16, 7}) {
+        AttentionParams p;
+        p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+        compare_attention(gpu(), cpu(), rng, mixed, 2, group, d, page, p, group == 4, DType::BF16, true);
+      }
+    }
+  }
+  AttentionParams p;
+  p.scale = 1.0f / std::sqrt(128.0f);
+  compare_attention(gpu(), cpu(), rng, {{1, 5000}}, 8, 4, 128, 16, p, false, DType::BF16, true);  // split-KV
+  compare_attention(gpu(), cpu(), rng, {{4, 2500}, {1, 100}}, 2, 4, 128, 16, p, true, DType::BF16, true);
+  compare_attention(gpu(), cpu(), rng, {{1, 700}, {100, 150}}, 2, 4, 128, 16, p, true, DType::F16, true);
+  AttentionParams w = p;
+  w.sliding_window = 37;
+  w.logit_softcap = 30.0f;
+  compare_attention(gpu(), cpu(), rng, {{1, 90}, {200, 260}}, 2, 4, 128, 16, w, true, DType::BF16, true);
+  AttentionParams simt;  // head sizes outside the tensor-core set
+  simt.scale = 1.0f / std::sqrt(96.0f);
+  compare_attention(gpu(), cpu(), rng, {{1, 300}, {40, 60}}, 2, 4, 96, 16, simt, false, DType::BF16, true);
+}
+
+// The FP8 path changes only where K/V come from: attention over an FP8 cache
+// is bit-identical to attention over a bf16 cache holding the same rounded
+// values (decode, prefill and split-KV shapes).
+TEST_F(CudaBf16Test, AttentionFp8CacheEqualsBf16CacheOfRoundedValues) {
+  Rng rng(112);
+  for (const std::vector<Seq>& seqs : {std::vector<Seq>{{1, 3000}}, std::vector<Seq>{{1, 70}, {130, 200}, {3, 9}}}) {
+    const int64_t hkv = 2, group = 4, hq = hkv * group, d = 128, page_size = 16;
+    const PagedLayout lay = random_paged_layout(rng, seqs, page_size);
+    std::vector<float> k = round_to_fp8(rng.floats(static_cast<size_t>(lay.kv_total * hkv * d), -2, 2));
+    std::vector<float> v = round_to_fp8(rng.floats(static_cast<size_t>(lay.kv_total * hkv * d), -2, 2));
+    std::vector<float> q = round_bf16(rng.floats(static_cast<size_t>(lay.n * hq * d), -2, 2));
+    std::vector<float> outs[2];
+    for (int fp8 = 0; fp8 < 2; ++fp8) {
+      const DType cache_type = fp8 ? DType::F8E4M3 : DType::BF16;
+      DeviceTensor dk = upload_bf16(gpu(), {lay.kv_total, hkv, d}, k);
+      DeviceTensor dv = upload_bf16(gpu(), {lay.kv_total, hkv, d}, v);
+      DeviceTensor dq = upload_bf16(gpu(), {lay.n, hq, d}, q);
+      DeviceTensor ck = zeros(gpu(), cache_type, {lay.num_pages, page_size, hkv, d});
+      DeviceTensor cv = zeros(gpu(), cache_type, {lay.num_pages, page_size, hkv, d});
+      DeviceTensor dslots = upload_i32(gpu(), lay.slots);
+      const KvCacheLayer cache{ck.t, cv.t};
+      ops::store_kv(gpu(), dk.t, dv.t, dslots.t, cache);
+      DeviceTensor dqi = upload_i32(gpu(), lay.q_indptr), dki = upload_i32(gpu(), lay.kv_indptr);
+      DeviceTensor dp = upload_i32(gpu(), lay.pages), dl = upload_i32(gpu(), lay.last);
+      AttentionMetadata meta;
+      meta.num_seqs = static_cast<int>(seqs.size());
+      meta.max_q_len = lay.max_q;
+      meta.max_kv_len = lay.max_kv;
+      meta.q_indptr = dqi.t;
+      meta.kv_indptr = dki.t;
+      meta.kv_page_indices = dp.t;
+      meta.kv_last_page_len = dl.t;
+      AttentionParams params;
+      params.scale = 1.0f / std::sqrt(128.0f);
+      DeviceTensor out = zeros(gpu(), DType::BF16, {lay.n, hq, d});
+      ops::attention(gpu(), dq.t, cache, meta, params, out.t);
+      outs[fp8] = download_any(gpu(), out.t);
+    }
+    EXPECT_EQ(outs[0], outs[1]);
+  }
 }
 
 // Head sizes the tensor-core kernels do not cover stay on the SIMT kernel in bf16.

@@ -108,7 +108,8 @@ __device__ void load_tile(const CacheView& c, const int32_t* pages, int n_pages,
   }
 }
 
-template <typename T, bool kVec, bool kBlocked>
+// T: q/out elements; C: cache elements (T, or FP8 e4m3 widened in load_tile).
+template <typename T, typename C, bool kVec, bool kBlocked>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) {
   wait_for_prior_kernel();
   release_next_kernel();
@@ -180,8 +181,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int32_t* pages = a.page_ids + kv_p0;
   for (int kt = k_begin; kt < k_end; kt += kBlockN) {
-    load_tile<T, kVec>(a.k, pages, n_pages, kvh, kt, k_end, k_s, L.ldk, a.err);
-    if (!v_shared) load_tile<T, kVec>(a.v, pages, n_pages, kvh, kt, k_end, v_s, L.ldv, a.err);
+    load_tile<C, kVec>(a.k, pages, n_pages, kvh, kt, k_end, k_s, L.ldk, a.err);
+    if (!v_shared) load_tile<C, kVec>(a.v, pages, n_pages, kvh, kt, k_end, v_s, L.ldv, a.err);
     __syncthreads();
     if constexpr (kBlocked) {
       for (int r0 = warp * kRowBlock; r0 < valid_rows; r0 += kWarps * kRowBlock) {
@@ -374,22 +375,29 @@ int divisor_at_most(int n, int cap) {
   return 1;
 }
 
-template <typename T, bool kVec, bool kBlocked>
+template <typename T, typename C, bool kVec, bool kBlocked>
 void launch_kernel(const AttentionLaunch& a, dim3 grid, size_t smem, cudaStream_t stream) {
-  cudaFuncSetAttribute(attention_kernel<T, kVec, kBlocked>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  launch_chained(attention_kernel<T, kVec, kBlocked>, grid, kThreads, smem, stream, a);
+  auto* kernel = attention_kernel<T, C, kVec, kBlocked>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  launch_chained(kernel, grid, kThreads, smem, stream, a);
+}
+
+template <typename T, typename C>
+void launch_cached(const AttentionLaunch& a, cudaStream_t stream) {
+  size_t smem = attention_smem_bytes(a);
+  dim3 grid(static_cast<unsigned>(a.q_blocks), static_cast<unsigned>(a.k.heads * (a.group / a.head_tile)),
+            static_cast<unsigned>(a.num_seqs * a.num_splits));
+  const bool vec = vector_loads_ok<C>(a), blocked = use_blocked(a);
+  if (vec && blocked) launch_kernel<T, C, true, true>(a, grid, smem, stream);
+  else if (vec) launch_kernel<T, C, true, false>(a, grid, smem, stream);
+  else if (blocked) launch_kernel<T, C, false, true>(a, grid, smem, stream);
+  else launch_kernel<T, C, false, false>(a, grid, smem, stream);
 }
 
 template <typename T>
 void launch_typed(const AttentionLaunch& a, cudaStream_t stream) {
-  size_t smem = attention_smem_bytes(a);
-  dim3 grid(static_cast<unsigned>(a.q_blocks), static_cast<unsigned>(a.k.heads * (a.group / a.head_tile)),
-            static_cast<unsigned>(a.num_seqs * a.num_splits));
-  const bool vec = vector_loads_ok<T>(a), blocked = use_blocked(a);
-  if (vec && blocked) launch_kernel<T, true, true>(a, grid, smem, stream);
-  else if (vec) launch_kernel<T, true, false>(a, grid, smem, stream);
-  else if (blocked) launch_kernel<T, false, true>(a, grid, smem, stream);
-  else launch_kernel<T, false, false>(a, grid, smem, stream);
+  if (a.k.fp8) launch_cached<T, __nv_fp8_e4m3>(a, stream);
+  else launch_cached<T, T>(a, stream);
 }
 
 }  // namespace

@@ -22,6 +22,11 @@
 // Both end by staging (m, l, O) in shared memory and merging per row there,
 // which also yields the split-KV partials [num_splits, n, heads_q, dim + 2]
 // that combine_kernel in cuda_attention.cu reduces.
+//
+// An FP8 (e4m3) cache arrives through the same cp.async ring at half the
+// bytes, unswizzled; once a tile has landed the block widens it into one
+// swizzled bf16/f16 K/V tile pair (exact: every e4m3 value is a bf16 and an
+// f16 value) and the math runs unchanged on that pair.
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
@@ -36,7 +41,7 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-template <int D, bool kDecode>
+template <int D, bool kDecode, bool kFp8 = false>
 struct MmaConfig {
   static constexpr int kRowWarps = kDecode ? 1 : (D <= 128 ? 8 : 4);
   static constexpr int kKeyWarps = kDecode ? 4 : 1;
@@ -52,13 +57,17 @@ struct MmaConfig {
   // f32 staging row stride: the +8 puts rows g and g + 4 of a fragment on different banks.
   static constexpr int kLdo = D + 8;
   static constexpr size_t kQBytes = size_t(kRows) * D * 2;
-  static constexpr size_t kTileBytes = size_t(kBlockN) * D * 2;
-  static constexpr size_t kRingBytes = size_t(kStages) * 2 * kTileBytes;
+  static constexpr size_t kTileBytes = size_t(kBlockN) * D * 2;  // one 16-bit K or V tile
+  static constexpr int kCacheBytes = kFp8 ? 1 : 2;                // bytes of a cache element
+  static constexpr size_t kStageBytes = size_t(kBlockN) * D * kCacheBytes;
+  // The ring of cache tiles, then (FP8) the widened K/V pair the math reads.
+  static constexpr size_t kRingBytes = size_t(kStages) * 2 * kStageBytes + (kFp8 ? 2 * kTileBytes : 0);
   static constexpr size_t kMergeBytes = size_t(kKeyWarps) * kRows * kLdo * 4;
   static constexpr size_t kLoopBytes = kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes;
   static constexpr size_t kSmemBytes = kQBytes + kLoopBytes + 2 * size_t(kKeyWarps) * kRows * 4;
   static_assert(kWarpN % 16 == 0, "a warp's keys form whole k-steps of the PV product");
-  static_assert(kThreads % (D / 8) == 0 && (kBlockN * D / 8) % kThreads == 0, "tile loads split evenly");
+  static_assert(kThreads % (D * kCacheBytes / 16) == 0 && (kBlockN * D * kCacheBytes / 16) % kThreads == 0,
+                "tile loads split evenly");
   static_assert((kRows * D / 8) % kThreads == 0, "Q loads split evenly");
 };
 
@@ -89,21 +98,47 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-template <typename T, int D, bool kDecode>
-__global__ void __launch_bounds__(MmaConfig<D, kDecode>::kThreads, MmaConfig<D, kDecode>::kMinBlocks)
-    attention_mma_kernel(AttentionLaunch a) {
+// Sixteen e4m3 values (one 16-byte chunk) widened to sixteen T (two chunks).
+template <typename T>
+__device__ __forceinline__ void widen_fp8x16(const uint4& in, uint4& lo, uint4& hi) {
+  const uint32_t words[4] = {in.x, in.y, in.z, in.w};
+  uint32_t out[8];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      const auto pair = static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * p));
+      const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3));
+      if constexpr (std::is_same_v<T, __half>) {
+        out[2 * w + p] = *reinterpret_cast<const uint32_t*>(&h);
+      } else {
+        const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(h));
+        out[2 * w + p] = *reinterpret_cast<const uint32_t*>(&b);
+      }
+    }
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+// T: q/out elements (bf16/f16); KvT: cache elements (T, or FP8 e4m3).
+template <typename T, typename KvT, int D, bool kDecode, typename C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>>>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kernel(AttentionLaunch a) {
   wait_for_prior_kernel();
   release_next_kernel();
-  using C = MmaConfig<D, kDecode>;
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
-  constexpr int kLoadRows = C::kBlockN * kChunks / C::kThreads;
-  constexpr int kLoadRowStep = C::kThreads / kChunks;
+  constexpr bool kFp8 = !std::is_same_v<KvT, T>;
+  constexpr int kChunks = D / 8;                       // 16-byte chunks per 16-bit row
+  constexpr int kLoadChunks = D * C::kCacheBytes / 16;  // 16-byte chunks per cache row
+  constexpr int kLoadRows = C::kBlockN * kLoadChunks / C::kThreads;
+  constexpr int kLoadRowStep = C::kThreads / kLoadChunks;
   extern __shared__ __align__(128) unsigned char smem[];
   float* stage_o = reinterpret_cast<float*>(smem + C::kQBytes);
   float* m_s = reinterpret_cast<float*>(smem + C::kQBytes + C::kLoopBytes);
   float* l_s = m_s + C::kKeyWarps * C::kRows;
   const uint32_t q_base = smem_addr(smem);
   const uint32_t ring_base = q_base + static_cast<uint32_t>(C::kQBytes);
+  // FP8: the widened K tile, then V, after the ring.
+  const uint32_t wide_base = ring_base + static_cast<uint32_t>(C::kStages * 2 * C::kStageBytes);
 
   // Causal blocks later in the sequence have more keys: start them first.
   const int qb = a.q_blocks - 1 - static_cast<int>(blockIdx.x);
@@ -159,7 +194,7 @@ __global__ void __launch_bounds__(MmaConfig<D, kDecode>::kThreads, MmaConfig<D, 
   }
 
   // Tile loads: this thread copies chunk `ld_chunk` of rows ld_row0 + i * kLoadRowStep.
-  const int ld_chunk = tid % kChunks, ld_row0 = tid / kChunks;
+  const int ld_chunk = tid % kLoadChunks, ld_row0 = tid / kLoadChunks;
   const int32_t* pages = a.page_ids + kv_p0;
   const int64_t cache_pages = min(a.k.pages, a.v.pages);
   int next_pages[kLoadRows];
@@ -176,8 +211,8 @@ __global__ void __launch_bounds__(MmaConfig<D, kDecode>::kThreads, MmaConfig<D, 
   };
   auto issue_tile = [&](int tile) {
     const int kt = k_begin + tile * C::kBlockN;
-    const uint32_t k_dst = ring_base + static_cast<uint32_t>((tile % C::kStages) * 2 * C::kTileBytes);
-    const uint32_t v_dst = k_dst + static_cast<uint32_t>(C::kTileBytes);
+    const uint32_t k_dst = ring_base + static_cast<uint32_t>((tile % C::kStages) * 2 * C::kStageBytes);
+    const uint32_t v_dst = k_dst + static_cast<uint32_t>(C::kStageBytes);
 #pragma unroll
     for (int i = 0; i < kLoadRows; ++i) {
       const int row = ld_row0 + i * kLoadRowStep;
@@ -192,8 +227,25 @@ __global__ void __launch_bounds__(MmaConfig<D, kDecode>::kThreads, MmaConfig<D, 
         k_src = a.k.base + page * a.k.stride0 + off * a.k.stride1 + g * a.k.stride2 + ld_chunk * 16;
         v_src = a.v.base + page * a.v.stride0 + off * a.v.stride1 + g * a.v.stride2 + ld_chunk * 16;
       }
-      cp_async16(k_dst + swizzle<D>(row, ld_chunk), k_src, ok);
-      cp_async16(v_dst + swizzle<D>(row, ld_chunk), v_src, ok);
+      // FP8 rows land unswizzled: only the widened copy is read by ldmatrix.
+      const uint32_t at = kFp8 ? static_cast<uint32_t>(row * D + ld_chunk * 16) : swizzle<D>(row, ld_chunk);
+      cp_async16(k_dst + at, k_src, ok);
+      cp_async16(v_dst + at, v_src, ok);
+    }
+  };
+  // FP8: widens the landed tile `tile` into the swizzled K/V pair at wide_base.
+  auto widen_tile = [&](int tile) {
+    const unsigned char* stage = smem + C::kQBytes + size_t(tile % C::kStages) * 2 * C::kStageBytes;
+    unsigned char* wide = smem + (wide_base - q_base);
+    for (int i = tid; i < 2 * C::kBlockN * kLoadChunks; i += C::kThreads) {
+      const int kv = i / (C::kBlockN * kLoadChunks), rest = i % (C::kBlockN * kLoadChunks);
+      const int row = rest / kLoadChunks, chunk = rest % kLoadChunks;
+      const uint4 in = *reinterpret_cast<const uint4*>(stage + kv * C::kStageBytes + row * D + chunk * 16);
+      uint4 lo, hi;
+      widen_fp8x16<T>(in, lo, hi);
+      unsigned char* dst = wide + kv * C::kTileBytes;
+      *reinterpret_cast<uint4*>(dst + swizzle<D>(row, 2 * chunk)) = lo;
+      *reinterpret_cast<uint4*>(dst + swizzle<D>(row, 2 * chunk + 1)) = hi;
     }
   };
 
@@ -238,6 +290,10 @@ __global__ void __launch_bounds__(MmaConfig<D, kDecode>::kThreads, MmaConfig<D, 
       fetch_pages(nxt + 1);
     }
     cp_async_commit();
+    if constexpr (kFp8) {
+      widen_tile(it);
+      __syncthreads();  // the widened pair is complete; every warp finished the previous one at the top barrier
+    }
     if constexpr (C::kQInRegs) {
       if (it == 0) {
 #pragma unroll
@@ -253,7 +309,8 @@ __global__ void __launch_bounds__(MmaConfig<D, kDecode>::kThreads, MmaConfig<D, 
     if (skip) continue;
     const bool masked = wk0 + C::kWarpN > k_end || wk0 + C::kWarpN - 1 > wpos_lo ||
                         (a.window > 0 && wk0 < wpos_hi - a.window + 1);
-    const uint32_t k_tile = ring_base + static_cast<uint32_t>((it % C::kStages) * 2 * C::kTileBytes);
+    const uint32_t k_tile =
+        kFp8 ? wide_base : ring_base + static_cast<uint32_t>((it % C::kStages) * 2 * C::kStageBytes);
     const uint32_t v_tile = k_tile + static_cast<uint32_t>(C::kTileBytes);
 
     float sc[C::kWarpN / 8][4];
@@ -428,10 +485,10 @@ __global__ void __launch_bounds__(MmaConfig<D, kDecode>::kThreads, MmaConfig<D, 
   }
 }
 
-template <typename T, int D, bool kDecode>
+template <typename T, typename KvT, int D, bool kDecode>
 void launch_config(const AttentionLaunch& a, cudaStream_t stream) {
-  using C = MmaConfig<D, kDecode>;
-  auto* kernel = attention_mma_kernel<T, D, kDecode>;
+  using C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>>;
+  auto* kernel = attention_mma_kernel<T, KvT, D, kDecode>;
   // The opt-in shared memory size is a per-device function attribute: set it
   // once per device (outside any graph capture, at the first call).
   static std::atomic<uint64_t> devices_done{0};
@@ -449,8 +506,14 @@ void launch_config(const AttentionLaunch& a, cudaStream_t stream) {
 
 template <typename T, int D>
 void launch_dim(const AttentionLaunch& a, cudaStream_t stream) {
-  if (a.kernel == AttentionKernel::MmaDecode) launch_config<T, D, true>(a, stream);
-  else launch_config<T, D, false>(a, stream);
+  const bool decode = a.kernel == AttentionKernel::MmaDecode;
+  if (a.k.fp8) {
+    if (decode) launch_config<T, __nv_fp8_e4m3, D, true>(a, stream);
+    else launch_config<T, __nv_fp8_e4m3, D, false>(a, stream);
+  } else {
+    if (decode) launch_config<T, T, D, true>(a, stream);
+    else launch_config<T, T, D, false>(a, stream);
+  }
 }
 
 template <typename T>
@@ -463,9 +526,15 @@ void launch_typed(const AttentionLaunch& a, cudaStream_t stream) {
   }
 }
 
-template <int D>
+template <int D, bool kFp8>
 size_t smem_for(AttentionKernel kernel) {
-  return kernel == AttentionKernel::MmaDecode ? MmaConfig<D, true>::kSmemBytes : MmaConfig<D, false>::kSmemBytes;
+  return kernel == AttentionKernel::MmaDecode ? MmaConfig<D, true, kFp8>::kSmemBytes
+                                              : MmaConfig<D, false, kFp8>::kSmemBytes;
+}
+
+template <int D>
+size_t smem_for(const AttentionLaunch& a) {
+  return a.k.fp8 ? smem_for<D, true>(a.kernel) : smem_for<D, false>(a.kernel);
 }
 
 }  // namespace
@@ -493,9 +562,9 @@ int attention_mma_rows(AttentionKernel kernel, int dim) {
 
 size_t attention_mma_smem_bytes(const AttentionLaunch& a) {
   switch (a.q.dim) {
-    case 64: return smem_for<64>(a.kernel);
-    case 128: return smem_for<128>(a.kernel);
-    case 256: return smem_for<256>(a.kernel);
+    case 64: return smem_for<64>(a);
+    case 128: return smem_for<128>(a);
+    case 256: return smem_for<256>(a);
     default: return 0;
   }
 }

@@ -91,6 +91,7 @@ CacheView cache_of(const Tensor& t) {
   v.stride0 = t.stride_bytes(0);
   v.stride1 = t.stride_bytes(1);
   v.stride2 = t.stride_bytes(2);
+  v.fp8 = t.dtype() == DType::F8E4M3;
   return v;
 }
 

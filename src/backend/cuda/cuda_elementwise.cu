@@ -211,9 +211,10 @@ __global__ void rope_kernel(HeadView q, HeadView k, const int32_t* positions, co
   rotate_token<T>(blockIdx.x, q, k, positions, inv_freq, half, neox, factor, table);
 }
 
-// Writes token t's K and V heads into its cache slot; a negative slot is a
-// padding token (nothing stored), one past the cache sets the error bit.
-template <typename T>
+// Writes token t's K and V heads into its cache slot, as cache elements C
+// (T itself, or FP8 e4m3); a negative slot is a padding token (nothing
+// stored), one past the cache sets the error bit.
+template <typename T, typename C>
 __device__ void store_token_kv(int64_t t, const HeadView& k, const HeadView& v, const int32_t* slots,
                                const CacheView& ck, const CacheView& cv, uint32_t* err) {
   const int64_t slot = slots[t];
@@ -227,19 +228,19 @@ __device__ void store_token_kv(int64_t t, const HeadView& k, const HeadView& v, 
     const int64_t h = item / k.dim, d = item % k.dim;
     const T* ks = reinterpret_cast<const T*>(k.base + t * k.stride0 + h * k.stride1);
     const T* vs = reinterpret_cast<const T*>(v.base + t * v.stride0 + h * v.stride1);
-    T* kd = reinterpret_cast<T*>(ck.base + page * ck.stride0 + offset * ck.stride1 + h * ck.stride2);
-    T* vd = reinterpret_cast<T*>(cv.base + page * cv.stride0 + offset * cv.stride1 + h * cv.stride2);
-    kd[d] = ks[d];
-    if (d < v.dim) vd[d] = vs[d];
+    C* kd = reinterpret_cast<C*>(ck.base + page * ck.stride0 + offset * ck.stride1 + h * ck.stride2);
+    C* vd = reinterpret_cast<C*>(cv.base + page * cv.stride0 + offset * cv.stride1 + h * cv.stride2);
+    kd[d] = from_f<C>(to_f(ks[d]));  // exact when C is T
+    if (d < v.dim) vd[d] = from_f<C>(to_f(vs[d]));
   }
 }
 
-template <typename T>
+template <typename T, typename C>
 __global__ void store_kv_kernel(HeadView k, HeadView v, const int32_t* slots, CacheView ck, CacheView cv,
                                 uint32_t* err) {
   wait_for_prior_kernel();
   release_next_kernel();
-  store_token_kv<T>(blockIdx.x, k, v, slots, ck, cv, err);
+  store_token_kv<T, C>(blockIdx.x, k, v, slots, ck, cv, err);
 }
 
 // Per-head RMSNorm in place over token t's q heads then k heads, one warp
@@ -288,7 +289,7 @@ __device__ void norm_token_heads(int64_t t, const HeadView& q, const HeadView& k
 // [Per-head q/k RMSNorm,] RoPE on q and k, then k (as rotated) and v into
 // the cache: one launch instead of two to four in each decode layer. The
 // block's own writes to q and k are visible to its threads after a barrier.
-template <typename T>
+template <typename T, typename C>
 __global__ void rope_store_kv_kernel(HeadView q, HeadView k, HeadView v, const int32_t* positions,
                                      const float* inv_freq, int half, bool neox, float factor, const int32_t* slots,
                                      CacheView ck, CacheView cv, uint32_t* err, QkNormArgs norm) {
@@ -301,7 +302,7 @@ __global__ void rope_store_kv_kernel(HeadView q, HeadView k, HeadView v, const i
   }
   rotate_token<T>(blockIdx.x, q, k, positions, inv_freq, half, neox, factor, table);
   __syncthreads();
-  store_token_kv<T>(blockIdx.x, k, v, slots, ck, cv, err);
+  store_token_kv<T, C>(blockIdx.x, k, v, slots, ck, cv, err);
 }
 
 // Element-wise kernels walk rows (grid y, strided) and columns (grid x and
@@ -501,16 +502,28 @@ void launch_rope_store_kv(ElemType type, HeadView q, HeadView k, HeadView v, con
   if (q.n == 0) return;
   const int half = rotary_dim / 2;
   const size_t smem = 2 * static_cast<size_t>(half) * sizeof(float);
-  DI_DISPATCH_ELEM(type, T, (launch_chained(rope_store_kv_kernel<T>, static_cast<unsigned>(q.n), 256, smem,
-                                            as_stream(stream), q, k, v, positions, inv_freq, half, neox,
-                                            attention_factor, slots, ck, cv, err, norm)));
+  auto launch = [&](auto* kernel) {
+    launch_chained(kernel, static_cast<unsigned>(q.n), 256, smem, as_stream(stream), q, k, v, positions, inv_freq,
+                   half, neox, attention_factor, slots, ck, cv, err, norm);
+  };
+  if (ck.fp8) {
+    DI_DISPATCH_ELEM(type, T, launch(rope_store_kv_kernel<T, __nv_fp8_e4m3>));
+  } else {
+    DI_DISPATCH_ELEM(type, T, launch(rope_store_kv_kernel<T, T>));
+  }
 }
 
 void launch_store_kv(ElemType type, HeadView k, HeadView v, const int32_t* slots, CacheView ck, CacheView cv,
                      uint32_t* err, Stream stream) {
   if (k.n == 0) return;
-  DI_DISPATCH_ELEM(type, T, (launch_chained(store_kv_kernel<T>, static_cast<unsigned>(k.n), 256, 0, as_stream(stream),
-                                k, v, slots, ck, cv, err)));
+  auto launch = [&](auto* kernel) {
+    launch_chained(kernel, static_cast<unsigned>(k.n), 256, 0, as_stream(stream), k, v, slots, ck, cv, err);
+  };
+  if (ck.fp8) {
+    DI_DISPATCH_ELEM(type, T, launch(store_kv_kernel<T, __nv_fp8_e4m3>));
+  } else {
+    DI_DISPATCH_ELEM(type, T, launch(store_kv_kernel<T, T>));
+  }
 }
 
 // Grid for DI_FOR_EACH_ELEMENT: about four elements per thread along a row,

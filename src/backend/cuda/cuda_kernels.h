@@ -39,11 +39,14 @@ struct HeadView {
   int64_t stride0 = 0, stride1 = 0;
 };
 
-// A paged cache layer [pages, page_size, heads, dim] with byte strides.
+// A paged cache layer [pages, page_size, heads, dim] with byte strides. Its
+// elements are the activations' type, or FP8 e4m3 (scale 1) when fp8 is set:
+// the store kernels round to e4m3, the attention kernels widen on load.
 struct CacheView {
   char* base = nullptr;
   int64_t pages = 0, page_size = 0, heads = 0, dim = 0;
   int64_t stride0 = 0, stride1 = 0, stride2 = 0;
+  bool fp8 = false;
 };
 
 using Stream = void*;  // cudaStream_t
