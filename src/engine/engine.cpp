@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 
 #include "backend/backend.h"
@@ -14,6 +15,7 @@
 #include "model/model_loader.h"
 #include "moe/expert_load_monitor.h"
 #include "runner/model_runner.h"
+#include "runner/penalty_state.h"
 #include "runner/rng.h"
 #include "sched/scheduler.h"
 #include "tokenizer/streaming_detokenizer.h"
@@ -28,6 +30,8 @@ struct Engine::Live {
   size_t emitted = 0;   // bytes of `text` already returned to the caller
   size_t max_stop_len = 0;
   bool abort_requested = false;
+  // Logits processing done on the device (requests the host does not sample).
+  std::optional<PenaltyState> penalties;
 
   Live(std::unique_ptr<Request> r, const Tokenizer& tok)
       : request(std::move(r)), detokenizer(tok, request->params().skip_special_tokens) {
@@ -51,10 +55,10 @@ struct Engine::InflightStep {
 
 namespace {
 
-bool needs_host_sampling(const SamplingParams& p) {
-  return p.min_tokens > 0 || !p.logit_bias.empty() || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
-         p.presence_penalty != 0.0f;
-}
+// The min_tokens mask, logit_bias and penalties run on the device
+// (PenaltyState). Logprobs are those of the raw logits, which the device
+// would overwrite, so such a request with logprobs is sampled on the host.
+bool needs_host_sampling(const SamplingParams& p) { return p.logprobs.has_value() && PenaltyState::needed(p); }
 
 bool env_flag(const char* name, bool fallback) {
   const char* v = std::getenv(name);
@@ -223,6 +227,10 @@ uint64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams par
   request->token_limit = token_limit;
   request->host_sampling = needs_host_sampling(request->params());
   auto live = std::make_unique<Live>(std::move(request), *tokenizer_);
+  const Request& r = *live->request;
+  if (!r.host_sampling && PenaltyState::needed(r.params())) {
+    live->penalties.emplace(r.params(), r.prompt_ids(), tokenizer_->eos_ids());
+  }
   scheduler_->add(live->request.get());
   stats_.prompt_tokens += prompt_len;
   requests_.emplace(id, std::move(live));
@@ -260,6 +268,7 @@ void Engine::process_sample(Live& live, const SampleResult& result, RequestOutpu
   const SamplingParams& p = r.params();
   const int32_t token = result.token;
   r.append_output(token);
+  if (live.penalties) live.penalties->add_output(token);
   ++stats_.generation_tokens;
   if (r.num_output_tokens() == 1) r.timings.first_token = Clock::now();
   TokenOutput t;
@@ -341,6 +350,7 @@ Engine::InflightStep Engine::launch(const ScheduledBatch& batch) {
     // Index of the sampled token within the output, counting tokens still in flight.
     rs.params.position = r.num_output_tokens() + r.num_inflight_tokens;
     rs.copy_logits = r.host_sampling || p.logprobs.has_value();
+    if (!r.host_sampling && PenaltyState::needed(p)) rs.penalties = &*requests_.at(r.id())->penalties;
     StepRow row;
     row.request_id = r.id();
     row.generation = r.generation;
@@ -350,6 +360,7 @@ Engine::InflightStep Engine::launch(const ScheduledBatch& batch) {
     step.rows.push_back(row);
   }
   step.slot = runner_->launch(batch, rows);
+  stats_.logits_rows_copied += copied;
   int32_t j = 0;
   for (const ScheduledSeq& s : batch.seqs) {
     if (!s.sample) continue;

@@ -59,6 +59,8 @@ struct EngineStats {
   int64_t prompt_tokens = 0;
   int64_t generation_tokens = 0;
   int64_t steps = 0;
+  // Sampling rows whose logits were copied to the host (host sampling, logprobs).
+  int64_t logits_rows_copied = 0;
   // Device timeline (from events around every step): time the device spent
   // on steps, and idle between the end of one step and the start of the next.
   int64_t timed_steps = 0;

@@ -13,6 +13,10 @@ namespace {
 
 constexpr int64_t kParamInts = static_cast<int64_t>(sizeof(SamplingRowParams) / sizeof(int32_t));
 static_assert(sizeof(SamplingRowParams) % sizeof(int32_t) == 0);
+constexpr int64_t kPenaltyParamInts = static_cast<int64_t>(sizeof(PenaltyRowParams) / sizeof(int32_t));
+static_assert(sizeof(PenaltyRowParams) % sizeof(int32_t) == 0);
+// First size of the penalty entry buffers; they double when a step needs more.
+constexpr int64_t kMinPenaltyEntries = 4096;
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
@@ -34,6 +38,7 @@ struct ModelRunner::Staged {
   Layout l;
   int32_t tokens = 0, seqs = 0, rows = 0, pages = 0;
   int32_t max_q = 0, max_kv = 0;
+  int64_t penalty_entries = -1;  // entries staged for apply_penalties; -1: no row has penalties
 };
 
 ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLimits limits)
@@ -85,6 +90,7 @@ ModelRunner::~ModelRunner() {
     backend_.deallocate_host(s.tokens_host);
     backend_.deallocate_host(s.logits_host);
     backend_.deallocate_host(s.counts_host);
+    backend_.deallocate_host(s.penalties_host);
   }
   backend_.deallocate_host(counts_zero_host_);
 }
@@ -108,6 +114,7 @@ ModelRunner::Layout ModelRunner::layout(int32_t tokens, int32_t seqs, int32_t ro
   l.last_len = take(seqs, 4);
   l.start_pos = take(seqs, 4);
   l.params = take(rows * kParamInts, 4);
+  l.penalty_params = take(rows * kPenaltyParamInts, 4);
   l.kv_pages = take(0, 4);
   return l;
 }
@@ -145,6 +152,19 @@ ModelRunner::Staged ModelRunner::stage(int slot, const ScheduledBatch& batch, st
   int32_t* pages = base + l.kv_pages;
   // Index of host token i in the device array the gather reads from.
   const int64_t host_source = sampled_ints_ + l.host_tokens;
+  int64_t n_entries = 0;
+  bool penalised = false;
+  for (const RowSampling& row : rows) {
+    if (row.penalties == nullptr) continue;
+    penalised = true;
+    n_entries += static_cast<int64_t>(row.penalties->entries().size());
+  }
+  if (penalised) {
+    DI_CHECK(n_entries <= INT32_MAX, "step of {} penalty entries exceeds {}", n_entries, INT32_MAX);
+    ensure_penalty_capacity(slot, n_entries);
+    st.penalty_entries = 0;
+  }
+  auto* penalty_params = reinterpret_cast<PenaltyRowParams*>(base + l.penalty_params);
 
   int32_t t = 0, r = 0, np = 0;
   q_indptr[0] = kv_indptr[0] = 0;
@@ -163,6 +183,7 @@ ModelRunner::Staged ModelRunner::stage(int slot, const ScheduledBatch& batch, st
     // Pages released by a sliding window are left out; the first listed page
     // then starts at position kv_start_pos.
     const int32_t first_page = std::min(req.num_released_blocks, n_pages - 1);
+    int32_t pending = -1;  // index of the sequence's in-flight token among the step's tokens
     for (int32_t p = s.start; p < kv_len; ++p, ++t) {
       if (p < req.num_tokens()) {
         host_tokens[t] = req.token_at(p);
@@ -174,11 +195,26 @@ ModelRunner::Staged ModelRunner::stage(int slot, const ScheduledBatch& batch, st
                  "request {}: token {} is neither known nor in flight", req.id(), p);
         host_tokens[t] = 0;
         gather[t] = req.inflight_slot * max_rows_ + req.inflight_row;
+        pending = t;
       }
       positions[t] = p;
       kv_slots[t] = req.block_ids[static_cast<size_t>(p / ps)] * ps + p % ps;
     }
-    if (s.sample) logit_rows[r++] = t - 1;
+    if (s.sample) {
+      DI_CHECK(r < static_cast<int32_t>(rows.size()), "more sampling sequences than the {} rows given", rows.size());
+      if (penalised) {
+        const RowSampling& row = rows[static_cast<size_t>(r)];
+        PenaltyRowParams& pp = penalty_params[r];
+        pp = PenaltyRowParams{};
+        if (row.penalties != nullptr) {
+          const auto entries = row.penalties->entries();
+          pp = row.penalties->row_params(row.params.position, static_cast<int32_t>(st.penalty_entries), pending);
+          std::copy(entries.begin(), entries.end(), slots_[slot].penalties_host + st.penalty_entries);
+          st.penalty_entries += static_cast<int64_t>(entries.size());
+        }
+      }
+      logit_rows[r++] = t - 1;
+    }
     q_indptr[si + 1] = t;
     for (int32_t pg = first_page; pg < n_pages; ++pg) add_page(req.block_ids[static_cast<size_t>(pg)]);
     kv_indptr[si + 1] = np;
@@ -244,6 +280,27 @@ ForwardInputs ModelRunner::device_inputs(const Staged& st, int32_t graph_kv_len)
   return in;
 }
 
+void ModelRunner::ensure_penalty_capacity(int slot, int64_t entries) {
+  Slot& s = slots_[slot];
+  const int64_t want = std::max(entries, kMinPenaltyEntries);
+  if (want > penalty_entries_capacity_) {
+    // Steps in flight may still read the old device list.
+    for (Slot& other : slots_) {
+      if (other.in_flight) other.end->synchronize();
+    }
+    penalty_entries_capacity_ = std::max(want, penalty_entries_capacity_ * 2);
+    penalty_entries_dev_ = Buffer();
+    penalty_entries_dev_ = Buffer(backend_, static_cast<size_t>(penalty_entries_capacity_) * sizeof(PenaltyEntry));
+  }
+  if (want <= s.penalty_entries_capacity) return;
+  // The slot is not in flight, so nothing copies from its old staging.
+  backend_.deallocate_host(s.penalties_host);
+  s.penalties_host = nullptr;
+  s.penalty_entries_capacity = std::max(want, s.penalty_entries_capacity * 2);
+  s.penalties_host = static_cast<PenaltyEntry*>(
+      backend_.allocate_host(static_cast<size_t>(s.penalty_entries_capacity) * sizeof(PenaltyEntry)));
+}
+
 void ModelRunner::ensure_logits_capacity(int slot, int64_t rows) {
   Slot& s = slots_[slot];
   if (rows <= s.logits_rows_capacity) return;
@@ -279,6 +336,12 @@ int ModelRunner::launch(const ScheduledBatch& batch, std::span<const RowSampling
   const Tensor gather_index =
       step_dev_.view(DType::I32, {st.tokens}, static_cast<size_t>(sampled_ints_ + st.l.gather) * 4);
   ops::gather_rows(backend_, sources, gather_index, token_ids_dev_.view(DType::I32, {st.tokens, 1}));
+  constexpr auto kEntryBytes = static_cast<int64_t>(sizeof(PenaltyEntry));
+  const Tensor penalty_entries =
+      st.penalty_entries >= 0 ? penalty_entries_dev_.view(DType::U8, {st.penalty_entries, kEntryBytes}) : Tensor();
+  if (st.penalty_entries > 0) {
+    backend_.copy_async(penalty_entries, Tensor(s.penalties_host, DType::U8, {st.penalty_entries, kEntryBytes}));
+  }
   const Tensor counts_flat = count_cells_ > 0 ? counts_dev_.view(DType::I32, {count_cells_}) : Tensor();
   if (counts_flat.defined()) backend_.copy_async(counts_flat, Tensor(counts_zero_host_, DType::I32, {count_cells_}));
 
@@ -311,6 +374,13 @@ int ModelRunner::launch(const ScheduledBatch& batch, std::span<const RowSampling
     const Tensor sampled = step_dev_.view(DType::I32, {n_rows}, static_cast<size_t>(slot) * max_rows_ * 4);
     const Tensor params = step_dev_.view(DType::U8, {n_rows, static_cast<int64_t>(sizeof(SamplingRowParams))},
                                          static_cast<size_t>(sampled_ints_ + st.l.params) * 4);
+    if (penalty_entries.defined()) {
+      const Tensor penalty_params =
+          step_dev_.view(DType::U8, {n_rows, static_cast<int64_t>(sizeof(PenaltyRowParams))},
+                         static_cast<size_t>(sampled_ints_ + st.l.penalty_params) * 4);
+      ops::apply_penalties(backend_, logits.slice_rows(0, n_rows), penalty_params, penalty_entries,
+                           token_ids_dev_.view(DType::I32, {st.tokens}));
+    }
     ops::sample(backend_, logits.slice_rows(0, n_rows), params, sampled);
     backend_.copy_async(Tensor(s.tokens_host, DType::I32, {n_rows}), sampled);
     int64_t k = 0;

@@ -14,6 +14,14 @@
 // Decode-only steps run as CUDA graphs captured per padded batch size when the
 // backend supports them; padding rows attend to the KV storage's padding page
 // and store nothing.
+//
+// Rows with a PenaltyState (logit_bias, min_tokens mask, penalties) are
+// processed on the device before the device sampler (ops::apply_penalties):
+// the step uploads each such row's entry list with its inputs, and a row
+// whose last input token is still in flight names that token's place in the
+// step's gathered input ids as its pending token, so the op sees the full
+// history without the host knowing the token. Such rows need no logits copy
+// and keep the pipeline full.
 #pragma once
 
 #include <array>
@@ -26,6 +34,7 @@
 #include "backend/backend.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
+#include "runner/penalty_state.h"
 #include "sched/scheduled_batch.h"
 
 namespace deepinfer {
@@ -45,6 +54,10 @@ struct RunnerLimits {
 struct RowSampling {
   SamplingRowParams params;  // the device sampler's parameters for this row
   bool copy_logits = false;  // the host needs the row's logits (host sampling, logprobs)
+  // Applied to the row's logits on the device before sampling (the copied
+  // logits then hold the processed values); null: none. Must stay alive and
+  // unchanged until launch() returns.
+  const PenaltyState* penalties = nullptr;
 };
 
 // A launched step's results, valid after wait() until the slot is reused.
@@ -91,7 +104,7 @@ class ModelRunner {
   // inputs at the same device addresses.
   struct Layout {
     int64_t host_tokens, gather, positions, slots, logit_rows, q_indptr, kv_indptr, last_len, start_pos, params,
-        kv_pages;
+        penalty_params, kv_pages;
   };
   struct Staged;
   Layout layout(int32_t tokens, int32_t seqs, int32_t rows) const;
@@ -106,6 +119,8 @@ class ModelRunner {
   int32_t graph_kv_bucket(int32_t max_kv_len) const;
   int32_t graph_batch_size(const ScheduledBatch& batch) const;
   void ensure_logits_capacity(int slot, int64_t rows);
+  // Room for `entries` penalty entries in the slot's staging and on the device.
+  void ensure_penalty_capacity(int slot, int64_t entries);
 
   Model& model_;
   Backend& backend_;
@@ -120,6 +135,10 @@ class ModelRunner {
   Buffer step_dev_;
   Buffer token_ids_dev_;  // i32[max tokens]: the gathered input ids
   Buffer logits_dev_;     // f32[max_rows_, vocab]
+  // The step's penalty entries (grown on demand; outside captured graphs, so
+  // its address may change).
+  Buffer penalty_entries_dev_;
+  int64_t penalty_entries_capacity_ = 0;
   // Expert counting: one device count table every step zeroes and fills (a
   // fixed address, so captured graphs write it too) and a pinned zero image
   // the zeroing copies from.
@@ -133,7 +152,9 @@ class ModelRunner {
     int32_t* tokens_host = nullptr;  // pinned i32[max_rows_]
     float* logits_host = nullptr;    // pinned, grown on demand
     int32_t* counts_host = nullptr;  // pinned i32[count_cells_] when counting
+    PenaltyEntry* penalties_host = nullptr;  // pinned, grown on demand
     int64_t logits_rows_capacity = 0;
+    int64_t penalty_entries_capacity = 0;
     std::unique_ptr<DeviceEvent> start, end;
     int32_t num_rows = 0, num_copied = 0;
     bool in_flight = false, graph = false;

@@ -9,6 +9,12 @@
 //
 // Logprobs are those of the raw model logits (log-softmax before any
 // processing), as vLLM returns by default.
+//
+// The engine samples most rows on the device instead (ModelRunner): the
+// min_tokens mask, logit_bias and penalties there are ops::apply_penalties
+// with this Sampler's arithmetic (backend/cpu/cpu_penalties.h), bit for bit.
+// Rows come here when the host needs their raw logits anyway: logprobs
+// together with that processing, or a LogitsProcessor.
 #pragma once
 
 #include <array>

@@ -84,9 +84,10 @@ class Request {
   // capped by the model length); a request that has reached it with tokens in
   // flight is not scheduled again.
   int32_t token_limit = 0;
-  // Sampling needs per-request host state (penalties, logit bias, min_tokens,
-  // a logits processor): such a request is never scheduled with a token in
-  // flight, because its next input is only known after host sampling.
+  // Sampled by the host from copied logits (logits processing that the
+  // device cannot do for it, e.g. penalties together with raw logprobs): such
+  // a request is never scheduled with a token in flight, because its next
+  // input is only known after host sampling.
   bool host_sampling = false;
   int32_t total_tokens() const { return num_tokens() + num_inflight_tokens; }
   bool schedulable() const {
