@@ -3,7 +3,9 @@
 // reported in TFLOP/s (4 * d * heads_q * n^2 / 2 for one causal sequence);
 // decode is memory-bound and is reported in GB/s of K/V cache read. Each case
 // also prints the largest difference between the two kernels' outputs and
-// any device error, so a fast but wrong kernel shows.
+// any device error, so a fast but wrong kernel shows. Then the tensor-core
+// kernel over an FP8 (e4m3) copy of the same cache: its time, the GB/s of
+// FP8 bytes read, and its output against the bf16 cache's.
 // Usage: bench_attention_cuda [reps=10]
 #include <fmt/format.h>
 
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "core/fp8.h"
 #include "core/half.h"
 
 using namespace deepinfer;
@@ -70,12 +73,21 @@ std::vector<uint16_t> random_bf16(size_t n, std::mt19937& gen) {
   return v;
 }
 
-// Fills a large device buffer by repeating one random block (fast set-up for the multi-GB decode cache).
-void fill_random(uint16_t* dst, size_t n, std::mt19937& gen) {
+// Fills a large device buffer by repeating one random block (fast set-up for
+// the multi-GB decode cache); the values are e4m3-representable, and `fp8`
+// receives the same values as e4m3 bytes.
+void fill_random(uint16_t* dst, uint8_t* fp8, size_t n, std::mt19937& gen) {
   const size_t block = std::min<size_t>(n, size_t{8} << 20);
   std::vector<uint16_t> host = random_bf16(block, gen);
+  std::vector<uint8_t> bytes(block);
+  for (size_t i = 0; i < block; ++i) {
+    bytes[i] = f32_to_f8e4m3(bf16_to_f32(host[i]));
+    host[i] = f32_to_bf16(f8e4m3_to_f32(bytes[i]));
+  }
   for (size_t off = 0; off < n; off += block) {
-    check(cudaMemcpy(dst + off, host.data(), std::min(block, n - off) * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+    const size_t count = std::min(block, n - off);
+    check(cudaMemcpy(dst + off, host.data(), count * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+    check(cudaMemcpy(fp8 + off, bytes.data(), count, cudaMemcpyHostToDevice), "cudaMemcpy");
   }
 }
 
@@ -140,8 +152,10 @@ void bench_case(const Case& c, int num_sms, int reps, std::mt19937& gen) {
   const size_t cache_elems = static_cast<size_t>(num_pages * c.page_size * c.heads_kv * d);
   uint16_t* k = mem.alloc<uint16_t>(cache_elems);
   uint16_t* v = mem.alloc<uint16_t>(cache_elems);
-  fill_random(k, cache_elems, gen);
-  fill_random(v, cache_elems, gen);
+  uint8_t* k8 = mem.alloc<uint8_t>(cache_elems);
+  uint8_t* v8 = mem.alloc<uint8_t>(cache_elems);
+  fill_random(k, k8, cache_elems, gen);
+  fill_random(v, v8, cache_elems, gen);
   uint16_t* q = mem.upload(random_bf16(static_cast<size_t>(n * hq * d), gen));
   // Pages in a shuffled order, as a long-running cache hands them out (or in
   // order, to see what the scattered reads cost).
@@ -194,6 +208,21 @@ void bench_case(const Case& c, int num_sms, int reps, std::mt19937& gen) {
   fmt::print("  old: {:9.3f} ms  {}  [{}] err={}\n", old_r.ms, figure(old_r.ms), old_r.plan, old_r.err);
   fmt::print("  new: {:9.3f} ms  {}  [{}] err={}\n", new_r.ms, figure(new_r.ms), new_r.plan, new_r.err);
   fmt::print("  speed-up {:.2f}x, max |old - new| = {:.4g}\n", old_r.ms / new_r.ms, max_diff);
+
+  AttentionLaunch f = a;
+  f.k = CacheView{reinterpret_cast<char*>(k8), num_pages, c.page_size, c.heads_kv, d, c.page_size * row / 2, row / 2, d,
+                  true};
+  f.v = CacheView{reinterpret_cast<char*>(v8), num_pages, c.page_size, c.heads_kv, d, c.page_size * row / 2, row / 2, d,
+                  true};
+  Result fp8_r = run(f, c, true, num_sms, workspace_bytes, reps, err);
+  double fp8_diff = 0;
+  for (size_t i = 0; i < new_r.out.size(); ++i) {
+    fp8_diff = std::max<double>(fp8_diff, std::abs(bf16_to_f32(new_r.out[i]) - bf16_to_f32(fp8_r.out[i])));
+  }
+  const std::string fp8_figure = prefill ? figure(fp8_r.ms)
+                                         : fmt::format("{:7.1f} GB/s", bytes / 2 / (fp8_r.ms * 1e-3) / 1e9);
+  fmt::print("  fp8: {:9.3f} ms  {}  [{}] err={}; {:.2f}x the bf16 cache, max |diff| = {:.4g}\n", fp8_r.ms,
+             fp8_figure, fp8_r.plan, fp8_r.err, new_r.ms / fp8_r.ms, fp8_diff);
   std::fflush(stdout);
 }
 

@@ -25,8 +25,13 @@
 //
 // An FP8 (e4m3) cache arrives through the same cp.async ring at half the
 // bytes, unswizzled; once a tile has landed the block widens it into one
-// swizzled bf16/f16 K/V tile pair (exact: every e4m3 value is a bf16 and an
-// f16 value) and the math runs unchanged on that pair.
+// swizzled f16 K/V tile pair (exact: every e4m3 value is an f16 value, and
+// one cvt makes two) and the products run in f16 whatever the activations'
+// type: Q's fragments are converted once (saturating at f16's +-65504), P is
+// packed to f16 (three more mantissa bits than bf16), accumulation is f32.
+// ncu showed the decode kernel issue-bound (two warps per scheduler, no
+// memory stall to speak of), so the widening has to be cheap: a bf16 target
+// took four conversions per pair and gained nothing over the bf16 cache.
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
@@ -49,11 +54,15 @@ struct MmaConfig {
   static constexpr int kRows = kRowWarps * 16;
   static constexpr int kBlockN = kDecode ? 64 : (D <= 128 ? 64 : 32);
   static constexpr int kWarpN = kBlockN / kKeyWarps;  // keys of a tile one warp multiplies
-  static constexpr int kStages = D <= 128 ? 3 : 2;
+  // FP8 decode: two stages (its tiles are half the bytes) make room for a
+  // third block per SM at D <= 128 (69 KB of shared memory, <= 168
+  // registers), i.e. 12 warps to hide the latency the kernel is bound by.
+  static constexpr bool kThirdBlock = kFp8 && kDecode && D <= 128;
+  static constexpr int kStages = kThirdBlock ? 2 : (D <= 128 ? 3 : 2);
   // Q fragments stay in registers unless the f32 accumulator of a 256-wide
   // head already takes most of them.
   static constexpr bool kQInRegs = D <= 128;
-  static constexpr int kMinBlocks = (kDecode && D <= 128) || (!kDecode && D > 128) ? 2 : 1;
+  static constexpr int kMinBlocks = kThirdBlock ? 3 : (kDecode && D <= 128) || (!kDecode && D > 128) ? 2 : 1;
   // f32 staging row stride: the +8 puts rows g and g + 4 of a fragment on different banks.
   static constexpr int kLdo = D + 8;
   static constexpr size_t kQBytes = size_t(kRows) * D * 2;
@@ -98,8 +107,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// Sixteen e4m3 values (one 16-byte chunk) widened to sixteen T (two chunks).
-template <typename T>
+// Sixteen e4m3 values (one 16-byte chunk) widened to sixteen f16 (two chunks).
 __device__ __forceinline__ void widen_fp8x16(const uint4& in, uint4& lo, uint4& hi) {
   const uint32_t words[4] = {in.x, in.y, in.z, in.w};
   uint32_t out[8];
@@ -108,17 +116,28 @@ __device__ __forceinline__ void widen_fp8x16(const uint4& in, uint4& lo, uint4& 
 #pragma unroll
     for (int p = 0; p < 2; ++p) {
       const auto pair = static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * p));
-      const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3));
-      if constexpr (std::is_same_v<T, __half>) {
-        out[2 * w + p] = *reinterpret_cast<const uint32_t*>(&h);
-      } else {
-        const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(h));
-        out[2 * w + p] = *reinterpret_cast<const uint32_t*>(&b);
-      }
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+      out[2 * w + p] = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
     }
   }
   lo = make_uint4(out[0], out[1], out[2], out[3]);
   hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+// A Q fragment register (two bf16) as two f16, saturated to f16's range.
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t r) {
+  const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r));
+  const __half2 h = __floats2half2_rn(fminf(fmaxf(f.x, -65504.0f), 65504.0f), fminf(fmaxf(f.y, -65504.0f), 65504.0f));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Q fragments in the type the products use.
+template <typename T, typename M>
+__device__ __forceinline__ void to_math_type(uint32_t (&r)[4]) {
+  if constexpr (!std::is_same_v<T, M>) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[i] = bf16x2_to_f16x2(r[i]);
+  }
 }
 
 // T: q/out elements (bf16/f16); KvT: cache elements (T, or FP8 e4m3).
@@ -127,6 +146,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
   wait_for_prior_kernel();
   release_next_kernel();
   constexpr bool kFp8 = !std::is_same_v<KvT, T>;
+  using M = std::conditional_t<kFp8, __half, T>;  // operand type of the products
   constexpr int kChunks = D / 8;                       // 16-byte chunks per 16-bit row
   constexpr int kLoadChunks = D * C::kCacheBytes / 16;  // 16-byte chunks per cache row
   constexpr int kLoadRows = C::kBlockN * kLoadChunks / C::kThreads;
@@ -242,7 +262,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
       const int row = rest / kLoadChunks, chunk = rest % kLoadChunks;
       const uint4 in = *reinterpret_cast<const uint4*>(stage + kv * C::kStageBytes + row * D + chunk * 16);
       uint4 lo, hi;
-      widen_fp8x16<T>(in, lo, hi);
+      widen_fp8x16(in, lo, hi);
       unsigned char* dst = wide + kv * C::kTileBytes;
       *reinterpret_cast<uint4*>(dst + swizzle<D>(row, 2 * chunk)) = lo;
       *reinterpret_cast<uint4*>(dst + swizzle<D>(row, 2 * chunk + 1)) = hi;
@@ -299,6 +319,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           ldmatrix_x4(qf[kk], q_base + swizzle<D>(wrow0 + (lane & 15), 2 * kk + (lane >> 4)));
+          to_math_type<T, M>(qf[kk]);
         }
       }
     }
@@ -323,14 +344,15 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
         qa[0] = qf[kk][0], qa[1] = qf[kk][1], qa[2] = qf[kk][2], qa[3] = qf[kk][3];
       } else {
         ldmatrix_x4(qa, q_base + swizzle<D>(wrow0 + (lane & 15), 2 * kk + (lane >> 4)));
+        to_math_type<T, M>(qa);
       }
 #pragma unroll
       for (int np = 0; np < C::kWarpN / 16; ++np) {
         uint32_t kb[4];
         const int key = kw * C::kWarpN + np * 16 + (lane & 7) + ((lane >> 4) << 3);
         ldmatrix_x4(kb, k_tile + swizzle<D>(key, 2 * kk + ((lane >> 3) & 1)));
-        mma16816<T>(sc[2 * np], qa, kb[0], kb[1]);
-        mma16816<T>(sc[2 * np + 1], qa, kb[2], kb[3]);
+        mma16816<M>(sc[2 * np], qa, kb[0], kb[1]);
+        mma16816<M>(sc[2 * np + 1], qa, kb[2], kb[3]);
       }
     }
 
@@ -397,16 +419,16 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
 #pragma unroll
     for (int kk = 0; kk < C::kWarpN / 16; ++kk) {
       // The S accumulators of keys 16kk..16kk+15 are exactly the A fragment of P.
-      const uint32_t pa[4] = {pack2<T>(sc[2 * kk][0], sc[2 * kk][1]), pack2<T>(sc[2 * kk][2], sc[2 * kk][3]),
-                              pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                              pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+      const uint32_t pa[4] = {pack2<M>(sc[2 * kk][0], sc[2 * kk][1]), pack2<M>(sc[2 * kk][2], sc[2 * kk][3]),
+                              pack2<M>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                              pack2<M>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
       const int key = kw * C::kWarpN + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t vb[4];
         ldmatrix_x4_trans(vb, v_tile + swizzle<D>(key, 2 * dp + (lane >> 4)));
-        mma16816<T>(o[2 * dp], pa, vb[0], vb[1]);
-        mma16816<T>(o[2 * dp + 1], pa, vb[2], vb[3]);
+        mma16816<M>(o[2 * dp], pa, vb[0], vb[1]);
+        mma16816<M>(o[2 * dp + 1], pa, vb[2], vb[3]);
       }
     }
   }
