@@ -54,10 +54,10 @@ struct MmaConfig {
   static constexpr int kRows = kRowWarps * 16;
   static constexpr int kBlockN = kDecode ? 64 : (D <= 128 ? 64 : 32);
   static constexpr int kWarpN = kBlockN / kKeyWarps;  // keys of a tile one warp multiplies
-  // FP8 decode: two stages (its tiles are half the bytes) make room for a
-  // third block per SM at D <= 128 (69 KB of shared memory, <= 168
-  // registers), i.e. 12 warps to hide the latency the kernel is bound by.
-  static constexpr bool kThirdBlock = kFp8 && kDecode && D <= 128;
+  // Decode at D <= 128: two stages make room for a third block per SM (68 KB
+  // of shared memory, <= 168 registers): 12 warps instead of 8 to hide the
+  // instruction latency ncu found the kernel bound by (not bandwidth).
+  static constexpr bool kThirdBlock = kDecode && D <= 128;
   static constexpr int kStages = kThirdBlock ? 2 : (D <= 128 ? 3 : 2);
   // Q fragments stay in registers unless the f32 accumulator of a 256-wide
   // head already takes most of them.
@@ -229,6 +229,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
       next_pages[i] = page;
     }
   };
+  // Row addresses: page * stride0 + slot * stride1 from the head's base, in
+  // 32-bit strides (attention_mma_supported checks they fit), so a row costs
+  // one wide multiply-add instead of several 64-bit products.
+  const char* k_head = a.k.base + g * a.k.stride2 + ld_chunk * 16;
+  const char* v_head = a.v.base + g * a.v.stride2 + ld_chunk * 16;
+  const auto k_page = static_cast<uint32_t>(a.k.stride0), k_slot = static_cast<uint32_t>(a.k.stride1);
+  const auto v_page = static_cast<uint32_t>(a.v.stride0), v_slot = static_cast<uint32_t>(a.v.stride1);
   auto issue_tile = [&](int tile) {
     const int kt = k_begin + tile * C::kBlockN;
     const uint32_t k_dst = ring_base + static_cast<uint32_t>((tile % C::kStages) * 2 * C::kStageBytes);
@@ -243,9 +250,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
       const char* k_src = a.k.base;
       const char* v_src = a.v.base;
       if (ok) {
-        const int off = page_shift >= 0 ? j & (page_size - 1) : j % page_size;
-        k_src = a.k.base + page * a.k.stride0 + off * a.k.stride1 + g * a.k.stride2 + ld_chunk * 16;
-        v_src = a.v.base + page * a.v.stride0 + off * a.v.stride1 + g * a.v.stride2 + ld_chunk * 16;
+        const auto off = static_cast<uint32_t>(page_shift >= 0 ? j & (page_size - 1) : j % page_size);
+        k_src = k_head + static_cast<uint64_t>(static_cast<uint32_t>(page)) * k_page + off * k_slot;
+        v_src = v_head + static_cast<uint64_t>(static_cast<uint32_t>(page)) * v_page + off * v_slot;
       }
       // FP8 rows land unswizzled: only the widened copy is read by ldmatrix.
       const uint32_t at = kFp8 ? static_cast<uint32_t>(row * D + ld_chunk * 16) : swizzle<D>(row, ld_chunk);
@@ -567,6 +574,12 @@ bool attention_mma_supported(const AttentionLaunch& a) {
   const int64_t d = a.q.dim;
   if (a.type == ElemType::F32 || (d != 64 && d != 128 && d != 256) || a.k.dim != d || a.v.dim != d ||
       a.out.dim != d || a.group < 1) {
+    return false;
+  }
+  // The kernel forms row addresses with 32-bit page and slot strides.
+  const int64_t max_stride = int64_t{1} << 31;
+  if (a.k.stride0 >= max_stride || a.v.stride0 >= max_stride || int64_t{a.k.page_size} * a.k.stride1 >= max_stride ||
+      int64_t{a.v.page_size} * a.v.stride1 >= max_stride) {
     return false;
   }
   // cp.async moves 16-byte chunks of Q/K/V rows; outputs are stored as pairs.
