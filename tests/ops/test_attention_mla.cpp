@@ -36,9 +36,11 @@ struct Seq {
   int q_len, kv_len;
 };
 
+// fp8: the latent cache holds f8_e4m3 (the reference reads the same rounded values).
 void run_latent(LatentAttentionTest& test, Rng& rng, int heads, int latent, int rope, int page_size,
-                const std::vector<Seq>& seqs) {
-  SCOPED_TRACE(fmt::format("heads={} latent={} rope={} page={} seqs={}", heads, latent, rope, page_size, seqs.size()));
+                const std::vector<Seq>& seqs, bool fp8 = false) {
+  SCOPED_TRACE(fmt::format("heads={} latent={} rope={} page={} seqs={} fp8={}", heads, latent, rope, page_size,
+                           seqs.size(), fp8));
   Backend& b = test.device();
   const int64_t row = latent + rope, ps = page_size;
   int64_t needed = 0;
@@ -57,8 +59,9 @@ void run_latent(LatentAttentionTest& test, Rng& rng, int heads, int latent, int 
   }
   const int64_t n = q_indptr.back();
   std::vector<float> cache = rng.floats(static_cast<size_t>(num_pages * ps * row));
+  if (fp8) cache = round_to_fp8(cache);
   std::vector<float> q = rng.floats(static_cast<size_t>(n * heads * row));
-  DeviceTensor dk = upload_f32(b, {num_pages, ps, 1, row}, cache);
+  DeviceTensor dk = fp8 ? upload_fp8(b, {num_pages, ps, 1, row}, cache) : upload_f32(b, {num_pages, ps, 1, row}, cache);
   DeviceTensor dq = upload_f32(b, {n, heads, row}, q);
   DeviceTensor dout = zeros(b, DType::F32, {n, heads, latent});
   DeviceTensor dq_indptr = upload_i32(b, q_indptr), dkv_indptr = upload_i32(b, kv_indptr);
@@ -117,6 +120,15 @@ TEST_P(LatentAttentionTest, MatchesNaiveReference) {
   run_latent(*this, rng, 16, 64, 16, 8, {{1, 1}, {1, 17}, {1, 33}});
   // Sizes that are no multiple of 4 (scalar loads, unaligned value rows).
   run_latent(*this, rng, 3, 30, 6, 5, {{9, 12}, {1, 23}});
+}
+
+// The latent cache in FP8 (--kv-cache-dtype fp8 with DeepSeek models): the
+// SIMT kernel (CUDA) and the CPU widen the rows exactly.
+TEST_P(LatentAttentionTest, Fp8LatentCache) {
+  Rng rng(33);
+  run_latent(*this, rng, 4, 32, 8, 16, {{7, 40}, {3, 3}}, true);
+  run_latent(*this, rng, 16, 64, 16, 8, {{1, 1}, {1, 17}, {1, 33}}, true);
+  run_latent(*this, rng, 3, 30, 6, 5, {{9, 12}, {1, 23}}, true);
 }
 
 TEST_P(LatentAttentionTest, StoreKvWritesTheRowOnce) {
