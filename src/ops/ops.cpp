@@ -390,14 +390,23 @@ void gather_rows(Backend& backend, const Tensor& x, const Tensor& rows, Tensor o
   backend.gather_rows(x, rows, out);
 }
 
-void sample(Backend& backend, const Tensor& logits, const Tensor& params, Tensor tokens) {
-  const char* op = "sample";
+namespace {
+
+// f32[rows, vocab] logits on the backend, with token ids of the vocabulary fitting in i32.
+void check_logits(const char* op, const Tensor& logits, const Backend& backend) {
   check_device(op, "logits", logits, backend);
   check_rank(op, "logits", logits, 2);
   check_dtype(op, "logits", logits, DType::F32);
-  const int64_t rows = logits.size(0), vocab = logits.size(1);
-  DI_CHECK(vocab > 0 && vocab <= INT32_MAX, "{}: logits {} must have between 1 and {} columns", op,
+  DI_CHECK(logits.size(1) > 0 && logits.size(1) <= INT32_MAX, "{}: logits {} must have between 1 and {} columns", op,
            logits.describe(), INT32_MAX);
+}
+
+}  // namespace
+
+void sample(Backend& backend, const Tensor& logits, const Tensor& params, Tensor tokens) {
+  const char* op = "sample";
+  check_logits(op, logits, backend);
+  const int64_t rows = logits.size(0);
   check_device(op, "params", params, backend);
   check_rank(op, "params", params, 2);
   check_dtype(op, "params", params, DType::U8);
@@ -415,12 +424,8 @@ void sample(Backend& backend, const Tensor& logits, const Tensor& params, Tensor
 void apply_penalties(Backend& backend, Tensor logits, const Tensor& params, const Tensor& entries,
                      const Tensor& pending_tokens) {
   const char* op = "apply_penalties";
-  check_device(op, "logits", logits, backend);
-  check_rank(op, "logits", logits, 2);
-  check_dtype(op, "logits", logits, DType::F32);
-  const int64_t rows = logits.size(0), vocab = logits.size(1);
-  DI_CHECK(vocab > 0 && vocab <= INT32_MAX, "{}: logits {} must have between 1 and {} columns", op,
-           logits.describe(), INT32_MAX);
+  check_logits(op, logits, backend);
+  const int64_t rows = logits.size(0);
   // Arrays of plain structs: contiguous, 4-byte aligned rows of their exact size.
   auto check_records = [&](const char* name, const Tensor& t, int64_t record_bytes, const char* record) {
     check_device(op, name, t, backend);

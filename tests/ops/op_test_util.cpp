@@ -115,6 +115,19 @@ DeviceTensor upload_bf16(Backend& backend, std::initializer_list<int64_t> shape,
   return upload(backend, DType::BF16, shape, h.data());
 }
 
+DeviceMetadata upload_metadata(Backend& backend, const PagedLayout& layout) {
+  DeviceMetadata m{upload_i32(backend, layout.q_indptr), upload_i32(backend, layout.kv_indptr),
+                   upload_i32(backend, layout.pages), upload_i32(backend, layout.last), {}};
+  m.meta.num_seqs = static_cast<int>(layout.q_indptr.size()) - 1;
+  m.meta.max_q_len = layout.max_q;
+  m.meta.max_kv_len = layout.max_kv;
+  m.meta.q_indptr = m.q_indptr.t;
+  m.meta.kv_indptr = m.kv_indptr.t;
+  m.meta.kv_page_indices = m.pages.t;
+  m.meta.kv_last_page_len = m.last.t;
+  return m;
+}
+
 void CudaVsCpuTest::SetUp() {
   try {
     gpu_ = create_backend(DeviceType::CUDA);

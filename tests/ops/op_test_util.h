@@ -118,6 +118,14 @@ PagedLayout random_paged_layout(Rng& rng, const Seqs& seqs, int page_size) {
   return l;
 }
 
+// A PagedLayout's metadata arrays placed on a backend, and the
+// AttentionMetadata viewing them (valid while this object lives).
+struct DeviceMetadata {
+  DeviceTensor q_indptr, kv_indptr, pages, last;
+  AttentionMetadata meta;
+};
+DeviceMetadata upload_metadata(Backend& backend, const PagedLayout& layout);
+
 // top_k distinct expert ids per token for n tokens, drawn from the first
 // n_experts; `skew` sends about half the tokens to experts 0..top_k-1 (so
 // some experts get many rows and others none).

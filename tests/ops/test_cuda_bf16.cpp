@@ -307,16 +307,9 @@ void compare_attention(Backend& gpu, Backend& cpu, Rng& rng, const std::vector<S
     KvCacheLayer cache{ck.t, cv.t};
     if (act == DType::F16) b.store_kv(dk.t, dv.t, dslots.t, cache);
     else ops::store_kv(b, dk.t, dv.t, dslots.t, cache);
-    DeviceTensor dqi = upload_i32(b, lay.q_indptr), dki = upload_i32(b, lay.kv_indptr), dp = upload_i32(b, lay.pages);
-    DeviceTensor dl = upload_i32(b, lay.last), ds = upload_f32(b, {hq}, sink_values);
-    AttentionMetadata meta;
-    meta.num_seqs = static_cast<int>(seqs.size());
-    meta.max_q_len = lay.max_q;
-    meta.max_kv_len = lay.max_kv;
-    meta.q_indptr = dqi.t;
-    meta.kv_indptr = dki.t;
-    meta.kv_page_indices = dp.t;
-    meta.kv_last_page_len = dl.t;
+    const DeviceMetadata dm = upload_metadata(b, lay);
+    const AttentionMetadata& meta = dm.meta;
+    DeviceTensor ds = upload_f32(b, {hq}, sink_values);
     AttentionParams params = base;
     if (sinks) params.sinks = ds.t;
     DeviceTensor out = zeros(b, act, {n, hq, d});
@@ -476,20 +469,11 @@ TEST_F(CudaBf16Test, AttentionFp8CacheEqualsF16CacheOfRoundedValues) {
       DeviceTensor dslots = upload_i32(gpu(), lay.slots);
       const KvCacheLayer cache{ck.t, cv.t};
       gpu().store_kv(dk.t, dv.t, dslots.t, cache);  // f16 is not the backend's activation type: no ops:: checks
-      DeviceTensor dqi = upload_i32(gpu(), lay.q_indptr), dki = upload_i32(gpu(), lay.kv_indptr);
-      DeviceTensor dp = upload_i32(gpu(), lay.pages), dl = upload_i32(gpu(), lay.last);
-      AttentionMetadata meta;
-      meta.num_seqs = static_cast<int>(seqs.size());
-      meta.max_q_len = lay.max_q;
-      meta.max_kv_len = lay.max_kv;
-      meta.q_indptr = dqi.t;
-      meta.kv_indptr = dki.t;
-      meta.kv_page_indices = dp.t;
-      meta.kv_last_page_len = dl.t;
+      const DeviceMetadata dm = upload_metadata(gpu(), lay);
       AttentionParams params;
       params.scale = 1.0f / std::sqrt(128.0f);
       DeviceTensor out = zeros(gpu(), DType::F16, {lay.n, hq, d});
-      gpu().attention(dq.t, cache, meta, params, out.t);
+      gpu().attention(dq.t, cache, dm.meta, params, out.t);
       outs[fp8] = download_any(gpu(), out.t);
     }
     EXPECT_EQ(outs[0], outs[1]);

@@ -132,9 +132,10 @@ TEST_P(ReferenceModel, LastPositionLogitsMatchLlamaCpp) {
   }
 }
 
-TEST_P(ReferenceModel, GreedyContinuationMatchesLlamaCpp) {
-  const std::string dir = kRoot + "/tests/data/e2e/";
-  std::ifstream f(dir + GetParam() + ".json");
+// Greedy continuations of the reference prompts against llama.cpp's, with
+// the KV cache in kv_cache_dtype.
+void expect_greedy_matches_llamacpp(const std::string& model, const std::string& kv_cache_dtype) {
+  std::ifstream f(kRoot + "/tests/data/e2e/" + model + ".json");
   ASSERT_TRUE(f.good());
   const nlohmann::json ref = nlohmann::json::parse(f);
   const std::string model_path = kRoot + "/models/" + ref["model_file"].get<std::string>();
@@ -143,28 +144,18 @@ TEST_P(ReferenceModel, GreedyContinuationMatchesLlamaCpp) {
   c.model_path = model_path;
   c.max_model_len = 512;
   c.kv_cache_tokens = 4096;
+  c.kv_cache_dtype = kv_cache_dtype;
   Engine engine(c);
-  testing::expect_greedy_matches(engine, ref["prompts"], kNearTie, "e2e vs llama.cpp " + GetParam());
+  testing::expect_greedy_matches(engine, ref["prompts"], kNearTie,
+                                 fmt::format("e2e (KV {}) vs llama.cpp {}", kv_cache_dtype, model));
 }
+
+TEST_P(ReferenceModel, GreedyContinuationMatchesLlamaCpp) { expect_greedy_matches_llamacpp(GetParam(), "auto"); }
 
 // --kv-cache-dtype fp8: K and V rounded to e4m3 (3 mantissa bits) in the
 // cache. The continuations must still agree with llama.cpp (f16 cache) up to
 // its first near-tie, as with the full-precision cache.
-TEST_P(ReferenceModel, GreedyContinuationWithFp8KvCache) {
-  const std::string dir = kRoot + "/tests/data/e2e/";
-  std::ifstream f(dir + GetParam() + ".json");
-  ASSERT_TRUE(f.good());
-  const nlohmann::json ref = nlohmann::json::parse(f);
-  const std::string model_path = kRoot + "/models/" + ref["model_file"].get<std::string>();
-  if (!std::filesystem::exists(model_path)) GTEST_SKIP() << "model not fetched: run ./build.sh";
-  EngineConfig c;
-  c.model_path = model_path;
-  c.max_model_len = 512;
-  c.kv_cache_tokens = 4096;
-  c.kv_cache_dtype = "fp8";
-  Engine engine(c);
-  testing::expect_greedy_matches(engine, ref["prompts"], kNearTie, "e2e fp8 KV vs llama.cpp " + GetParam());
-}
+TEST_P(ReferenceModel, GreedyContinuationWithFp8KvCache) { expect_greedy_matches_llamacpp(GetParam(), "fp8"); }
 
 INSTANTIATE_TEST_SUITE_P(Models, ReferenceModel, ::testing::Values("smollm2", "gemma3"));
 

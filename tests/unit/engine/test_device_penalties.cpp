@@ -15,20 +15,14 @@
 #include "engine/engine.h"
 #include "runner/penalty_state.h"
 #include "tokenizer/tokenizer.h"
+#include "../../support/smollm2_model.h"
 
 namespace deepinfer {
 namespace {
 
-std::string model_path() {
-  return std::string(DEEPINFER_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
-#define REQUIRE_MODEL()                                                          \
-  if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "model not fetched: run ./build.sh"
-
 EngineConfig config(bool pipelined) {
   EngineConfig c;
-  c.model_path = model_path();
+  c.model_path = testing::smollm2_path();
   c.batch_invariant = true;  // a request's logits do not depend on its batch
   c.max_model_len = 256;
   c.max_num_seqs = 16;
@@ -135,7 +129,7 @@ std::vector<Job> on_the_host(std::vector<Job> jobs) {
 }
 
 TEST(DevicePenalties, SameTokensAsTheHostSamplerWithoutCopiesOrHalfRate) {
-  REQUIRE_MODEL();
+  REQUIRE_SMOLLM2();
   const std::string a = "The history of the printing press begins";
   const int32_t banned = first_greedy_token(a);
   const int32_t comma = Engine(config(true)).tokenizer().encode(",", false).at(0);

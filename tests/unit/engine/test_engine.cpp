@@ -12,19 +12,16 @@
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 #include "../../support/greedy_reference.h"
+#include "../../support/smollm2_model.h"
 
 using deepinfer::testing::greedy_params;
 
 namespace deepinfer {
 namespace {
 
-std::string model_path() {
-  return std::string(DEEPINFER_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
 EngineConfig base_config() {
   EngineConfig c;
-  c.model_path = model_path();
+  c.model_path = testing::smollm2_path();
   c.batch_invariant = true;
   c.max_model_len = 512;
   c.max_num_seqs = 64;
@@ -32,9 +29,6 @@ EngineConfig base_config() {
   c.kv_cache_tokens = 8192;
   return c;
 }
-
-#define REQUIRE_MODEL()                                                          \
-  if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "model not fetched: run ./build.sh"
 
 // Prompts of mixed lengths (a few to ~80 tokens), all different.
 std::vector<std::string> mixed_prompts(int n) {
@@ -92,7 +86,7 @@ std::vector<std::vector<int32_t>> encode_all(const Engine& engine, const std::ve
 }
 
 TEST(Engine, SixtyFourBatchedRequestsMatchSequentialRuns) {
-  REQUIRE_MODEL();
+  REQUIRE_SMOLLM2();
   Engine engine(base_config());
   auto prompts = encode_all(engine, mixed_prompts(64));
   auto alone = run_alone(engine, prompts, 6);
@@ -105,7 +99,7 @@ TEST(Engine, SixtyFourBatchedRequestsMatchSequentialRuns) {
 }
 
 TEST(Engine, PreemptionAndResumeGiveTheSameTokens) {
-  REQUIRE_MODEL();
+  REQUIRE_SMOLLM2();
   EngineConfig c = base_config();
   c.kv_cache_tokens = 16 * 14;  // 14 pages: 6 requests of ~5 pages each cannot all fit
   c.enable_prefix_caching = false;
@@ -122,7 +116,7 @@ TEST(Engine, PreemptionAndResumeGiveTheSameTokens) {
 }
 
 TEST(Engine, ChunkedPrefillGivesTheSameLogprobs) {
-  REQUIRE_MODEL();
+  REQUIRE_SMOLLM2();
   auto run = [](int32_t budget) {
     EngineConfig c = base_config();
     c.max_num_batched_tokens = budget;
@@ -154,7 +148,7 @@ TEST(Engine, ChunkedPrefillGivesTheSameLogprobs) {
 }
 
 TEST(Engine, PrefixCacheHitGivesTheSameTokens) {
-  REQUIRE_MODEL();
+  REQUIRE_SMOLLM2();
   Engine engine(base_config());
   auto prompt = engine.tokenizer().encode(mixed_prompts(8)[3] + " " + mixed_prompts(8)[4] + " " + mixed_prompts(8)[5], true);
   ASSERT_GT(prompt.size(), 32u);
@@ -166,7 +160,7 @@ TEST(Engine, PrefixCacheHitGivesTheSameTokens) {
 }
 
 TEST(Engine, AbortFreesEverythingAtAnyTime) {
-  REQUIRE_MODEL();
+  REQUIRE_SMOLLM2();
   Engine engine(base_config());
   auto prompts = encode_all(engine, mixed_prompts(8));
   std::vector<uint64_t> ids;
@@ -187,7 +181,7 @@ TEST(Engine, AbortFreesEverythingAtAnyTime) {
 }
 
 TEST(Engine, RejectsBadRequestsWithClearErrors) {
-  REQUIRE_MODEL();
+  REQUIRE_SMOLLM2();
   Engine engine(base_config());
   EXPECT_THROW(engine.add_request({}, greedy_params(4)), Error);
   EXPECT_THROW(engine.add_request({1, 2, 999999}, greedy_params(4)), Error);
@@ -207,7 +201,7 @@ TEST(Engine, RejectsBadRequestsWithClearErrors) {
 }
 
 TEST(Engine, StopStringsTruncateTheOutput) {
-  REQUIRE_MODEL();
+  REQUIRE_SMOLLM2();
   EngineConfig c = base_config();
   LLM llm(c);
   GenerateInput in;
@@ -228,7 +222,7 @@ TEST(Engine, StopStringsTruncateTheOutput) {
 }
 
 TEST(Engine, NSamplesAreSeededAndDistinctFromEachOther) {
-  REQUIRE_MODEL();
+  REQUIRE_SMOLLM2();
   LLM llm(base_config());
   GenerateInput in;
   in.prompt = "My favourite animal is";

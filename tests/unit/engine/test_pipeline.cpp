@@ -16,20 +16,14 @@
 #include "deepinfer/llm.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
+#include "../../support/smollm2_model.h"
 
 namespace deepinfer {
 namespace {
 
-std::string model_path() {
-  return std::string(DEEPINFER_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
-#define REQUIRE_MODEL()                                                          \
-  if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "model not fetched: run ./build.sh"
-
 EngineConfig config(bool pipelined, int64_t kv_tokens) {
   EngineConfig c;
-  c.model_path = model_path();
+  c.model_path = testing::smollm2_path();
   c.batch_invariant = true;
   c.max_model_len = 256;
   c.max_num_seqs = 16;
@@ -138,7 +132,7 @@ void expect_same(const std::vector<Result>& a, const std::vector<Result>& b) {
 }
 
 TEST(Pipeline, SameOutputsAsTheSynchronousLoopWithJoinsFinishesAbortsAndStops) {
-  REQUIRE_MODEL();
+  REQUIRE_SMOLLM2();
   const auto jobs = workload();
   Engine sync_engine(config(false, 4096));
   ASSERT_FALSE(sync_engine.pipelined());
@@ -159,7 +153,7 @@ TEST(Pipeline, SameOutputsAsTheSynchronousLoopWithJoinsFinishesAbortsAndStops) {
 }
 
 TEST(Pipeline, SameOutputsUnderPreemption) {
-  REQUIRE_MODEL();
+  REQUIRE_SMOLLM2();
   auto jobs = workload();
   for (Job& j : jobs) j.join_step = 0;  // everyone at once into a small cache
   Engine sync_engine(config(false, 16 * 12));
@@ -171,7 +165,7 @@ TEST(Pipeline, SameOutputsUnderPreemption) {
 }
 
 TEST(Pipeline, NSamplesMatchTheSynchronousLoop) {
-  REQUIRE_MODEL();
+  REQUIRE_SMOLLM2();
   auto run = [](bool pipelined) {
     LLM llm(config(pipelined, 4096));
     EXPECT_EQ(llm.engine().pipelined(), pipelined);
@@ -203,7 +197,7 @@ TEST(Pipeline, NSamplesMatchTheSynchronousLoop) {
 }
 
 TEST(Pipeline, ResultsArriveOneStepLaterAndTheDeviceTimelineIsRecorded) {
-  REQUIRE_MODEL();
+  REQUIRE_SMOLLM2();
   Engine engine(config(true, 4096));
   engine.add_request(engine.tokenizer().encode("Water boils at", true), params(4));
   EXPECT_TRUE(engine.step().empty()) << "step 1 only launches the prefill";
@@ -218,7 +212,7 @@ TEST(Pipeline, ResultsArriveOneStepLaterAndTheDeviceTimelineIsRecorded) {
 }
 
 TEST(Pipeline, EnvironmentSwitchesItOff) {
-  REQUIRE_MODEL();
+  REQUIRE_SMOLLM2();
   ::setenv("DEEPINFER_ZERO_OVERHEAD_SCHEDULING", "0", 1);
   Engine engine(config(true, 1024));
   ::unsetenv("DEEPINFER_ZERO_OVERHEAD_SCHEDULING");
