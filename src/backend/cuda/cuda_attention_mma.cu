@@ -29,9 +29,10 @@
 // one cvt makes two) and the products run in f16 whatever the activations'
 // type: Q's fragments are converted once (saturating at f16's +-65504), P is
 // packed to f16 (three more mantissa bits than bf16), accumulation is f32.
-// ncu showed the decode kernel issue-bound (two warps per scheduler, no
-// memory stall to speak of), so the widening has to be cheap: a bf16 target
-// took four conversions per pair and gained nothing over the bf16 cache.
+// ncu showed the decode kernel bound by its instruction stream (two warps
+// per scheduler, fixed-latency dependencies the top stall), so the widening
+// has to be cheap: a bf16 target took four conversions per pair and gained
+// nothing over the bf16 cache.
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
@@ -62,7 +63,7 @@ struct MmaConfig {
   // Q fragments stay in registers unless the f32 accumulator of a 256-wide
   // head already takes most of them.
   static constexpr bool kQInRegs = D <= 128;
-  static constexpr int kMinBlocks = kThirdBlock ? 3 : (kDecode && D <= 128) || (!kDecode && D > 128) ? 2 : 1;
+  static constexpr int kMinBlocks = kThirdBlock ? 3 : ((kDecode && D <= 128) || (!kDecode && D > 128) ? 2 : 1);
   // f32 staging row stride: the +8 puts rows g and g + 4 of a fragment on different banks.
   static constexpr int kLdo = D + 8;
   static constexpr size_t kQBytes = size_t(kRows) * D * 2;
