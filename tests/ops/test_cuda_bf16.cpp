@@ -445,12 +445,13 @@ TEST_F(CudaBf16Test, AttentionFp8Cache) {
   compare_attention(gpu(), cpu(), rng, {{1, 300}, {40, 60}}, 2, 4, 96, 16, simt, false, DType::BF16, true);
 }
 
-// With an FP8 cache the tensor-core kernels widen K/V to f16 and multiply in
-// f16, so with f16 activations the FP8 path differs from an f16 cache holding
-// the same rounded values only in where K/V come from: the outputs are
-// bit-identical (decode, split-KV and prefill shapes). bf16 activations use
+// With an FP8 cache the tensor-core kernels multiply in f16, so with f16
+// activations the FP8 path differs from an f16 cache holding the same rounded
+// values only in where K/V come from and in the order of the dims inside each
+// 16-wide Q.K step (K's fragments are built from FP8 bytes): the outputs agree
+// to f16 rounding (decode, split-KV and prefill shapes). bf16 activations use
 // the same f16 products; the test above compares them with the CPU.
-TEST_F(CudaBf16Test, AttentionFp8CacheEqualsF16CacheOfRoundedValues) {
+TEST_F(CudaBf16Test, AttentionFp8CacheMatchesF16CacheOfRoundedValues) {
   Rng rng(112);
   for (const std::vector<Seq>& seqs : {std::vector<Seq>{{1, 3000}}, std::vector<Seq>{{1, 70}, {130, 200}, {3, 9}}}) {
     const int64_t hkv = 2, group = 4, hq = hkv * group, d = 128, page_size = 16;
@@ -476,7 +477,7 @@ TEST_F(CudaBf16Test, AttentionFp8CacheEqualsF16CacheOfRoundedValues) {
       gpu().attention(dq.t, cache, dm.meta, params, out.t);
       outs[fp8] = download_any(gpu(), out.t);
     }
-    EXPECT_EQ(outs[0], outs[1]);
+    EXPECT_TRUE(all_close(outs[1], to_double(outs[0]), 2e-3, 2e-3));
     EXPECT_NE(outs[0], std::vector<float>(outs[0].size(), 0.0f));
   }
 }

@@ -24,11 +24,15 @@
 // that combine_kernel in cuda_attention.cu reduces.
 //
 // An FP8 (e4m3) cache arrives through the same cp.async ring at half the
-// bytes, unswizzled; once a tile has landed the block widens it into one
-// swizzled f16 K/V tile pair (exact: every e4m3 value is an f16 value, and
-// one cvt makes two) and the products run in f16 whatever the activations'
-// type: Q's fragments are converted once (saturating at f16's +-65504), P is
-// packed to f16 (three more mantissa bits than bf16), accumulation is f32.
+// bytes and the products run in f16 whatever the activations' type (every
+// e4m3 value is an f16 value; one cvt makes two): Q's fragments are
+// converted once (saturating at f16's +-65504), P is packed to f16 (three
+// more mantissa bits than bf16), accumulation is f32. K's MMA fragments are
+// built straight from the staged bytes: one 32-bit load gives dims 4c..4c+3
+// of a key, two cvts make both B registers, and Q's fragments are permuted
+// once to match (a dot product does not care about the order of its dims).
+// V's fragments pair two keys per register, so each landed V tile is widened
+// into a swizzled f16 tile for ldmatrix.trans.
 // ncu showed the decode kernel bound by its instruction stream (two warps
 // per scheduler, fixed-latency dependencies the top stall), so the widening
 // has to be cheap: a bf16 target took four conversions per pair and gained
@@ -70,8 +74,8 @@ struct MmaConfig {
   static constexpr size_t kTileBytes = size_t(kBlockN) * D * 2;  // one 16-bit K or V tile
   static constexpr int kCacheBytes = kFp8 ? 1 : 2;                // bytes of a cache element
   static constexpr size_t kStageBytes = size_t(kBlockN) * D * kCacheBytes;
-  // The ring of cache tiles, then (FP8) the widened K/V pair the math reads.
-  static constexpr size_t kRingBytes = size_t(kStages) * 2 * kStageBytes + (kFp8 ? 2 * kTileBytes : 0);
+  // The ring of cache tiles, then (FP8) the widened V tile the math reads.
+  static constexpr size_t kRingBytes = size_t(kStages) * 2 * kStageBytes + (kFp8 ? kTileBytes : 0);
   static constexpr size_t kMergeBytes = size_t(kKeyWarps) * kRows * kLdo * 4;
   static constexpr size_t kLoopBytes = kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes;
   static constexpr size_t kSmemBytes = kQBytes + kLoopBytes + 2 * size_t(kKeyWarps) * kRows * 4;
@@ -141,6 +145,44 @@ __device__ __forceinline__ void to_math_type(uint32_t (&r)[4]) {
   }
 }
 
+// Byte offset of 16-byte chunk `chunk` of FP8 row `row` in a staged K tile:
+// XOR-swizzled so that the eight keys one 32-bit fragment load reads sit on
+// distinct banks (two 64-byte rows share a 128-byte line at D = 64).
+template <int D>
+__device__ __forceinline__ uint32_t fp8_k_offset(int row, int chunk) {
+  const int spread = D == 64 ? (row >> 1) & 3 : row & 7;
+  return static_cast<uint32_t>(row * D + ((chunk ^ spread) << 4));
+}
+
+// Q's A fragment of one 16-dim step re-ordered for K fragments built from
+// FP8 bytes: k indices 2c, 2c+1 (registers 0, 1) become dims 4c, 4c+1 and k
+// indices 2c+8, 2c+9 (registers 2, 3) dims 4c+2, 4c+3, c = lane % 4. Those
+// dims sit in registers 0/1 (dims < 8) or 2/3 of lanes 2c mod 4 and 2c+1 mod
+// 4 of the same quad.
+__device__ __forceinline__ void permute_q_for_fp8_k(uint32_t (&r)[4], int lane) {
+  const int c = lane & 3, src = (lane & ~3) | ((2 * c) & 3);
+  const bool low = c < 2;
+  uint32_t out[4];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {  // rows g (registers 0, 2) and g + 8 (1, 3)
+    const uint32_t lo0 = __shfl_sync(0xffffffffu, r[half], src), hi0 = __shfl_sync(0xffffffffu, r[2 + half], src);
+    const uint32_t lo1 = __shfl_sync(0xffffffffu, r[half], src + 1);
+    const uint32_t hi1 = __shfl_sync(0xffffffffu, r[2 + half], src + 1);
+    out[half] = low ? lo0 : hi0;
+    out[2 + half] = low ? lo1 : hi1;
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) r[i] = out[i];
+}
+
+// Two B registers (k = dims 4c..4c+3 of one key) from four e4m3 bytes.
+__device__ __forceinline__ void fp8x4_to_f16_fragments(uint32_t bytes, uint32_t& b0, uint32_t& b1) {
+  const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bytes), __NV_E4M3);
+  const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bytes >> 16), __NV_E4M3);
+  b0 = static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(lo.y) << 16);
+  b1 = static_cast<uint32_t>(hi.x) | (static_cast<uint32_t>(hi.y) << 16);
+}
+
 // T: q/out elements (bf16/f16); KvT: cache elements (T, or FP8 e4m3).
 template <typename T, typename KvT, int D, bool kDecode, typename C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>>>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kernel(AttentionLaunch a) {
@@ -158,7 +200,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
   float* l_s = m_s + C::kKeyWarps * C::kRows;
   const uint32_t q_base = smem_addr(smem);
   const uint32_t ring_base = q_base + static_cast<uint32_t>(C::kQBytes);
-  // FP8: the widened K tile, then V, after the ring.
+  // FP8: the widened V tile, after the ring.
   const uint32_t wide_base = ring_base + static_cast<uint32_t>(C::kStages * 2 * C::kStageBytes);
 
   // Causal blocks later in the sequence have more keys: start them first.
@@ -255,25 +297,27 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
         k_src = k_head + static_cast<uint64_t>(static_cast<uint32_t>(page)) * k_page + off * k_slot;
         v_src = v_head + static_cast<uint64_t>(static_cast<uint32_t>(page)) * v_page + off * v_slot;
       }
-      // FP8 rows land unswizzled: only the widened copy is read by ldmatrix.
-      const uint32_t at = kFp8 ? static_cast<uint32_t>(row * D + ld_chunk * 16) : swizzle<D>(row, ld_chunk);
-      cp_async16(k_dst + at, k_src, ok);
-      cp_async16(v_dst + at, v_src, ok);
+      // FP8: K rows swizzled for the fragment loads, V rows as they come (widened).
+      if constexpr (kFp8) {
+        cp_async16(k_dst + fp8_k_offset<D>(row, ld_chunk), k_src, ok);
+        cp_async16(v_dst + static_cast<uint32_t>(row * D + ld_chunk * 16), v_src, ok);
+      } else {
+        cp_async16(k_dst + swizzle<D>(row, ld_chunk), k_src, ok);
+        cp_async16(v_dst + swizzle<D>(row, ld_chunk), v_src, ok);
+      }
     }
   };
-  // FP8: widens the landed tile `tile` into the swizzled K/V pair at wide_base.
-  auto widen_tile = [&](int tile) {
-    const unsigned char* stage = smem + C::kQBytes + size_t(tile % C::kStages) * 2 * C::kStageBytes;
+  // FP8: widens the landed V tile of `tile` into the swizzled f16 tile at wide_base.
+  auto widen_v = [&](int tile) {
+    const unsigned char* stage = smem + C::kQBytes + size_t(tile % C::kStages) * 2 * C::kStageBytes + C::kStageBytes;
     unsigned char* wide = smem + (wide_base - q_base);
-    for (int i = tid; i < 2 * C::kBlockN * kLoadChunks; i += C::kThreads) {
-      const int kv = i / (C::kBlockN * kLoadChunks), rest = i % (C::kBlockN * kLoadChunks);
-      const int row = rest / kLoadChunks, chunk = rest % kLoadChunks;
-      const uint4 in = *reinterpret_cast<const uint4*>(stage + kv * C::kStageBytes + row * D + chunk * 16);
+    for (int i = tid; i < C::kBlockN * kLoadChunks; i += C::kThreads) {
+      const int row = i / kLoadChunks, chunk = i % kLoadChunks;
+      const uint4 in = *reinterpret_cast<const uint4*>(stage + row * D + chunk * 16);
       uint4 lo, hi;
       widen_fp8x16(in, lo, hi);
-      unsigned char* dst = wide + kv * C::kTileBytes;
-      *reinterpret_cast<uint4*>(dst + swizzle<D>(row, 2 * chunk)) = lo;
-      *reinterpret_cast<uint4*>(dst + swizzle<D>(row, 2 * chunk + 1)) = hi;
+      *reinterpret_cast<uint4*>(wide + swizzle<D>(row, 2 * chunk)) = lo;
+      *reinterpret_cast<uint4*>(wide + swizzle<D>(row, 2 * chunk + 1)) = hi;
     }
   };
 
@@ -319,8 +363,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
     }
     cp_async_commit();
     if constexpr (kFp8) {
-      widen_tile(it);
-      __syncthreads();  // the widened pair is complete; every warp finished the previous one at the top barrier
+      widen_v(it);
+      __syncthreads();  // the widened V is complete; every warp finished the previous one at the top barrier
     }
     if constexpr (C::kQInRegs) {
       if (it == 0) {
@@ -328,6 +372,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
         for (int kk = 0; kk < D / 16; ++kk) {
           ldmatrix_x4(qf[kk], q_base + swizzle<D>(wrow0 + (lane & 15), 2 * kk + (lane >> 4)));
           to_math_type<T, M>(qf[kk]);
+          if constexpr (kFp8) permute_q_for_fp8_k(qf[kk], lane);
         }
       }
     }
@@ -338,9 +383,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
     if (skip) continue;
     const bool masked = wk0 + C::kWarpN > k_end || wk0 + C::kWarpN - 1 > wpos_lo ||
                         (a.window > 0 && wk0 < wpos_hi - a.window + 1);
-    const uint32_t k_tile =
-        kFp8 ? wide_base : ring_base + static_cast<uint32_t>((it % C::kStages) * 2 * C::kStageBytes);
-    const uint32_t v_tile = k_tile + static_cast<uint32_t>(C::kTileBytes);
+    const uint32_t k_tile = ring_base + static_cast<uint32_t>((it % C::kStages) * 2 * C::kStageBytes);
+    const uint32_t v_tile = kFp8 ? wide_base : k_tile + static_cast<uint32_t>(C::kTileBytes);
 
     float sc[C::kWarpN / 8][4];
 #pragma unroll
@@ -353,12 +397,23 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
       } else {
         ldmatrix_x4(qa, q_base + swizzle<D>(wrow0 + (lane & 15), 2 * kk + (lane >> 4)));
         to_math_type<T, M>(qa);
+        if constexpr (kFp8) permute_q_for_fp8_k(qa, lane);
       }
 #pragma unroll
       for (int np = 0; np < C::kWarpN / 16; ++np) {
         uint32_t kb[4];
-        const int key = kw * C::kWarpN + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-        ldmatrix_x4(kb, k_tile + swizzle<D>(key, 2 * kk + ((lane >> 3) & 1)));
+        if constexpr (kFp8) {
+          // Keys gq and gq + 8 of the 16, bytes 16 kk + 4 cq .. + 3 of each.
+          const int key = kw * C::kWarpN + np * 16 + gq;
+          uint32_t w0, w1;
+          asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w0) : "r"(k_tile + fp8_k_offset<D>(key, kk) + 4 * cq));
+          asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w1) : "r"(k_tile + fp8_k_offset<D>(key + 8, kk) + 4 * cq));
+          fp8x4_to_f16_fragments(w0, kb[0], kb[1]);
+          fp8x4_to_f16_fragments(w1, kb[2], kb[3]);
+        } else {
+          const int key = kw * C::kWarpN + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+          ldmatrix_x4(kb, k_tile + swizzle<D>(key, 2 * kk + ((lane >> 3) & 1)));
+        }
         mma16816<M>(sc[2 * np], qa, kb[0], kb[1]);
         mma16816<M>(sc[2 * np + 1], qa, kb[2], kb[3]);
       }
