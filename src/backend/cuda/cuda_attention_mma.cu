@@ -30,13 +30,15 @@
 // more mantissa bits than bf16), accumulation is f32. K's MMA fragments are
 // built straight from the staged bytes: one 32-bit load gives dims 4c..4c+3
 // of a key, two cvts make both B registers, and Q's fragments are permuted
-// once to match (a dot product does not care about the order of its dims).
+// to match (a dot product does not care about the order of its dims), once
+// per block, or per tile at D = 256 where Q is re-read from shared memory.
 // V's fragments pair two keys per register, so each landed V tile is widened
 // into a swizzled f16 tile for ldmatrix.trans.
 // ncu showed the decode kernel bound by its instruction stream (two warps
-// per scheduler, fixed-latency dependencies the top stall), so the widening
-// has to be cheap: a bf16 target took four conversions per pair and gained
-// nothing over the bf16 cache.
+// per scheduler, fixed-latency dependencies the top stall), so the FP8 path
+// must add few instructions: widening K and V to bf16 (four conversions per
+// pair) gained nothing over the bf16 cache; f16 and K fragments from the
+// bytes made it 1.23x faster (docs/benchmarks.md, runs 17-24).
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
