@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,pdl,moe,profile (default: build,test,e2e,bench)
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,pdl,moe,profile,peer_llamacpp
+#                                   (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
 # (needs the C++ dependencies that build.sh installs). Then runs the op tests
@@ -128,6 +129,44 @@ if has bench; then
     grep '^\[bench\]' "$OUT/bench.log" | sed 's/^/    /' >> "$REPORT"
   else
     echo "could not create the Llama-3-8B-shaped model (see e2e_llama8b.log)" >> "$REPORT"
+  fi
+fi
+if has peer_llamacpp; then
+  # llama.cpp with CUDA as a speed peer: built here from the sources that
+  # scripts/pack_llamacpp_peer.sh packs (carry build-peer; this machine has no
+  # network), run by llama-bench on a bf16 GGUF of the 8B-shaped model
+  # (scripts/hf_to_gguf_bf16.py: timing only, placeholder vocabulary). Batch-1
+  # generation of 256 tokens after 128 of context, as our decode figure.
+  echo -e "\n## Peer: llama.cpp (CUDA, bf16), llama-bench tg256 at depth 128\n" >> "$REPORT"
+  LC=/tmp/llamacpp
+  if [ ! -f build-peer/llamacpp-src.tar.gz ]; then
+    echo "build-peer/llamacpp-src.tar.gz missing: run scripts/pack_llamacpp_peer.sh and carry build-peer" >> "$REPORT"
+  else
+    if [ ! -x $LC/build/bin/llama-bench ]; then
+      rm -rf $LC /tmp/llama.cpp && tar -C /tmp -xzf build-peer/llamacpp-src.tar.gz && mv /tmp/llama.cpp $LC
+      t0=$(date +%s)
+      GEN=$(command -v ninja >/dev/null && echo "-G Ninja")
+      cmake -S $LC -B $LC/build $GEN -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF > "$OUT/llamacpp_build.log" 2>&1 &&
+        timeout "${PEER_BUILD_TIMEOUT:-480}" cmake --build $LC/build --target llama-bench -j "$(nproc)" \
+        >> "$OUT/llamacpp_build.log" 2>&1
+      echo "build exit code $? in $(( $(date +%s) - t0 )) s (llamacpp_build.log)" >> "$REPORT"
+    fi
+    M=/tmp/deepinfer_e2e/llama8b GGUF=/tmp/llama8b-bf16.gguf
+    [ -f $M/config.json ] || timeout 300 python3 scripts/gpu_e2e.py --deepinfer "$BIN/deepinfer" --out /tmp \
+      --models llama8b > "$OUT/e2e_llama8b.log" 2>&1
+    [ -f $GGUF ] || timeout 300 python3 scripts/hf_to_gguf_bf16.py $M $GGUF --gguf-py $LC/gguf-py \
+      >> "$OUT/llamacpp_build.log" 2>&1
+    if [ -x $LC/build/bin/llama-bench ] && [ -f $GGUF ]; then
+      timeout "${PEER_TIMEOUT:-240}" $LC/build/bin/llama-bench -m $GGUF -ngl 99 -p 0 -n 256 -d 128 -r 3 -o md \
+        > "$OUT/llamacpp_bench.md" 2> "$OUT/llamacpp_bench.log"
+      echo "exit code $?" >> "$REPORT"
+      cat "$OUT/llamacpp_bench.md" >> "$REPORT"
+    else
+      echo "no llama-bench or no GGUF (see llamacpp_build.log)" >> "$REPORT"
+      tail -20 "$OUT/llamacpp_build.log" | sed 's/^/    /' >> "$REPORT"
+    fi
   fi
 fi
 if has profile && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
