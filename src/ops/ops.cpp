@@ -135,14 +135,24 @@ void add_rms_norm(Backend& backend, Tensor residual, const Tensor& x, const Tens
   backend.add_rms_norm(residual, x, weight, eps, weight_offset, out);
 }
 
+namespace {
+
+// x and out: activations of `rank`; weight: a matrix (stack) of the same rank on the backend's device.
+void check_product_operands(const char* op, const Tensor& x, const Tensor& weight, const Tensor& out, int rank,
+                            const Backend& backend) {
+  check_activation(op, "x", x, backend);
+  check_rank(op, "x", x, rank);
+  check_device(op, "weight", weight, backend);
+  check_rank(op, "weight", weight, rank);
+  check_activation(op, "out", out, backend);
+  check_rank(op, "out", out, rank);
+}
+
+}  // namespace
+
 void linear(Backend& backend, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) {
   const char* op = "linear";
-  check_activation(op, "x", x, backend);
-  check_rank(op, "x", x, 2);
-  check_device(op, "weight", weight, backend);
-  check_rank(op, "weight", weight, 2);
-  check_activation(op, "out", out, backend);
-  check_rank(op, "out", out, 2);
+  check_product_operands(op, x, weight, out, 2, backend);
   DI_CHECK(x.size(1) == weight.size(1), "{}: x {} does not match weight {} in the inner dimension", op,
            x.describe(), weight.describe());
   DI_CHECK(out.size(0) == x.size(0) && out.size(1) == weight.size(0),
@@ -160,12 +170,7 @@ void linear(Backend& backend, const Tensor& x, const Tensor& weight, const Tenso
 
 void linear_batched(Backend& backend, const Tensor& x, const Tensor& weight, Tensor out) {
   const char* op = "linear_batched";
-  check_activation(op, "x", x, backend);
-  check_rank(op, "x", x, 3);
-  check_device(op, "weight", weight, backend);
-  check_rank(op, "weight", weight, 3);
-  check_activation(op, "out", out, backend);
-  check_rank(op, "out", out, 3);
+  check_product_operands(op, x, weight, out, 3, backend);
   DI_CHECK(x.size(1) == weight.size(0) && x.size(2) == weight.size(2),
            "{}: x {} must be [n, {}, {}] for weight {}", op, x.describe(), weight.size(0), weight.size(2),
            weight.describe());
