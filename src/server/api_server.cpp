@@ -8,6 +8,7 @@
 #include "engine/prompt_builder.h"
 #include "server/api_error.h"
 #include "server/generation_job.h"
+#include "server/json_fields.h"
 #include "tokenizer/jinja/render_context.h"
 #include "tokenizer/tokenizer.h"
 
@@ -260,12 +261,12 @@ void ApiServer::tokenize(const HttpRequest& r, const std::shared_ptr<ResponseCha
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
     const ojson messages = parse_chat_messages(body["messages"], options_.limits);
-    const bool add_gen = body.value("add_generation_prompt", true);
+    const bool add_gen = read_bool(body, "add_generation_prompt", true);
     ids = engine->tokenizer().encode(pb.apply_chat_template(messages, nullptr, add_gen), false);
   } else {
     auto p = body.find("prompt");
     if (p == body.end() || !p->is_string()) bad_param("prompt", "'prompt' (string) or 'messages' is required");
-    const bool add_special = body.value("add_special_tokens", true);
+    const bool add_special = read_bool(body, "add_special_tokens", true);
     ids = engine->tokenizer().encode(p->get<std::string>(), add_special);
   }
   send_json(ch, 200, {{"count", ids.size()}, {"max_model_len", engine->max_model_len()}, {"tokens", ids}});

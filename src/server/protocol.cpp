@@ -5,6 +5,7 @@
 #include <set>
 
 #include "server/api_error.h"
+#include "server/json_fields.h"
 
 namespace deepinfer::server {
 
@@ -36,26 +37,6 @@ ojson parse_json_body(std::string_view body, int32_t max_depth) {
 }
 
 namespace {
-
-const ojson* field(const ojson& body, const char* name) {
-  auto it = body.find(name);
-  if (it == body.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-bool read_bool(const ojson& body, const char* name, bool fallback) {
-  const ojson* v = field(body, name);
-  if (!v) return fallback;
-  if (!v->is_boolean()) bad_param(name, fmt::format("'{}' must be a boolean", name));
-  return v->get<bool>();
-}
-
-std::string read_string(const ojson& body, const char* name, const std::string& fallback = {}) {
-  const ojson* v = field(body, name);
-  if (!v) return fallback;
-  if (!v->is_string()) bad_param(name, fmt::format("'{}' must be a string", name));
-  return v->get<std::string>();
-}
 
 // Sampling parameters from the listed fields of `body` (renamed where the API
 // uses another name); the ranges are checked later against the model.
@@ -127,7 +108,7 @@ std::string content_text(const ojson& content, const std::string& param, bool al
   std::string text;
   for (const ojson& part : content) {
     if (!part.is_object()) bad_param(param, "each content part must be an object");
-    const std::string type = part.value("type", std::string());
+    const std::string type = read_string(part, "type", {}, param + ".type");
     if (type == "text" || type == "input_text" || type == "output_text") {
       auto t = part.find("text");
       if (t == part.end() || !t->is_string()) bad_param(param, "a text part needs a string 'text'");
@@ -199,7 +180,9 @@ ojson parse_chat_tools(const ojson& tools, const RequestLimits& limits) {
     const ojson& t = tools[i];
     const std::string p = fmt::format("tools[{}]", i);
     if (!t.is_object()) bad_param(p, "each tool must be an object");
-    if (t.value("type", std::string("function")) != "function") bad_param(p + ".type", "only 'function' tools are supported");
+    if (read_string(t, "type", "function", p + ".type") != "function") {
+      bad_param(p + ".type", "only 'function' tools are supported");
+    }
     // Chat form nests the function; Responses form is flat.
     const ojson& fn = t.contains("function") ? t["function"] : t;
     if (!fn.is_object() || !fn.contains("name") || !fn["name"].is_string() || fn["name"].get<std::string>().empty()) {
@@ -357,7 +340,7 @@ GenerationRequest parse_responses_request(const ojson& body, const RequestLimits
       const ojson& item = (*input)[i];
       const std::string p = fmt::format("input[{}]", i);
       if (!item.is_object()) bad_param(p, "each input item must be an object");
-      const std::string type = item.value("type", std::string("message"));
+      const std::string type = read_string(item, "type", "message", p + ".type");
       if (type == "message") {
         messages.push_back({{"role", item.value("role", ojson())}, {"content", item.value("content", ojson())}});
       } else if (type == "function_call") {

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "server/api_error.h"
+#include "server/json_fields.h"
 #include "server/protocol.h"
 
 namespace deepinfer::server {
@@ -17,7 +18,8 @@ std::string block_text(const ojson& content, const std::string& param) {
   if (!content.is_array()) bad_param(param, "content must be a string or a list of blocks");
   std::string text;
   for (const ojson& b : content) {
-    if (!b.is_object() || b.value("type", std::string()) != "text" || !b.contains("text") || !b["text"].is_string()) {
+    if (!b.is_object() || read_string(b, "type", {}, param) != "text" || !b.contains("text") ||
+        !b["text"].is_string()) {
       bad_param(param, "expected text blocks");
     }
     text += b["text"].get<std::string>();
@@ -30,7 +32,7 @@ std::string block_text(const ojson& content, const std::string& param) {
 void convert_message(const ojson& m, size_t i, ojson& out) {
   const std::string p = fmt::format("messages[{}]", i);
   if (!m.is_object()) bad_param(p, "each message must be an object");
-  const std::string role = m.value("role", std::string());
+  const std::string role = read_string(m, "role", {}, p + ".role");
   if (role != "user" && role != "assistant") bad_param(p + ".role", "'role' must be 'user' or 'assistant'");
   auto c = m.find("content");
   if (c == m.end()) bad_param(p + ".content", "'content' is required");
@@ -45,7 +47,7 @@ void convert_message(const ojson& m, size_t i, ojson& out) {
     const ojson& b = (*c)[k];
     const std::string bp = fmt::format("{}.content[{}]", p, k);
     if (!b.is_object()) bad_param(bp, "each content block must be an object");
-    const std::string type = b.value("type", std::string());
+    const std::string type = read_string(b, "type", {}, bp + ".type");
     if (type == "text") {
       if (!b.contains("text") || !b["text"].is_string()) bad_param(bp + ".text", "a text block needs 'text'");
       text += b["text"].get<std::string>();
@@ -114,13 +116,13 @@ GenerationRequest parse_messages_request(const ojson& body, const RequestLimits&
   }
   if (auto it = body.find("tool_choice"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) bad_param("tool_choice", "'tool_choice' must be an object");
-    const std::string type = it->value("type", std::string());
+    const std::string type = read_string(*it, "type", {}, "tool_choice.type");
     if (type == "auto") r.tool_choice = ToolChoice::Auto;
     else if (type == "any") r.tool_choice = ToolChoice::Required;
     else if (type == "none") r.tool_choice = ToolChoice::None;
     else if (type == "tool") {
       r.tool_choice = ToolChoice::Named;
-      r.tool_choice_name = it->value("name", std::string());
+      r.tool_choice_name = read_string(*it, "name", {}, "tool_choice.name");
     } else {
       bad_param("tool_choice.type", "'tool_choice.type' must be auto, any, tool or none");
     }

@@ -197,6 +197,19 @@ TEST(ParseMessages, AnthropicBlocksBecomeChatMessages) {
                                      kLimits);
             }).param(),
             "messages[0].role");
+  // Fields of the wrong JSON type are 400s naming the field, not a JSON library error.
+  EXPECT_EQ(api_error([] {
+              parse_messages_request(
+                  {{"max_tokens", 1}, {"messages", ojson::array({{{"role", ojson::array()}, {"content", "x"}}})}}, kLimits);
+            }).param(),
+            "messages[0].role");
+  EXPECT_EQ(api_error([] {
+              parse_messages_request({{"max_tokens", 1},
+                                      {"messages", ojson::array({{{"role", "user"}, {"content", "x"}}})},
+                                      {"tool_choice", {{"type", 3}}}},
+                                     kLimits);
+            }).param(),
+            "tool_choice.type");
 }
 
 TEST(Metrics, PrometheusTextExposition) {
