@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,pdl,moe,profile,peer_llamacpp
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,decode_ab,pdl,moe,profile,peer_llamacpp
 #                                   (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
@@ -131,6 +131,23 @@ if has bench; then
     echo "could not create the Llama-3-8B-shaped model (see e2e_llama8b.log)" >> "$REPORT"
   fi
 fi
+if has decode_ab; then
+  # Batch-1 decode of the 8B shape under each environment of DECODE_AB
+  # (space-separated VAR=VALUE settings, ',' joining several in one variant),
+  # in alternation, to compare kernel options in the same run.
+  echo -e "\n## Batch-1 decode A/B (llama8b, ${DECODE_AB_REPS:-3} runs each, alternating)\n" >> "$REPORT"
+  [ -f /tmp/deepinfer_e2e/llama8b/config.json ] || timeout 300 python3 scripts/gpu_e2e.py --deepinfer "$BIN/deepinfer" \
+    --out /tmp --models llama8b > "$OUT/e2e_llama8b.log" 2>&1
+  for round in 1 2; do
+    for variant in ${DECODE_AB:-DEEPINFER_GEMV_PREFETCH=0 DEEPINFER_GEMV_PREFETCH=1}; do
+      tag=$(echo "$variant" | tr ',=' '_-')
+      env $(echo "$variant" | tr ',' ' ') timeout 300 python3 scripts/gpu_bench.py --deepinfer "$BIN/deepinfer" \
+        --model /tmp/deepinfer_e2e/llama8b --out /tmp --workdir /tmp/deepinfer_ab_$tag \
+        --skip peer,batch,prefill,pipeline,small --reps "${DECODE_AB_REPS:-3}" > "/tmp/ab_${tag}_$round.log" 2>&1
+      echo "- round $round, $variant: $(grep 'batch-1 decode' /tmp/ab_${tag}_$round.log | sed 's/^\[bench\] //')" >> "$REPORT"
+    done
+  done
+fi
 if has peer_llamacpp; then
   # llama.cpp with CUDA as a speed peer: built here from the sources that
   # scripts/pack_llamacpp_peer.sh packs (carry build-peer; this machine has no
@@ -142,8 +159,15 @@ if has peer_llamacpp; then
   if [ ! -f build-peer/llamacpp-src.tar.gz ]; then
     echo "build-peer/llamacpp-src.tar.gz missing: run scripts/pack_llamacpp_peer.sh and carry build-peer" >> "$REPORT"
   else
+    rm -rf /tmp/llama.cpp && tar -C /tmp -xzf build-peer/llamacpp-src.tar.gz  # gguf-py for the converter
+    if [ -f build-peer/llama-bench.xz ] && [ ! -x $LC/build/bin/llama-bench ]; then
+      # Built on the dev machine (scripts/pack_llamacpp_peer.sh --build: static, CUDA, sm_90a),
+      # which saves the GPU machine's time.
+      mkdir -p $LC/build/bin && mv /tmp/llama.cpp/gguf-py $LC/ && xz -dc build-peer/llama-bench.xz > $LC/build/bin/llama-bench &&
+        chmod +x $LC/build/bin/llama-bench && echo "- llama-bench prebuilt on the dev machine ($(cat build-peer/LLAMACPP_VERSION))" >> "$REPORT"
+    fi
     if [ ! -x $LC/build/bin/llama-bench ]; then
-      rm -rf $LC /tmp/llama.cpp && tar -C /tmp -xzf build-peer/llamacpp-src.tar.gz && mv /tmp/llama.cpp $LC
+      rm -rf $LC && mv /tmp/llama.cpp $LC
       t0=$(date +%s)
       GEN=$(command -v ninja >/dev/null && echo "-G Ninja")
       cmake -S $LC -B $LC/build $GEN -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \

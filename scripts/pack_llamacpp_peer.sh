@@ -7,9 +7,14 @@
 # `peer_llamacpp`). Kept: CMake files, ggml (CPU and CUDA backends only),
 # src, include, common, vendor, the llama-bench tool, and gguf-py for
 # writing the benchmark model (scripts/hf_to_gguf_bf16.py).
-#   scripts/pack_llamacpp_peer.sh [version]   (env: LCPP_SDIST=/path/to.tar.gz)
+# With --build it also builds llama-bench here (static, CUDA, sm_90a only;
+# about an hour on 2 cores) into build-peer/llama-bench.xz, which the GPU
+# machine then runs without building.
+#   scripts/pack_llamacpp_peer.sh [--build] [version]   (env: LCPP_SDIST=/path/to.tar.gz)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build=0
+if [[ "${1:-}" == "--build" ]]; then build=1; shift; fi
 version="${1:-0.3.36}"
 work="${TMPDIR:-/tmp}/deepinfer_llamacpp_pack"
 sdist="${LCPP_SDIST:-$work/llama_cpp_python-$version.tar.gz}"
@@ -35,3 +40,11 @@ mkdir -p build-peer
 tar -C "$work" -czf build-peer/llamacpp-src.tar.gz llama.cpp
 echo "$version" > build-peer/LLAMACPP_VERSION
 ls -la build-peer/llamacpp-src.tar.gz
+if [[ $build == 1 ]]; then
+  cmake -S "$out" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+    -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
+  ninja -C "$out/build" llama-bench
+  xz -T0 -c "$out/build/bin/llama-bench" > build-peer/llama-bench.xz
+  ls -la build-peer/llama-bench.xz
+fi

@@ -73,6 +73,7 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
     } else {
       l.post_attn_norm = load.optional_vector(p + "post_attention_norm.weight", H);
     }
+    has_post_norms_ = has_post_norms_ || l.post_attn_norm.defined() || l.post_ffw_norm.defined();
     if (c.is_moe(i)) {
       load_moe(l, load, p);
     } else {
@@ -222,15 +223,26 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
   ops::embedding(backend_, token_embd_, in.token_ids, x);
   if (c.embedding_scale != 1.0f) ops::scale(backend_, x, c.embedding_scale, x);
 
+  // Decode on a backend with the fused products keeps the residual stream in
+  // x and lets each sub-layer normalise and update it (layers/sublayer_io.h).
+  // Gemma's post-norms act on a sub-layer's output before the add, so those
+  // models keep the separate scheme.
+  const bool in_place = backend_.residual_stream_in_place(n) && !has_post_norms_;
+  auto separate_io = [&]() { return layers::SublayerIo{h, nullptr, Tensor(), delta, false, Tensor()}; };
+  auto in_place_io = [&](const RowNorm* norm) { return layers::SublayerIo{x, norm, h, x, true, delta}; };
+
   int64_t moe_index = 0;  // row of in.expert_counts
   for (int i = 0; i < c.n_layers; ++i) {
     const Layer& l = layers_[i];
-    // The previous sub-layer's output (delta) joins the residual stream here,
-    // fused with the next norm.
-    if (i == 0) {
-      ops::rms_norm(backend_, x, l.attn_norm, eps, off1, h);
-    } else {
-      ops::add_rms_norm(backend_, x, delta, l.attn_norm, eps, off1, h);
+    const RowNorm attn_norm{l.attn_norm, eps, off1}, ffn_norm{l.ffn_norm, eps, off1};
+    // Separate scheme: the previous sub-layer's output (delta) joins the
+    // residual stream here, fused with the next norm.
+    if (!in_place) {
+      if (i == 0) {
+        ops::rms_norm(backend_, x, l.attn_norm, eps, off1, h);
+      } else {
+        ops::add_rms_norm(backend_, x, delta, l.attn_norm, eps, off1, h);
+      }
     }
     RopeParams rope{l.local ? inv_freq_local_ : inv_freq_global_, rot, c.rope_style,
                     rope_attention_factor(c, l.local)};
@@ -238,19 +250,33 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
     params.scale = scale;
     params.sliding_window = c.layer_window[i];
     params.sinks = l.sinks;
-    layers::attention_layer(backend_, l.attn, shape, rope, params, h, in, kv.layer(i), attn, delta);
+    layers::attention_layer(backend_, l.attn, shape, rope, params, in_place ? in_place_io(&attn_norm) : separate_io(),
+                            in, kv.layer(i), attn);
     if (l.post_attn_norm.defined()) ops::rms_norm(backend_, delta, l.post_attn_norm, eps, off1, delta);
-    ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, off1, h);
     if (l.moe.router.defined()) {
+      if (in_place) {
+        ops::rms_norm(backend_, x, l.ffn_norm, eps, off1, h);
+      } else {
+        ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, off1, h);
+      }
       const Tensor counts = in.expert_counts.defined() ? in.expert_counts.row(moe_index++) : Tensor();
       layers::moe_layer(backend_, l.moe, route_, c.activation, h, moe, delta, in.slot_mapping, counts);
+      if (in_place) ops::add(backend_, x, delta, x);
+    } else if (in_place) {
+      layers::mlp_layer(backend_, l.mlp, c.activation, in_place_io(&ffn_norm), mlp);
     } else {
-      layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp, delta);
+      ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, off1, h);
+      layers::mlp_layer(backend_, l.mlp, c.activation, separate_io(), mlp);
     }
     if (l.post_ffw_norm.defined()) ops::rms_norm(backend_, delta, l.post_ffw_norm, eps, off1, delta);
   }
-  // Only the rows that produce logits need the last residual add.
+  // Only the rows that produce logits need the final norm (and, in the
+  // separate scheme, the last residual add).
   ops::gather_rows(backend_, x, in.logit_rows, x_rows);
+  if (in_place) {
+    ops::norm_linear(backend_, x_rows, RowNorm{output_norm_, eps, off1}, output_, Tensor(), logits, h_rows);
+    return;
+  }
   ops::gather_rows(backend_, delta, in.logit_rows, h_rows);
   ops::add(backend_, x_rows, h_rows, x_rows);
   ops::rms_norm(backend_, x_rows, output_norm_, eps, off1, h_rows);

@@ -58,6 +58,7 @@ class DecoderModel final : public Model {
   Tensor inv_freq_local_;
   size_t weight_bytes_ = 0;
   bool has_moe_ = false;
+  bool has_post_norms_ = false;  // Gemma: norms on a sub-layer's output before the residual add
   MoeRouteParams route_;
   size_t moe_workspace_bytes_ = 0;  // for max_tokens_
 

@@ -54,6 +54,32 @@ cudaDataType_t cublas_type(DType t) {
 
 size_t elem_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 
+bool aligned16(const void* p, int64_t stride) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
+}
+
+// Whether x [n, k] times weight [m, k]^T takes the decode gemv: a few rows,
+// one 16-bit type, 16-byte aligned rows.
+bool gemv_fits(const Tensor& x, const Tensor& weight) {
+  const int64_t n = x.size(0), k = x.size(1);
+  return n >= 1 && n <= kGemvMaxRows && x.dtype() == weight.dtype() && x.dtype() != DType::F32 && k % 8 == 0 &&
+         aligned16(x.data(), x.stride_bytes(0)) && aligned16(weight.data(), weight.stride_bytes(0));
+}
+
+GemvFusion fold_norm(const RowNorm* norm) {
+  GemvFusion f;
+  if (norm) {
+    f.norm_weight = norm->weight.data_as<const float>();
+    f.norm_eps = norm->eps;
+    f.norm_offset = norm->weight_offset;
+  }
+  return f;
+}
+
+bool norm_weight_fits(const RowNorm* norm) {
+  return !norm || (norm->weight.is_contiguous() && reinterpret_cast<uintptr_t>(norm->weight.data()) % 16 == 0);
+}
+
 RowView rows_of(const Tensor& t) {
   RowView v;
   v.base = static_cast<char*>(t.data());
@@ -282,12 +308,8 @@ void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bi
            "linear: f32 weight {} with {} activations is not supported on CUDA; use a bf16 checkpoint",
            weight.describe(), dtype_name(x.dtype()));
 
-  auto aligned = [](const void* p, int64_t stride) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
-  };
   const bool out_ok = out.dtype() == DType::F32 || out.dtype() == x.dtype();
-  if (n <= kGemvMaxRows && x.dtype() == weight.dtype() && x.dtype() != DType::F32 && out_ok && k % 8 == 0 &&
-      aligned(x.data(), x.stride_bytes(0)) && aligned(weight.data(), weight.stride_bytes(0))) {
+  if (gemv_fits(x, weight) && out_ok) {
     launch_gemv(elem_type(x.dtype(), "linear"), static_cast<int>(n), static_cast<const char*>(x.data()),
                 x.stride_bytes(0), static_cast<const char*>(weight.data()), weight.stride_bytes(0), m, k, bias_data,
                 out.dtype() == DType::F32, static_cast<char*>(out.data()), out.stride_bytes(0), stream_);
@@ -453,14 +475,11 @@ void CudaBackend::gated_activation(const Tensor& gate, const Tensor& up, Activat
 void CudaBackend::linear_batched(const Tensor& x, const Tensor& weight, Tensor out) {
   const int64_t n = x.size(0), batch = weight.size(0), m = weight.size(1), k = weight.size(2);
   if (n == 0 || batch == 0 || m == 0) return;
-  auto aligned = [](const void* p, int64_t stride) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
-  };
   // Decode: all B products in one gemv launch (grid y = b). Otherwise one
   // linear per b (cuBLAS at these row counts).
   if (n <= kGemvMaxRows && x.dtype() == weight.dtype() && x.dtype() != DType::F32 && out.dtype() == x.dtype() &&
-      k % 8 == 0 && aligned(x.data(), x.stride_bytes(0)) && aligned(x.data(), x.stride_bytes(1)) &&
-      aligned(weight.data(), weight.stride_bytes(0)) && aligned(weight.data(), weight.stride_bytes(1))) {
+      k % 8 == 0 && aligned16(x.data(), x.stride_bytes(0)) && aligned16(x.data(), x.stride_bytes(1)) &&
+      aligned16(weight.data(), weight.stride_bytes(0)) && aligned16(weight.data(), weight.stride_bytes(1))) {
     launch_gemv(elem_type(x.dtype(), "linear_batched"), static_cast<int>(n), static_cast<const char*>(x.data()),
                 x.stride_bytes(0), static_cast<const char*>(weight.data()), weight.stride_bytes(1), m, k, nullptr,
                 false, static_cast<char*>(out.data()), out.stride_bytes(0), stream_, GemvConfig{0, 4},
@@ -489,21 +508,46 @@ void CudaBackend::linear_batched(const Tensor& x, const Tensor& weight, Tensor o
   Backend::linear_batched(x, weight, out);
 }
 
-bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out) {
-  const int64_t n = x.size(0), k = x.size(1);
-  auto aligned = [](const void* p, int64_t stride) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
-  };
+bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out,
+                               const RowNorm* input_norm) {
   // The decode-sized product only; larger batches are compute-bound GEMMs.
-  if ((act != Activation::Silu && act != Activation::GeluTanh) || n < 1 || n > kGemvMaxRows || x.dtype() == DType::F32 || x.dtype() != w_gate_up.dtype() || k % 8 != 0 ||
-      !aligned(x.data(), x.stride_bytes(0)) || !aligned(w_gate_up.data(), w_gate_up.stride_bytes(0))) {
+  if ((act != Activation::Silu && act != Activation::GeluTanh) || !gemv_fits(x, w_gate_up) ||
+      !norm_weight_fits(input_norm)) {
     return false;
   }
-  launch_gemv_glu(elem_type(x.dtype(), "gated_linear"), static_cast<int>(n), static_cast<const char*>(x.data()),
-                  x.stride_bytes(0), static_cast<const char*>(w_gate_up.data()), w_gate_up.stride_bytes(0),
-                  out.size(1), k, act == Activation::GeluTanh, static_cast<char*>(out.data()), out.stride_bytes(0),
-                  stream_);
+  launch_gemv_glu(elem_type(x.dtype(), "gated_linear"), static_cast<int>(x.size(0)),
+                  static_cast<const char*>(x.data()), x.stride_bytes(0), static_cast<const char*>(w_gate_up.data()),
+                  w_gate_up.stride_bytes(0), out.size(1), x.size(1), act == Activation::GeluTanh,
+                  static_cast<char*>(out.data()), out.stride_bytes(0), stream_, fold_norm(input_norm));
   check_launch("gated_linear");
+  return true;
+}
+
+bool CudaBackend::residual_stream_in_place(int64_t rows) const { return rows >= 1 && rows <= kGemvMaxRows; }
+
+bool CudaBackend::norm_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,
+                              Tensor out) {
+  const bool out_ok = out.dtype() == DType::F32 || out.dtype() == x.dtype();
+  if (!gemv_fits(x, weight) || !out_ok || !norm_weight_fits(&norm)) return false;
+  launch_gemv(elem_type(x.dtype(), "norm_linear"), static_cast<int>(x.size(0)), static_cast<const char*>(x.data()),
+              x.stride_bytes(0), static_cast<const char*>(weight.data()), weight.stride_bytes(0), weight.size(0),
+              x.size(1), bias.defined() ? bias.data_as<const float>() : nullptr, out.dtype() == DType::F32,
+              static_cast<char*>(out.data()), out.stride_bytes(0), stream_, GemvConfig{0, 4}, GemvBatch{},
+              fold_norm(&norm));
+  check_launch("norm_linear");
+  return true;
+}
+
+bool CudaBackend::linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor residual) {
+  if (!gemv_fits(x, weight) || residual.dtype() != x.dtype()) return false;
+  GemvFusion accumulate;
+  accumulate.accumulate = true;
+  launch_gemv(elem_type(x.dtype(), "linear_accumulate"), static_cast<int>(x.size(0)),
+              static_cast<const char*>(x.data()), x.stride_bytes(0), static_cast<const char*>(weight.data()),
+              weight.stride_bytes(0), weight.size(0), x.size(1), bias.defined() ? bias.data_as<const float>() : nullptr,
+              false, static_cast<char*>(residual.data()), residual.stride_bytes(0), stream_, GemvConfig{0, 4},
+              GemvBatch{}, accumulate);
+  check_launch("linear_accumulate");
   return true;
 }
 

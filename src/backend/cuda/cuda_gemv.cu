@@ -5,9 +5,20 @@
 // and this kernel streams each weight row exactly once with 16-byte loads
 // (one warp per row, several loads in flight per lane) while the few x rows
 // stay in L1/L2. Larger n goes to cuBLAS.
+#include <cstdlib>
+#include <string_view>
+
 #include "backend/cuda/cuda_common.cuh"
 
 namespace deepinfer::cuda {
+
+bool gemv_prefetch_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("DEEPINFER_GEMV_PREFETCH");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+}
 
 namespace {
 
@@ -21,35 +32,69 @@ __device__ __forceinline__ void dot8(const uint4& w, const uint4& x, float& acc)
   for (int e = 0; e < 8; ++e) acc = fmaf(to_f(wv[e]), to_f(xv[e]), acc);
 }
 
+// Hopper's bulk prefetch: one instruction pulls a whole weight row into L2.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+// x . (W[row] * g) for one 8-element chunk, with g = norm weight + offset,
+// and the chunk's squares for the row's RMS.
+template <typename T>
+__device__ __forceinline__ void dot8_norm(const uint4& w, const uint4& x, const float (&g)[8], float& acc,
+                                          float* ss) {
+  const T* wv = reinterpret_cast<const T*>(&w);
+  const T* xv = reinterpret_cast<const T*>(&x);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const float xe = to_f(xv[e]);
+    if (ss) *ss = fmaf(xe, xe, *ss);
+    acc = fmaf(to_f(wv[e]), xe * g[e], acc);
+  }
+}
+
 // `wpr` warps share one output (split along k, summed through shared
 // memory) so that small m still puts enough loads in flight to fill HBM.
 // kGlu: output j of the gated MLP, act(x . W[j]) * (x . W[j + m]) over a
 // stacked [2m, k] gate-up weight, with the two products rounded to the
 // activation type first exactly as separate linear + gated_activation ops
 // would, so fusing does not change the result.
-template <typename T, typename TO, int N, int kUnroll, bool kGlu>
+// kNorm: the input's RMSNorm folded in. 1/rms(x) is a common factor of the
+// whole dot product, so the kernel sums x . (W * g) and x . x over the same
+// chunks (the row's warps together read all of x anyway) and scales once at
+// the end; no normalised copy of x is written or rounded.
+// fusion.accumulate: out[j] += the result rounded to TO (a residual add).
+template <typename T, typename TO, int N, int kUnroll, bool kGlu, bool kNorm>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const char* x, int64_t x_stride, const char* w,
                                                                int64_t w_stride, int64_t m, int64_t k,
                                                                const float* bias, char* out, int64_t out_stride,
-                                                               int wpr, bool gelu, GemvBatch batch) {
+                                                               int wpr, bool gelu, GemvBatch batch,
+                                                               GemvFusion fusion, bool prefetch) {
   constexpr int R = kGlu ? 2 : 1;  // weight rows per output
   x += blockIdx.y * batch.x_stride;
   w += blockIdx.y * batch.w_stride;
   out += blockIdx.y * batch.out_stride;
-  __shared__ float part[kGemvWarps][R * N];
+  __shared__ float part[kGemvWarps][R * N + (kNorm ? N : 0)];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = warp % wpr;
-  const int64_t j = blockIdx.x * int64_t{kGemvWarps / wpr} + warp / wpr;
+  const int rows_per_block = kGemvWarps / wpr;
+  const int64_t j = blockIdx.x * int64_t{rows_per_block} + warp / wpr;
   const int64_t chunks = k / 8, stride = 32 * int64_t{wpr};
-  float acc[R][N];
+  float acc[R][N], ss[N];
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
+  for (int i = 0; i < N; ++i) {
+    ss[i] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < N; ++i) acc[r][i] = 0.0f;
+    for (int r = 0; r < R; ++r) acc[r][i] = 0.0f;
   }
-  // Loading weights before the wait (into registers or L2) was tried: the
-  // extra registers or the duplicate L2 requests cost more (~10%) than the
-  // overlap gained.
+  // Weights do not depend on the kernel before this one: while it finishes,
+  // pull this block's rows into L2 (one bulk request per row, no registers,
+  // no per-thread load instructions). Loading them into registers before
+  // the wait was tried and cost more than the overlap gained.
+  if (prefetch && threadIdx.x < rows_per_block * R) {
+    const int64_t jr = blockIdx.x * int64_t{rows_per_block} + threadIdx.x % rows_per_block;
+    const int r = threadIdx.x / rows_per_block;
+    if (jr < m) prefetch_l2(w + (jr + r * m) * w_stride, static_cast<uint32_t>(k * sizeof(T)));
+  }
   wait_for_prior_kernel();
   release_next_kernel();
   if (j < m) {
@@ -63,13 +108,31 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const char* x, in
           int64_t c = c0 + stride * u;
           wv[u] = c < chunks ? __ldg(wr + c) : make_uint4(0, 0, 0, 0);
         }
+        float g[kNorm ? kUnroll : 1][8];
+        if constexpr (kNorm) {
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            const int64_t c = c0 + stride * u;
+            if (c >= chunks) continue;
+            const float4* gp = reinterpret_cast<const float4*>(fusion.norm_weight) + 2 * c;
+            const float4 g0 = __ldg(gp), g1 = __ldg(gp + 1);
+            const float gs[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+            for (int e = 0; e < 8; ++e) g[u][e] = gs[e] + fusion.norm_offset;
+          }
+        }
 #pragma unroll
         for (int i = 0; i < N; ++i) {
           const uint4* xr = reinterpret_cast<const uint4*>(x + i * x_stride);
 #pragma unroll
           for (int u = 0; u < kUnroll; ++u) {
             int64_t c = c0 + stride * u;
-            if (c < chunks) dot8<T>(wv[u], __ldg(xr + c), acc[r][i]);
+            if (c >= chunks) continue;
+            if constexpr (kNorm) {
+              dot8_norm<T>(wv[u], __ldg(xr + c), g[u], acc[r][i], r == 0 ? &ss[i] : nullptr);
+            } else {
+              dot8<T>(wv[u], __ldg(xr + c), acc[r][i]);
+            }
           }
         }
       }
@@ -83,6 +146,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const char* x, in
       if (lane == 0) part[warp][r * N + i] = v;
     }
   }
+  if constexpr (kNorm) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      float v = warp_sum(ss[i]);
+      if (lane == 0) part[warp][R * N + i] = v;
+    }
+  }
   __syncthreads();
   if (sub == 0 && lane < N && j < m) {
     float v[R];
@@ -91,36 +161,47 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const char* x, in
       v[r] = 0.0f;
       for (int s2 = 0; s2 < wpr; ++s2) v[r] += part[warp + s2][r * N + lane];
     }
+    if constexpr (kNorm) {
+      float sum_sq = 0.0f;
+      for (int s2 = 0; s2 < wpr; ++s2) sum_sq += part[warp + s2][R * N + lane];
+      const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(k) + fusion.norm_eps);
+#pragma unroll
+      for (int r = 0; r < R; ++r) v[r] *= inv;
+    }
+    TO* o = reinterpret_cast<TO*>(out + lane * out_stride) + j;
     if constexpr (kGlu) {
       const float g = to_f(from_f<T>(v[0])), u = to_f(from_f<T>(v[1]));
-      reinterpret_cast<TO*>(out + lane * out_stride)[j] = from_f<TO>((gelu ? gelu_tanh(g) : silu(g)) * u);
+      *o = from_f<TO>((gelu ? gelu_tanh(g) : silu(g)) * u);
     } else {
       if (bias) v[0] += bias[j];
-      reinterpret_cast<TO*>(out + lane * out_stride)[j] = from_f<TO>(v[0]);
+      *o = fusion.accumulate ? from_f<TO>(to_f(*o) + to_f(from_f<TO>(v[0]))) : from_f<TO>(v[0]);
     }
   }
 }
 
-template <typename T, typename TO, int U, bool G>
+template <typename T, typename TO, int U, bool G, bool NRM>
 void launch_n(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k, const float* bias,
-              char* out, int64_t os, int wpr, bool gelu, const GemvBatch& b, cudaStream_t s) {
+              char* out, int64_t os, int wpr, bool gelu, const GemvBatch& b, const GemvFusion& f, cudaStream_t s) {
   const dim3 blocks(static_cast<unsigned>((m + kGemvWarps / wpr - 1) / (kGemvWarps / wpr)),
                     static_cast<unsigned>(b.count));
   const dim3 threads(kGemvWarps * 32);
+  const bool pf = gemv_prefetch_enabled();
   switch (n) {
-    case 1: launch_chained(gemv_kernel<T, TO, 1, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b); break;
-    case 2: launch_chained(gemv_kernel<T, TO, 2, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b); break;
-    case 3: launch_chained(gemv_kernel<T, TO, 3, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b); break;
-    default: launch_chained(gemv_kernel<T, TO, 4, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b); break;
+    case 1: launch_chained(gemv_kernel<T, TO, 1, U, G, NRM>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, f, pf); break;
+    case 2: launch_chained(gemv_kernel<T, TO, 2, U, G, NRM>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, f, pf); break;
+    case 3: launch_chained(gemv_kernel<T, TO, 3, U, G, NRM>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, f, pf); break;
+    default: launch_chained(gemv_kernel<T, TO, 4, U, G, NRM>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, f, pf); break;
   }
 }
 
+// The folded norm is compiled for the launcher's unroll (4) only.
 template <typename T, typename TO, bool G = false>
 void launch_u(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k, const float* bias,
               char* out, int64_t os, int wpr, int unroll, cudaStream_t s, bool gelu = false,
-              const GemvBatch& b = {}) {
-  if (unroll >= 8) launch_n<T, TO, 8, G>(n, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, s);
-  else launch_n<T, TO, 4, G>(n, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, s);
+              const GemvBatch& b = {}, const GemvFusion& f = {}) {
+  if (f.norm_weight) launch_n<T, TO, 4, G, true>(n, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, f, s);
+  else if (unroll >= 8) launch_n<T, TO, 8, G, false>(n, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, f, s);
+  else launch_n<T, TO, 4, G, false>(n, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, f, s);
 }
 
 }  // namespace
@@ -147,33 +228,39 @@ GemvConfig gemv_config(int64_t m, int64_t k) {
 
 void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride, int64_t m,
                  int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride, Stream stream,
-                 GemvConfig config, GemvBatch batch) {
+                 GemvConfig config, GemvBatch batch, GemvFusion fusion) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (config.warps_per_row <= 0) config = gemv_config(m, k);
   const int wpr = config.warps_per_row, u = config.unroll;
   if (type == ElemType::F16) {
-    if (out_f32) launch_u<__half, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s, false, batch);
-    else launch_u<__half, __half>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s, false, batch);
+    if (out_f32) {
+      launch_u<__half, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s, false, batch, fusion);
+    } else {
+      launch_u<__half, __half>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s, false, batch, fusion);
+    }
   } else {
     if (out_f32) {
-      launch_u<__nv_bfloat16, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s, false, batch);
+      launch_u<__nv_bfloat16, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s, false, batch,
+                                     fusion);
     } else {
       launch_u<__nv_bfloat16, __nv_bfloat16>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s,
-                                             false, batch);
+                                             false, batch, fusion);
     }
   }
 }
 
 void launch_gemv_glu(ElemType type, int n, const char* x, int64_t x_stride, const char* w_gate_up, int64_t w_stride,
-                     int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride, Stream stream) {
+                     int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride, Stream stream,
+                     GemvFusion fusion) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const GemvConfig c = gemv_config(f, k);
+  fusion.accumulate = false;
   if (type == ElemType::F16) {
     launch_u<__half, __half, true>(n, x, x_stride, w_gate_up, w_stride, f, k, nullptr, out, out_stride,
-                                   c.warps_per_row, c.unroll, s, gelu);
+                                   c.warps_per_row, c.unroll, s, gelu, GemvBatch{}, fusion);
   } else {
     launch_u<__nv_bfloat16, __nv_bfloat16, true>(n, x, x_stride, w_gate_up, w_stride, f, k, nullptr, out, out_stride,
-                                                 c.warps_per_row, c.unroll, s, gelu);
+                                                 c.warps_per_row, c.unroll, s, gelu, GemvBatch{}, fusion);
   }
 }
 

@@ -101,14 +101,28 @@ struct GemvBatch {
   int64_t count = 1;
   int64_t x_stride = 0, w_stride = 0, out_stride = 0;
 };
+// What a gemv folds in around the product (decode's residual stream):
+// norm_weight (f32[k], 16-byte aligned): the product reads x but computes
+// with rms_norm(x) * (norm_weight + norm_offset), as an rms_norm op would
+// have written it (up to that op's rounding of the normalised row);
+// accumulate: out += the result rounded to out's type (a residual add).
+struct GemvFusion {
+  const float* norm_weight = nullptr;
+  float norm_eps = 0.0f, norm_offset = 0.0f;
+  bool accumulate = false;
+};
+// Whether gemvs pull their weight rows into L2 before waiting for the
+// kernel before them (DEEPINFER_GEMV_PREFETCH=0 turns it off).
+bool gemv_prefetch_enabled();
 // config.warps_per_row <= 0 = gemv_config(m, k).
 void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride, int64_t m,
                  int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride, Stream stream,
-                 GemvConfig config = GemvConfig{0, 4}, GemvBatch batch = {});
+                 GemvConfig config = GemvConfig{0, 4}, GemvBatch batch = {}, GemvFusion fusion = {});
 // Gated-MLP decode product: out[n, f] = act(x W[0:f]^T) * (x W[f:2f]^T) for a
 // stacked gate-up weight [2f, k] (same conditions as launch_gemv; bf16/f16 out).
 void launch_gemv_glu(ElemType type, int n, const char* x, int64_t x_stride, const char* w_gate_up, int64_t w_stride,
-                     int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride, Stream stream);
+                     int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride, Stream stream,
+                     GemvFusion fusion = {});  // accumulate is not supported here
 // Element-type conversion of a row view into a contiguous buffer.
 void launch_convert(ElemType from, RowView x, ElemType to, char* out, Stream stream);
 

@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "model/forward_inputs.h"
+#include "model/layers/sublayer_io.h"
 
 namespace deepinfer::layers {
 
@@ -36,10 +37,10 @@ struct AttentionScratch {
   Tensor qkv;
 };
 
-// out[n, hidden] = attention(h[n, hidden]).
+// io.out (=|+=) attention(io's normalised input), rows [n, hidden].
 void attention_layer(Backend& backend, const AttentionWeights& w, const AttentionShape& shape,
-                     const RopeParams& rope, const AttentionParams& params, const Tensor& h,
+                     const RopeParams& rope, const AttentionParams& params, const SublayerIo& io,
                      const ForwardInputs& inputs, const KvCacheLayer& cache,
-                     const AttentionScratch& scratch, Tensor out);
+                     const AttentionScratch& scratch);
 
 }  // namespace deepinfer::layers

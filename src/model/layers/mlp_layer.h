@@ -2,6 +2,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "model/layers/sublayer_io.h"
 
 namespace deepinfer::layers {
 
@@ -17,7 +18,8 @@ struct MlpScratch {
   Tensor gate_up;  // [n, 2 ffn] with fused weights
 };
 
-void mlp_layer(Backend& backend, const MlpWeights& w, Activation activation, const Tensor& h,
-               const MlpScratch& scratch, Tensor out);
+// io.out (=|+=) mlp(io's normalised input).
+void mlp_layer(Backend& backend, const MlpWeights& w, Activation activation, const SublayerIo& io,
+               const MlpScratch& scratch);
 
 }  // namespace deepinfer::layers
