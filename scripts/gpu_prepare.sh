@@ -12,7 +12,8 @@ JOBS="${JOBS:-2}"
 # Executables to build and stage (deepinfer is the CLI target deepinfer_cli).
 EXES="${EXES:-test_ops deepinfer bench_gemv_cuda}"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEEPINFER_CUDA=ON >/dev/null
-ninja -C "$BUILD_DIR" -j "$JOBS" $(echo "$EXES" | sed 's/\bdeepinfer\b/deepinfer_cli/')
+# SKIP_BUILD=1 stages the binaries as they are (e.g. built from an earlier commit while the tree moved on).
+[ "${SKIP_BUILD:-0}" = 1 ] || ninja -C "$BUILD_DIR" -j "$JOBS" $(echo "$EXES" | sed 's/\bdeepinfer\b/deepinfer_cli/')
 rm -rf build-gpu
 mkdir -p build-gpu/bin build-gpu/lib
 for exe in $EXES; do
@@ -27,5 +28,6 @@ done
 tar -C build-gpu -czf build-gpu/lib.tar.gz lib && rm -rf build-gpu/lib
 tar -C build-gpu -czf build-gpu/bin.tar.gz bin && rm -rf build-gpu/bin
 git rev-parse HEAD > build-gpu/COMMIT
+[ "${SKIP_BUILD:-0}" = 1 ] && echo "${STAGED_COMMIT:-unknown}" > build-gpu/COMMIT
 git status --short -- src tests tools CMakeLists.txt > build-gpu/DIRTY || true
 du -sh build-gpu build-gpu/*

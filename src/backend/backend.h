@@ -51,10 +51,14 @@ struct QkNorm {
 
 // An RMSNorm over a product's input rows, folded into that product
 // (Backend::norm_linear): weight f32[k], as rms_norm's arguments.
+// unit_weight: the weight is all ones and the offset 0, because the model
+// has folded the norm's weights into the product's matrix (columns scaled
+// by weight + offset); only such norms are fused on CUDA.
 struct RowNorm {
   Tensor weight;
   float eps = 1e-6f;
   float weight_offset = 0.0f;
+  bool unit_weight = false;
 };
 
 // One layer's paged KV cache: pages of page_size token slots. V's head size

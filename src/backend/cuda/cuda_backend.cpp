@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "backend/cuda/cuda_expert_counts.h"
@@ -69,68 +71,15 @@ bool gemv_fits(const Tensor& x, const Tensor& weight) {
 GemvFusion fold_norm(const RowNorm* norm) {
   GemvFusion f;
   if (norm) {
-    f.norm_weight = norm->weight.data_as<const float>();
+    f.norm = true;
     f.norm_eps = norm->eps;
-    f.norm_offset = norm->weight_offset;
   }
   return f;
 }
 
-bool norm_weight_fits(const RowNorm* norm) {
-  return !norm || (norm->weight.is_contiguous() && reinterpret_cast<uintptr_t>(norm->weight.data()) % 16 == 0);
-}
-
-RowView rows_of(const Tensor& t) {
-  RowView v;
-  v.base = static_cast<char*>(t.data());
-  v.cols = t.size(-1);
-  v.nouter = t.ndim() - 1;
-  DI_CHECK(v.nouter <= 3, "CUDA backend: tensor {} has too many dimensions", t.describe());
-  v.rows = 1;
-  for (int d = 0; d < v.nouter; ++d) {
-    v.shape[d] = t.size(d);
-    v.stride[d] = t.stride_bytes(d);
-    v.rows *= v.shape[d];
-  }
-  return v;
-}
-
-HeadView heads_of(const Tensor& t) {
-  HeadView v;
-  if (!t.defined()) return v;
-  v.base = static_cast<char*>(t.data());
-  v.n = t.size(0);
-  v.heads = t.size(1);
-  v.dim = t.size(2);
-  v.stride0 = t.stride_bytes(0);
-  v.stride1 = t.stride_bytes(1);
-  return v;
-}
-
-CacheView cache_of(const Tensor& t) {
-  CacheView v;
-  v.base = static_cast<char*>(t.data());
-  v.pages = t.size(0);
-  v.page_size = t.size(1);
-  v.heads = t.size(2);
-  v.dim = t.size(3);
-  v.stride0 = t.stride_bytes(0);
-  v.stride1 = t.stride_bytes(1);
-  v.stride2 = t.stride_bytes(2);
-  v.fp8 = t.dtype() == DType::F8E4M3;
-  return v;
-}
-
-bool on_host(const Tensor& t) { return t.device().type == DeviceType::CPU; }
-
-// Leading dimension in elements of a row-major matrix view, as cuBLAS wants it.
-int ld_of(const Tensor& t, int64_t min_ld) {
-  int64_t es = static_cast<int64_t>(elem_bytes(t.dtype()));
-  DI_CHECK(t.stride_bytes(0) % es == 0, "CUDA linear: row stride of {} is not a whole number of elements",
-           t.describe());
-  int64_t ld = t.size(0) > 1 ? t.stride_bytes(0) / es : min_ld;
-  return static_cast<int>(std::max(ld, min_ld));
-}
+// The gemv folds only norms of unit weight (the model scaled the matrix's
+// columns instead): loading the weights per chunk slowed it down by a third.
+bool norm_fits(const RowNorm* norm) { return !norm || norm->unit_weight; }
 
 }  // namespace
 
@@ -163,6 +112,10 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index) : devi
   void* ws = nullptr;
   check_cuda(cudaMalloc(&ws, kAttentionWorkspaceBytes), "cudaMalloc(attention workspace)");
   attention_workspace_ = static_cast<float*>(ws);
+  void* counters = nullptr;
+  check_cuda(cudaMalloc(&counters, kSplitCounters * sizeof(uint32_t)), "cudaMalloc(split counters)");
+  split_counters_ = static_cast<uint32_t*>(counters);
+  check_cuda(cudaMemsetAsync(split_counters_, 0, kSplitCounters * sizeof(uint32_t), s), "cudaMemset");
   void* err = nullptr;
   check_cuda(cudaMalloc(&err, sizeof(uint32_t)), "cudaMalloc(error word)");
   error_word_ = static_cast<uint32_t*>(err);
@@ -178,6 +131,7 @@ CudaBackend::~CudaBackend() {
   if (cublas_) cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
   cudaFree(attention_workspace_);
+  cudaFree(split_counters_);
   cudaFree(error_word_);
   cudaFree(scratch_);
   if (stream_) cudaStreamDestroy(cu(stream_));
@@ -255,6 +209,8 @@ void CudaBackend::synchronize() {
   check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   if (err == 0) return;
   check_cuda(cudaMemsetAsync(error_word_, 0, sizeof(uint32_t), s), "cudaMemsetAsync");
+  // A kernel that stopped on bad input may have left split counters behind.
+  check_cuda(cudaMemsetAsync(split_counters_, 0, kSplitCounters * sizeof(uint32_t), s), "cudaMemsetAsync");
   check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   std::vector<const char*> what;
   if (err & kErrEmbeddingId) what.push_back("embedding: token id out of range");
@@ -456,6 +412,14 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const At
   DI_CHECK(int64_t{a.num_seqs} * a.num_splits <= 65535, "attention: {} sequences exceed the CUDA grid limit",
            a.num_seqs);
   a.partial = attention_workspace_;
+  static const bool combine_kernel_forced = [] {  // DEEPINFER_COMBINE_KERNEL=1: the A/B switch of benchmarks
+    const char* v = std::getenv("DEEPINFER_COMBINE_KERNEL");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  if (a.num_splits > 1 && a.kernel != AttentionKernel::Simt && !combine_kernel_forced &&
+      attention_split_counters(a) <= kSplitCounters) {
+    a.split_arrivals = split_counters_;
+  }
   size_t smem = attention_smem_bytes(a);
   DI_CHECK(smem <= max_smem_per_block_,
            "attention: head size {} with {} query heads per KV head needs {} bytes of shared memory (limit {})",
@@ -512,7 +476,7 @@ bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activat
                                const RowNorm* input_norm) {
   // The decode-sized product only; larger batches are compute-bound GEMMs.
   if ((act != Activation::Silu && act != Activation::GeluTanh) || !gemv_fits(x, w_gate_up) ||
-      !norm_weight_fits(input_norm)) {
+      !norm_fits(input_norm)) {
     return false;
   }
   launch_gemv_glu(elem_type(x.dtype(), "gated_linear"), static_cast<int>(x.size(0)),
@@ -528,7 +492,7 @@ bool CudaBackend::residual_stream_in_place(int64_t rows) const { return rows >= 
 bool CudaBackend::norm_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,
                               Tensor out) {
   const bool out_ok = out.dtype() == DType::F32 || out.dtype() == x.dtype();
-  if (!gemv_fits(x, weight) || !out_ok || !norm_weight_fits(&norm)) return false;
+  if (!gemv_fits(x, weight) || !out_ok || !norm_fits(&norm)) return false;
   launch_gemv(elem_type(x.dtype(), "norm_linear"), static_cast<int>(x.size(0)), static_cast<const char*>(x.data()),
               x.stride_bytes(0), static_cast<const char*>(weight.data()), weight.stride_bytes(0), weight.size(0),
               x.size(1), bias.defined() ? bias.data_as<const float>() : nullptr, out.dtype() == DType::F32,

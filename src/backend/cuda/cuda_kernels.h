@@ -102,13 +102,12 @@ struct GemvBatch {
   int64_t x_stride = 0, w_stride = 0, out_stride = 0;
 };
 // What a gemv folds in around the product (decode's residual stream):
-// norm_weight (f32[k], 16-byte aligned): the product reads x but computes
-// with rms_norm(x) * (norm_weight + norm_offset), as an rms_norm op would
-// have written it (up to that op's rounding of the normalised row);
+// norm: the product takes rms_norm(x) of unit weight (the model folds the
+// norm's weights into W) instead of x, without a normalised copy of x;
 // accumulate: out += the result rounded to out's type (a residual add).
 struct GemvFusion {
-  const float* norm_weight = nullptr;
-  float norm_eps = 0.0f, norm_offset = 0.0f;
+  bool norm = false;
+  float norm_eps = 0.0f;
   bool accumulate = false;
 };
 // Whether gemvs pull their weight rows into L2 before waiting for the
@@ -162,8 +161,17 @@ struct AttentionLaunch {
   int q_blocks = 1;     // blocks along the query axis per sequence
   int num_splits = 1;   // KV splits per (sequence, head); >1 needs the workspace
   float* partial = nullptr;  // [num_splits, n, heads_q, v dim + 2] when num_splits > 1
+  // Tensor-core kernels with num_splits > 1: arrival counters, one per
+  // (sequence, KV head, query block), zero before and after each launch.
+  // When set, the last split block of each to arrive combines the partials
+  // itself and launch_attention runs no combine kernel.
+  uint32_t* split_arrivals = nullptr;
   uint32_t* err = nullptr;
 };
+// Counters split_arrivals must hold for a planned launch.
+inline int64_t attention_split_counters(const AttentionLaunch& a) {
+  return int64_t{a.num_seqs} * a.k.heads * a.q_blocks;
+}
 struct AttentionHints {
   int max_q_len = 0;   // 0: unknown, the number of query rows is used
   int max_kv_len = 0;
@@ -178,7 +186,8 @@ size_t attention_smem_bytes(const AttentionLaunch& a);
 void launch_attention(const AttentionLaunch& a, Stream stream);
 
 // The tensor-core kernels (cuda_attention_mma.cu). launch_attention_mma runs
-// the main kernel only; launch_attention adds the split-KV combine.
+// the main kernel only; launch_attention adds the split-KV combine kernel
+// unless split_arrivals let the kernel combine.
 bool attention_mma_supported(const AttentionLaunch& a);
 int attention_mma_rows(AttentionKernel kernel, int dim);
 size_t attention_mma_smem_bytes(const AttentionLaunch& a);
