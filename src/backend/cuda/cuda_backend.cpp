@@ -77,6 +77,58 @@ GemvFusion fold_norm(const RowNorm* norm) {
   return f;
 }
 
+RowView rows_of(const Tensor& t) {
+  RowView v;
+  v.base = static_cast<char*>(t.data());
+  v.cols = t.size(-1);
+  v.nouter = t.ndim() - 1;
+  DI_CHECK(v.nouter <= 3, "CUDA backend: tensor {} has too many dimensions", t.describe());
+  v.rows = 1;
+  for (int d = 0; d < v.nouter; ++d) {
+    v.shape[d] = t.size(d);
+    v.stride[d] = t.stride_bytes(d);
+    v.rows *= v.shape[d];
+  }
+  return v;
+}
+
+HeadView heads_of(const Tensor& t) {
+  HeadView v;
+  if (!t.defined()) return v;
+  v.base = static_cast<char*>(t.data());
+  v.n = t.size(0);
+  v.heads = t.size(1);
+  v.dim = t.size(2);
+  v.stride0 = t.stride_bytes(0);
+  v.stride1 = t.stride_bytes(1);
+  return v;
+}
+
+CacheView cache_of(const Tensor& t) {
+  CacheView v;
+  v.base = static_cast<char*>(t.data());
+  v.pages = t.size(0);
+  v.page_size = t.size(1);
+  v.heads = t.size(2);
+  v.dim = t.size(3);
+  v.stride0 = t.stride_bytes(0);
+  v.stride1 = t.stride_bytes(1);
+  v.stride2 = t.stride_bytes(2);
+  v.fp8 = t.dtype() == DType::F8E4M3;
+  return v;
+}
+
+bool on_host(const Tensor& t) { return t.device().type == DeviceType::CPU; }
+
+// Leading dimension in elements of a row-major matrix view, as cuBLAS wants it.
+int ld_of(const Tensor& t, int64_t min_ld) {
+  int64_t es = static_cast<int64_t>(elem_bytes(t.dtype()));
+  DI_CHECK(t.stride_bytes(0) % es == 0, "CUDA linear: row stride of {} is not a whole number of elements",
+           t.describe());
+  int64_t ld = t.size(0) > 1 ? t.stride_bytes(0) / es : min_ld;
+  return static_cast<int>(std::max(ld, min_ld));
+}
+
 // The gemv folds only norms of unit weight (the model scaled the matrix's
 // columns instead): loading the weights per chunk slowed it down by a third.
 bool norm_fits(const RowNorm* norm) { return !norm || norm->unit_weight; }
