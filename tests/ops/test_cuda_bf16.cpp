@@ -385,7 +385,7 @@ TEST_F(CudaBf16Test, AttentionMmaWindowSoftcapSinks) {
 }
 
 // Few sequences with long contexts: the plan splits the keys, and the
-// tensor-core kernel's last split block merges the partials. q_len * group up
+// combine kernel merges the tensor-core kernel's partials. q_len * group up
 // to 16 keeps the decode kernel (several query tokens in one block).
 TEST_F(CudaBf16Test, AttentionMmaSplitKv) {
   Rng rng(107);
@@ -403,20 +403,6 @@ TEST_F(CudaBf16Test, AttentionMmaSplitKv) {
   compare_attention(gpu(), cpu(), rng, {{1, 4000}}, 1, 2, 256, 16, g, true);
   // Prefill-shaped blocks with splits (one sequence, few heads).
   compare_attention(gpu(), cpu(), rng, {{40, 3000}}, 1, 4, 128, 16, p, false);
-}
-
-// The tensor-core kernels merge split-KV partials in the last split block
-// to arrive, counted in arrival counters that must be back at zero after
-// each launch: consecutive decode launches (as consecutive layers and
-// steps run) must each be right.
-TEST_F(CudaBf16Test, AttentionInKernelSplitCombineRepeats) {
-  Rng rng(112);
-  AttentionParams p;
-  p.scale = 1.0f / std::sqrt(128.0f);
-  for (int rep = 0; rep < 4; ++rep) {
-    SCOPED_TRACE(fmt::format("launch {}", rep));
-    compare_attention(gpu(), cpu(), rng, {{1, 300 + 700 * rep}}, 8, 4, 128, 16, p, rep % 2 == 1);
-  }
 }
 
 TEST_F(CudaBf16Test, AttentionF16) {

@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <cfloat>
 
-#include "backend/cuda/cuda_attention_combine.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
 namespace deepinfer::cuda {
@@ -327,8 +326,32 @@ template <typename T>
 __global__ void combine_kernel(AttentionLaunch a) {
   wait_for_prior_kernel();
   release_next_kernel();
-  const int heads_q = static_cast<int>(a.q.heads);
-  combine_split_row<T>(a, blockIdx.x / heads_q, static_cast<int>(blockIdx.x % heads_q), threadIdx.x, blockDim.x);
+  // Partial rows have V's head size (the output's).
+  const int heads_q = static_cast<int>(a.q.heads), dim = static_cast<int>(a.v.dim);
+  const int64_t t = blockIdx.x / heads_q;
+  const int h = blockIdx.x % heads_q;
+  const int64_t split_stride = a.q.n * heads_q * int64_t(dim + 2);
+  const float* part = a.partial + (t * heads_q + h) * (dim + 2);
+  float M = a.sinks ? a.sinks[h] : -INFINITY;
+  for (int sp = 0; sp < a.num_splits; ++sp) M = fmaxf(M, part[sp * split_stride + dim]);
+  T* out = reinterpret_cast<T*>(a.out.base + t * a.out.stride0 + h * a.out.stride1);
+  if (M == -INFINITY) {
+    for (int d = threadIdx.x; d < dim; d += blockDim.x) out[d] = from_f<T>(0.0f);
+    return;
+  }
+  float denom = a.sinks ? expf(a.sinks[h] - M) : 0.0f;
+  for (int sp = 0; sp < a.num_splits; ++sp) {
+    const float* p = part + sp * split_stride;
+    denom += p[dim + 1] * expf(p[dim] - M);
+  }
+  for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+    float o = 0.0f;
+    for (int sp = 0; sp < a.num_splits; ++sp) {
+      const float* p = part + sp * split_stride;
+      o += p[d] * expf(p[dim] - M);
+    }
+    out[d] = from_f<T>(denom > 0.0f ? o / denom : 0.0f);
+  }
 }
 
 template <typename T>
@@ -452,7 +475,7 @@ void launch_attention(const AttentionLaunch& a, Stream stream) {
   } else {
     launch_attention_mma(a, stream);
   }
-  if (a.num_splits > 1 && (a.kernel == AttentionKernel::Simt || a.split_arrivals == nullptr)) {
+  if (a.num_splits > 1) {
     DI_DISPATCH_ELEM(a.type, T,
                      launch_chained(combine_kernel<T>, static_cast<unsigned>(a.q.n * a.q.heads), 128, 0, s, a));
   }

@@ -20,10 +20,8 @@
 //    rows and split each tile's keys, so a block streams the cache with four
 //    warps of loads and math in flight; their (m, l, O) merge at the end.
 // Both end by staging (m, l, O) in shared memory and merging per row there,
-// which also yields the split-KV partials [num_splits, n, heads_q, dim + 2].
-// The last split block of a tile to finish merges them (arrival counters in
-// AttentionLaunch::split_arrivals), so decode pays no combine launch; without
-// counters combine_kernel in cuda_attention.cu merges them.
+// which also yields the split-KV partials [num_splits, n, heads_q, dim + 2]
+// that combine_kernel in cuda_attention.cu reduces.
 //
 // An FP8 (e4m3) cache arrives through the same cp.async ring at half the
 // bytes and the products run in f16 whatever the activations' type (every
@@ -45,7 +43,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "backend/cuda/cuda_attention_combine.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 
@@ -571,26 +568,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
     } else {
       float* part = a.partial + ((int64_t(split) * a.q.n + t) * heads_q + h) * (D + 2);
       *reinterpret_cast<float2*>(part + d) = acc;
-    }
-  }
-  if (a.num_splits > 1 && a.split_arrivals != nullptr) {
-    // The last of this tile's split blocks to finish merges all partials
-    // (in split order, so the result does not depend on which block is
-    // last) and writes the output: no combine kernel after this one.
-    __shared__ bool last_arrival;
-    __threadfence();  // this block's partial rows, visible to the other blocks
-    __syncthreads();
-    if (tid == 0) {
-      uint32_t* counter = a.split_arrivals + (int64_t{s} * a.k.heads + g) * a.q_blocks + qb;
-      last_arrival = atomicAdd(counter, 1u) == static_cast<uint32_t>(a.num_splits - 1);
-      if (last_arrival) *counter = 0;  // every split has arrived: ready for the next launch
-    }
-    __syncthreads();
-    if (!last_arrival) return;
-    __threadfence();
-    for (int r = 0; r < valid_rows; ++r) {
-      const int flat = r0 + r;
-      combine_split_row<T>(a, q_begin + flat / a.group, g * a.group + flat % a.group, tid, C::kThreads);
     }
   }
 }

@@ -164,10 +164,6 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index) : devi
   void* ws = nullptr;
   check_cuda(cudaMalloc(&ws, kAttentionWorkspaceBytes), "cudaMalloc(attention workspace)");
   attention_workspace_ = static_cast<float*>(ws);
-  void* counters = nullptr;
-  check_cuda(cudaMalloc(&counters, kSplitCounters * sizeof(uint32_t)), "cudaMalloc(split counters)");
-  split_counters_ = static_cast<uint32_t*>(counters);
-  check_cuda(cudaMemsetAsync(split_counters_, 0, kSplitCounters * sizeof(uint32_t), s), "cudaMemset");
   void* err = nullptr;
   check_cuda(cudaMalloc(&err, sizeof(uint32_t)), "cudaMalloc(error word)");
   error_word_ = static_cast<uint32_t*>(err);
@@ -183,7 +179,6 @@ CudaBackend::~CudaBackend() {
   if (cublas_) cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
   cudaFree(attention_workspace_);
-  cudaFree(split_counters_);
   cudaFree(error_word_);
   cudaFree(scratch_);
   if (stream_) cudaStreamDestroy(cu(stream_));
@@ -261,8 +256,6 @@ void CudaBackend::synchronize() {
   check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   if (err == 0) return;
   check_cuda(cudaMemsetAsync(error_word_, 0, sizeof(uint32_t), s), "cudaMemsetAsync");
-  // A kernel that stopped on bad input may have left split counters behind.
-  check_cuda(cudaMemsetAsync(split_counters_, 0, kSplitCounters * sizeof(uint32_t), s), "cudaMemsetAsync");
   check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   std::vector<const char*> what;
   if (err & kErrEmbeddingId) what.push_back("embedding: token id out of range");
@@ -412,9 +405,6 @@ bool CudaBackend::rope_store_kv(Tensor q, Tensor k, const Tensor& v, const Tenso
   QkNormArgs norm_args;
   if (norm) {
     const HeadView qv = heads_of(q), kv = heads_of(k);
-    auto aligned16 = [](const void* p, int64_t stride) {
-      return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
-    };
     const bool fits = q.dtype() != DType::F32 && q.size(2) % 8 == 0 && q.size(2) <= 2048 &&
                       aligned16(qv.base, qv.stride0) && aligned16(qv.base, qv.stride1) &&
                       aligned16(kv.base, kv.stride0) && aligned16(kv.base, kv.stride1) &&
@@ -464,14 +454,6 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const At
   DI_CHECK(int64_t{a.num_seqs} * a.num_splits <= 65535, "attention: {} sequences exceed the CUDA grid limit",
            a.num_seqs);
   a.partial = attention_workspace_;
-  static const bool combine_kernel_forced = [] {  // DEEPINFER_COMBINE_KERNEL=1: the A/B switch of benchmarks
-    const char* v = std::getenv("DEEPINFER_COMBINE_KERNEL");
-    return v != nullptr && std::string_view(v) == "1";
-  }();
-  if (a.num_splits > 1 && a.kernel != AttentionKernel::Simt && !combine_kernel_forced &&
-      attention_split_counters(a) <= kSplitCounters) {
-    a.split_arrivals = split_counters_;
-  }
   size_t smem = attention_smem_bytes(a);
   DI_CHECK(smem <= max_smem_per_block_,
            "attention: head size {} with {} query heads per KV head needs {} bytes of shared memory (limit {})",
@@ -539,7 +521,14 @@ bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activat
   return true;
 }
 
-bool CudaBackend::residual_stream_in_place(int64_t rows) const { return rows >= 1 && rows <= kGemvMaxRows; }
+bool CudaBackend::residual_stream_in_place(int64_t rows) const {
+  // DEEPINFER_RESIDUAL_IN_PLACE=0 keeps the separate norm kernels (the A/B switch of the benchmarks).
+  static const bool enabled = [] {
+    const char* v = std::getenv("DEEPINFER_RESIDUAL_IN_PLACE");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled && rows >= 1 && rows <= kGemvMaxRows;
+}
 
 bool CudaBackend::norm_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,
                               Tensor out) {

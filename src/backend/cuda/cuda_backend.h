@@ -94,10 +94,6 @@ class CudaBackend final : public Backend {
   // number of splits accordingly.
   static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
   static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
-  // Arrival counters of the tensor-core kernels' in-kernel split combine
-  // (AttentionLaunch::split_arrivals); a launch needing more uses the
-  // combine kernel.
-  static constexpr int64_t kSplitCounters = int64_t{1} << 16;
 
  private:
   void check_launch(const char* op);
@@ -110,7 +106,6 @@ class CudaBackend final : public Backend {
   cublasContext* cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   float* attention_workspace_ = nullptr;
-  uint32_t* split_counters_ = nullptr;  // zero between launches
   uint32_t* error_word_ = nullptr;  // device
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;

@@ -305,6 +305,59 @@ __global__ void rope_store_kv_kernel(HeadView q, HeadView k, HeadView v, const i
   store_token_kv<T, C>(blockIdx.x, k, v, slots, ck, cv, err);
 }
 
+// The same without q/k norms, one block per (token, head) and one thread per
+// rotated pair: a thread computes its own angle, rotates its pair and, for a
+// KV head, writes it (and its V elements) straight into the cache. The
+// per-token version walked 40 heads with 256 threads, each step a dependent
+// round trip to L2 (8.6 us per decode layer of the 8B shape, H200 run 26).
+// Grid (tokens, heads_q + heads_kv); block: half rounded up to a warp.
+template <typename T, typename C>
+__global__ void rope_store_kv_heads_kernel(HeadView q, HeadView k, HeadView v, const int32_t* positions,
+                                           const float* inv_freq, int half, bool neox, float factor,
+                                           const int32_t* slots, CacheView ck, CacheView cv, uint32_t* err) {
+  wait_for_prior_kernel();
+  release_next_kernel();
+  const int64_t t = blockIdx.x;
+  const int64_t head = blockIdx.y;
+  const int i = threadIdx.x;
+  const bool is_q = head < q.heads;
+  const int64_t h = is_q ? head : head - q.heads;
+  T* x = is_q ? reinterpret_cast<T*>(q.base + t * q.stride0 + h * q.stride1)
+              : reinterpret_cast<T*>(k.base + t * k.stride0 + h * k.stride1);
+  const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+  float r0 = 0.0f, r1 = 0.0f;
+  if (i < half) {
+    float sn, cs;
+    sincosf(static_cast<float>(positions[t]) * inv_freq[i], &sn, &cs);
+    cs *= factor;
+    sn *= factor;
+    const float x0 = to_f(x[a]), x1 = to_f(x[b]);
+    const T y0 = from_f<T>(x0 * cs - x1 * sn), y1 = from_f<T>(x0 * sn + x1 * cs);
+    x[a] = y0;
+    x[b] = y1;
+    r0 = to_f(y0);
+    r1 = to_f(y1);
+  }
+  if (is_q) return;
+  const int64_t slot = slots[t];
+  if (slot < 0) return;  // padding token
+  if (slot >= ck.pages * ck.page_size) {
+    if (i == 0) atomicOr(err, kErrStoreKvSlot);
+    return;
+  }
+  const int64_t page = slot / ck.page_size, offset = slot % ck.page_size;
+  C* kd = reinterpret_cast<C*>(ck.base + page * ck.stride0 + offset * ck.stride1 + h * ck.stride2);
+  C* vd = reinterpret_cast<C*>(cv.base + page * cv.stride0 + offset * cv.stride1 + h * cv.stride2);
+  const T* vs = reinterpret_cast<const T*>(v.base + t * v.stride0 + h * v.stride1);
+  if (i < half) {
+    kd[a] = from_f<C>(r0);  // exact when C is T
+    kd[b] = from_f<C>(r1);
+  }
+  // Dims past the rotary part keep their values.
+  for (int d = 2 * half + i; d < k.dim; d += blockDim.x) kd[d] = from_f<C>(to_f(x[d]));
+  for (int d = i; d < v.dim; d += blockDim.x) vd[d] = from_f<C>(to_f(vs[d]));
+}
+
 // Element-wise kernels walk rows (grid y, strided) and columns (grid x and
 // threads): the row address is computed once per row, never with a 64-bit
 // division per element (which made these kernels compute-bound).
@@ -501,6 +554,20 @@ void launch_rope_store_kv(ElemType type, HeadView q, HeadView k, HeadView v, con
                           Stream stream) {
   if (q.n == 0) return;
   const int half = rotary_dim / 2;
+  if (!norm.q_weight && k.base) {
+    const dim3 grid(static_cast<unsigned>(q.n), static_cast<unsigned>(q.heads + k.heads));
+    const unsigned threads = static_cast<unsigned>(std::max(32, (half + 31) / 32 * 32));
+    auto launch_heads = [&](auto* kernel) {
+      launch_chained(kernel, grid, threads, 0, as_stream(stream), q, k, v, positions, inv_freq, half, neox,
+                     attention_factor, slots, ck, cv, err);
+    };
+    if (ck.fp8) {
+      DI_DISPATCH_ELEM(type, T, launch_heads(rope_store_kv_heads_kernel<T, __nv_fp8_e4m3>));
+    } else {
+      DI_DISPATCH_ELEM(type, T, launch_heads(rope_store_kv_heads_kernel<T, T>));
+    }
+    return;
+  }
   const size_t smem = 2 * static_cast<size_t>(half) * sizeof(float);
   auto launch = [&](auto* kernel) {
     launch_chained(kernel, static_cast<unsigned>(q.n), 256, smem, as_stream(stream), q, k, v, positions, inv_freq,

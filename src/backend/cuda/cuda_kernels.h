@@ -110,9 +110,6 @@ struct GemvFusion {
   float norm_eps = 0.0f;
   bool accumulate = false;
 };
-// Whether gemvs pull their weight rows into L2 before waiting for the
-// kernel before them (DEEPINFER_GEMV_PREFETCH=0 turns it off).
-bool gemv_prefetch_enabled();
 // config.warps_per_row <= 0 = gemv_config(m, k).
 void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride, int64_t m,
                  int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride, Stream stream,
@@ -161,17 +158,8 @@ struct AttentionLaunch {
   int q_blocks = 1;     // blocks along the query axis per sequence
   int num_splits = 1;   // KV splits per (sequence, head); >1 needs the workspace
   float* partial = nullptr;  // [num_splits, n, heads_q, v dim + 2] when num_splits > 1
-  // Tensor-core kernels with num_splits > 1: arrival counters, one per
-  // (sequence, KV head, query block), zero before and after each launch.
-  // When set, the last split block of each to arrive combines the partials
-  // itself and launch_attention runs no combine kernel.
-  uint32_t* split_arrivals = nullptr;
   uint32_t* err = nullptr;
 };
-// Counters split_arrivals must hold for a planned launch.
-inline int64_t attention_split_counters(const AttentionLaunch& a) {
-  return int64_t{a.num_seqs} * a.k.heads * a.q_blocks;
-}
 struct AttentionHints {
   int max_q_len = 0;   // 0: unknown, the number of query rows is used
   int max_kv_len = 0;
@@ -186,8 +174,7 @@ size_t attention_smem_bytes(const AttentionLaunch& a);
 void launch_attention(const AttentionLaunch& a, Stream stream);
 
 // The tensor-core kernels (cuda_attention_mma.cu). launch_attention_mma runs
-// the main kernel only; launch_attention adds the split-KV combine kernel
-// unless split_arrivals let the kernel combine.
+// the main kernel only; launch_attention adds the split-KV combine.
 bool attention_mma_supported(const AttentionLaunch& a);
 int attention_mma_rows(AttentionKernel kernel, int dim);
 size_t attention_mma_smem_bytes(const AttentionLaunch& a);
