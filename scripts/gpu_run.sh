@@ -55,7 +55,8 @@ if [ -z "$BIN" ] && has build; then
     tail -30 "$OUT/build.log" | sed 's/^/    /' >> "$REPORT"
   fi
 fi
-[ -n "$BIN" ] || { cat "$REPORT"; exit 1; }
+# The llama.cpp peer alone needs none of our binaries (carry build-peer only: both do not fit in one call).
+[ -n "$BIN" ] || [ "$STAGES" = peer_llamacpp ] || { cat "$REPORT"; exit 1; }
 
 if has probe; then
   # Kernel-level questions: the gemv partitions per projection shape, and
@@ -163,6 +164,8 @@ if has peer_llamacpp; then
     if [ -f build-peer/llama-bench.xz ] && [ ! -x $LC/build/bin/llama-bench ]; then
       # Built on the dev machine (scripts/pack_llamacpp_peer.sh --build: static, CUDA, sm_90a),
       # which saves the GPU machine's time.
+      # build-peer/lib: the OpenMP runtime it links, in case this image lacks it (searched last).
+      export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$PWD/build-peer/lib"
       mkdir -p $LC/build/bin && mv /tmp/llama.cpp/gguf-py $LC/ && xz -dc build-peer/llama-bench.xz > $LC/build/bin/llama-bench &&
         chmod +x $LC/build/bin/llama-bench && echo "- llama-bench prebuilt on the dev machine ($(cat build-peer/LLAMACPP_VERSION))" >> "$REPORT"
     fi
@@ -178,8 +181,8 @@ if has peer_llamacpp; then
       echo "build exit code $? in $(( $(date +%s) - t0 )) s (llamacpp_build.log)" >> "$REPORT"
     fi
     M=/tmp/deepinfer_e2e/llama8b GGUF=/tmp/llama8b-bf16.gguf
-    [ -f $M/config.json ] || timeout 300 python3 scripts/gpu_e2e.py --deepinfer "$BIN/deepinfer" --out /tmp \
-      --models llama8b > "$OUT/e2e_llama8b.log" 2>&1
+    [ -f $M/config.json ] || timeout 300 python3 -c "import sys; sys.path.insert(0, 'scripts'); import gpu_e2e; \
+gpu_e2e.build_model('llama8b', '$M')" > "$OUT/e2e_llama8b.log" 2>&1
     [ -f $GGUF ] || timeout 300 python3 scripts/hf_to_gguf_bf16.py $M $GGUF --gguf-py $LC/gguf-py \
       >> "$OUT/llamacpp_build.log" 2>&1
     if [ -x $LC/build/bin/llama-bench ] && [ -f $GGUF ]; then

@@ -46,5 +46,6 @@ if [[ $build == 1 ]]; then
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
   ninja -C "$out/build" llama-bench
   xz -T0 -c "$out/build/bin/llama-bench" > build-peer/llama-bench.xz
+  mkdir -p build-peer/lib && cp -L "$(ldconfig -p | awk '/libgomp.so.1 /{print $NF; exit}')" build-peer/lib/
   ls -la build-peer/llama-bench.xz
 fi

@@ -49,18 +49,6 @@ struct QkNorm {
   float weight_offset = 0.0f;
 };
 
-// An RMSNorm over a product's input rows, folded into that product
-// (Backend::norm_linear): weight f32[k], as rms_norm's arguments.
-// unit_weight: the weight is all ones and the offset 0, because the model
-// has folded the norm's weights into the product's matrix (columns scaled
-// by weight + offset); only such norms are fused on CUDA.
-struct RowNorm {
-  Tensor weight;
-  float eps = 1e-6f;
-  float weight_offset = 0.0f;
-  bool unit_weight = false;
-};
-
 // One layer's paged KV cache: pages of page_size token slots. V's head size
 // may be smaller than K's: an MLA latent cache (DeepSeek) stores one row of
 // [latent, roped key part] per token and V is a view of K's first
@@ -293,35 +281,8 @@ class Backend {
   // (x W[f:2f]^T) for a stacked gate-up weight w_gate_up [2f, k], with the
   // same rounding as linear followed by gated_activation. A backend without
   // a fused kernel for this shape returns false and the caller runs those two.
-  // input_norm (may be null): the product takes rms_norm(x) instead of x, as
-  // norm_linear does.
-  virtual bool gated_linear(const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out,
-                            const RowNorm* input_norm) {
-    (void)x, (void)w_gate_up, (void)act, (void)out, (void)input_norm;
-    return false;
-  }
-  // Decode keeps the residual stream in one buffer and folds the work around
-  // it into the products (DecoderModel): each sub-layer's first product
-  // normalises its input itself (norm_linear) and its last adds its result
-  // to the stream (linear_accumulate), so no norm or add runs between them.
-  // Whether a forward of `rows` tokens should do so on this backend (the
-  // ops run the separate kernels wherever a fusion is missing):
-  virtual bool residual_stream_in_place(int64_t rows) const {
-    (void)rows;
-    return false;
-  }
-  // out = linear(rms_norm(x)) without writing the normalised rows (so they
-  // are not rounded to the activation type either). False when the backend
-  // has no fused path for these arguments; the caller runs the two ops.
-  virtual bool norm_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,
-                           Tensor out) {
-    (void)x, (void)norm, (void)weight, (void)bias, (void)out;
-    return false;
-  }
-  // residual += linear(x), the product rounded to the activation type before
-  // the add exactly as linear followed by add would. False as above.
-  virtual bool linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor residual) {
-    (void)x, (void)weight, (void)bias, (void)residual;
+  virtual bool gated_linear(const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out) {
+    (void)x, (void)w_gate_up, (void)act, (void)out;
     return false;
   }
   virtual void add(const Tensor& a, const Tensor& b, Tensor out) = 0;

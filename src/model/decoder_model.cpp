@@ -25,13 +25,10 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
 
   WeightLoader load(source, store_);
   token_embd_ = load.matrix("token_embd.weight", c.vocab_size, H);
-  unit_norm_ = store_.f32_vector(std::vector<float>(static_cast<size_t>(H), 1.0f));
+  output_norm_ = load.vector("output_norm.weight", H);
   if (load.has("output.weight") && !c.tied_embeddings) {
-    const Tensor host_output = load.host_matrix("output.weight", c.vocab_size, H);
-    output_norm_ = load_norm_into(load, "output_norm.weight", {host_output}, output_);
-    if (!output_.defined()) output_ = store_.matrix(host_output);
+    output_ = load.matrix("output.weight", c.vocab_size, H);
   } else {
-    output_norm_ = Norm{load.vector("output_norm.weight", H), c.norm_weight_offset, false};
     output_ = token_embd_;
     load.count(token_embd_.nbytes());  // read again by the output projection
   }
@@ -41,10 +38,11 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
     const std::string p = fmt::format("blk.{}.", i);
     Layer& l = layers_[i];
     l.local = c.is_sliding(i);
+    l.attn_norm = load.vector(p + "attn_norm.weight", H);
     const Tensor hq = load.host_matrix(p + "attn_q.weight", q_dim, H);
     const Tensor hk = load.host_matrix(p + "attn_k.weight", kv_dim, H);
     const Tensor hv = load.host_matrix(p + "attn_v.weight", kv_dim, H);
-    l.attn_norm = load_norm_into(load, p + "attn_norm.weight", {hq, hk, hv}, l.attn.wqkv);
+    l.attn.wqkv = store_.fused_matrix({hq, hk, hv});
     if (!l.attn.wqkv.defined()) {
       l.attn.wq = store_.matrix(hq);
       l.attn.wk = store_.matrix(hk);
@@ -68,20 +66,19 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
       l.attn.q_norm = load.vector(p + "attn_q_norm.weight", D);
       l.attn.k_norm = load.vector(p + "attn_k_norm.weight", D);
     }
+    l.ffn_norm = load.vector(p + "ffn_norm.weight", H);
     if (c.post_norms) {
       l.post_attn_norm = load.vector(p + "post_attention_norm.weight", H);
       l.post_ffw_norm = load.vector(p + "post_ffw_norm.weight", H);
     } else {
       l.post_attn_norm = load.optional_vector(p + "post_attention_norm.weight", H);
     }
-    has_post_norms_ = has_post_norms_ || l.post_attn_norm.defined() || l.post_ffw_norm.defined();
     if (c.is_moe(i)) {
-      l.ffn_norm = Norm{load.vector(p + "ffn_norm.weight", H), c.norm_weight_offset, false};
       load_moe(l, load, p);
     } else {
       const Tensor hg = load.host_matrix(p + "ffn_gate.weight", F, H);
       const Tensor hu = load.host_matrix(p + "ffn_up.weight", F, H);
-      l.ffn_norm = load_norm_into(load, p + "ffn_norm.weight", {hg, hu}, l.mlp.w_gate_up);
+      l.mlp.w_gate_up = store_.fused_matrix({hg, hu});
       if (!l.mlp.w_gate_up.defined()) {
         l.mlp.w_gate = store_.matrix(hg);
         l.mlp.w_up = store_.matrix(hu);
@@ -92,16 +89,6 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
   inv_freq_global_ = store_.f32_vector(rope_inv_freq(c, false));
   inv_freq_local_ = store_.f32_vector(rope_inv_freq(c, true));
   weight_bytes_ = load.bytes();
-}
-
-DecoderModel::Norm DecoderModel::load_norm_into(WeightLoader& load, const std::string& name,
-                                                std::initializer_list<Tensor> parts, Tensor& fused) {
-  const int64_t H = config_.hidden_size;
-  std::vector<float> scale = WeightStore::host_floats(load.host_vector(name, H));
-  for (float& v : scale) v += config_.norm_weight_offset;
-  fused = store_.fused_matrix(parts, &scale);
-  if (fused.defined()) return Norm{unit_norm_, 0.0f, true};
-  return Norm{load.vector(name, H), config_.norm_weight_offset, false};
 }
 
 void DecoderModel::load_moe(Layer& l, WeightLoader& load, const std::string& p) {
@@ -235,26 +222,15 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
   ops::embedding(backend_, token_embd_, in.token_ids, x);
   if (c.embedding_scale != 1.0f) ops::scale(backend_, x, c.embedding_scale, x);
 
-  // Decode on a backend with the fused products keeps the residual stream in
-  // x and lets each sub-layer normalise and update it (layers/sublayer_io.h).
-  // Gemma's post-norms act on a sub-layer's output before the add, so those
-  // models keep the separate scheme.
-  const bool in_place = backend_.residual_stream_in_place(n) && !has_post_norms_;
-  auto separate_io = [&]() { return layers::SublayerIo{h, nullptr, Tensor(), delta, false, Tensor()}; };
-  auto in_place_io = [&](const RowNorm* norm) { return layers::SublayerIo{x, norm, h, x, true, delta}; };
-
   int64_t moe_index = 0;  // row of in.expert_counts
   for (int i = 0; i < c.n_layers; ++i) {
     const Layer& l = layers_[i];
-    const RowNorm attn_norm = l.attn_norm.row_norm(eps), ffn_norm = l.ffn_norm.row_norm(eps);
-    // Separate scheme: the previous sub-layer's output (delta) joins the
-    // residual stream here, fused with the next norm.
-    if (!in_place) {
-      if (i == 0) {
-        ops::rms_norm(backend_, x, l.attn_norm.weight, eps, l.attn_norm.offset, h);
-      } else {
-        ops::add_rms_norm(backend_, x, delta, l.attn_norm.weight, eps, l.attn_norm.offset, h);
-      }
+    // The previous sub-layer's output (delta) joins the residual stream here,
+    // fused with the next norm.
+    if (i == 0) {
+      ops::rms_norm(backend_, x, l.attn_norm, eps, off1, h);
+    } else {
+      ops::add_rms_norm(backend_, x, delta, l.attn_norm, eps, off1, h);
     }
     RopeParams rope{l.local ? inv_freq_local_ : inv_freq_global_, rot, c.rope_style,
                     rope_attention_factor(c, l.local)};
@@ -262,36 +238,22 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
     params.scale = scale;
     params.sliding_window = c.layer_window[i];
     params.sinks = l.sinks;
-    layers::attention_layer(backend_, l.attn, shape, rope, params, in_place ? in_place_io(&attn_norm) : separate_io(),
-                            in, kv.layer(i), attn);
+    layers::attention_layer(backend_, l.attn, shape, rope, params, h, in, kv.layer(i), attn, delta);
     if (l.post_attn_norm.defined()) ops::rms_norm(backend_, delta, l.post_attn_norm, eps, off1, delta);
+    ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, off1, h);
     if (l.moe.router.defined()) {
-      if (in_place) {
-        ops::rms_norm(backend_, x, l.ffn_norm.weight, eps, l.ffn_norm.offset, h);
-      } else {
-        ops::add_rms_norm(backend_, x, delta, l.ffn_norm.weight, eps, l.ffn_norm.offset, h);
-      }
       const Tensor counts = in.expert_counts.defined() ? in.expert_counts.row(moe_index++) : Tensor();
       layers::moe_layer(backend_, l.moe, route_, c.activation, h, moe, delta, in.slot_mapping, counts);
-      if (in_place) ops::add(backend_, x, delta, x);
-    } else if (in_place) {
-      layers::mlp_layer(backend_, l.mlp, c.activation, in_place_io(&ffn_norm), mlp);
     } else {
-      ops::add_rms_norm(backend_, x, delta, l.ffn_norm.weight, eps, l.ffn_norm.offset, h);
-      layers::mlp_layer(backend_, l.mlp, c.activation, separate_io(), mlp);
+      layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp, delta);
     }
     if (l.post_ffw_norm.defined()) ops::rms_norm(backend_, delta, l.post_ffw_norm, eps, off1, delta);
   }
-  // Only the rows that produce logits need the final norm (and, in the
-  // separate scheme, the last residual add).
+  // Only the rows that produce logits need the last residual add.
   ops::gather_rows(backend_, x, in.logit_rows, x_rows);
-  if (in_place) {
-    ops::norm_linear(backend_, x_rows, output_norm_.row_norm(eps), output_, Tensor(), logits, h_rows);
-    return;
-  }
   ops::gather_rows(backend_, delta, in.logit_rows, h_rows);
   ops::add(backend_, x_rows, h_rows, x_rows);
-  ops::rms_norm(backend_, x_rows, output_norm_.weight, eps, output_norm_.offset, h_rows);
+  ops::rms_norm(backend_, x_rows, output_norm_, eps, off1, h_rows);
   ops::linear(backend_, h_rows, output_, Tensor(), logits);
 }
 

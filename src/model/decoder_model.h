@@ -30,21 +30,11 @@ class DecoderModel final : public Model {
   size_t weight_bytes() const override { return weight_bytes_; }
 
  private:
-  // An RMSNorm as the forward runs it. On device backends its weights are
-  // folded into the product after it (that matrix's columns scaled by
-  // weight + offset at load) where that product is one stacked matrix: then
-  // `weight` is all ones, `offset` 0 and the norm only divides by the RMS.
-  struct Norm {
-    Tensor weight;
-    float offset = 0.0f;
-    bool folded = false;
-    RowNorm row_norm(float eps) const { return RowNorm{weight, eps, offset, folded}; }
-  };
   struct Layer {
-    Norm attn_norm;
+    Tensor attn_norm;
     layers::AttentionWeights attn;
     Tensor post_attn_norm;  // Gemma
-    Norm ffn_norm;
+    Tensor ffn_norm;
     layers::MlpWeights mlp;  // dense layers
     layers::MoeWeights moe;  // MoE layers (moe.router defined)
     Tensor post_ffw_norm;  // Gemma
@@ -55,25 +45,19 @@ class DecoderModel final : public Model {
   Tensor act_view(int64_t rows, int64_t cols, size_t& offset) const;
   Tensor work_view(DType dtype, int64_t rows, int64_t cols, size_t& offset) const;
   void load_moe(Layer& l, WeightLoader& load, const std::string& prefix);
-  // The norm `name` [hidden], folded into the stacked matrix of `parts`
-  // where the backend stacks them (returned in `fused`, else undefined).
-  Norm load_norm_into(WeightLoader& load, const std::string& name, std::initializer_list<Tensor> parts,
-                      Tensor& fused);
   layers::MoeScratch moe_scratch(int64_t n, size_t& offset) const;
 
   ModelConfig config_;
   Backend& backend_;
   WeightStore store_;
   Tensor token_embd_;
-  Norm output_norm_;
-  Tensor unit_norm_;  // ones [hidden]: the weight of folded norms
+  Tensor output_norm_;
   Tensor output_;
   std::vector<Layer> layers_;
   Tensor inv_freq_global_;
   Tensor inv_freq_local_;
   size_t weight_bytes_ = 0;
   bool has_moe_ = false;
-  bool has_post_norms_ = false;  // Gemma: norms on a sub-layer's output before the residual add
   MoeRouteParams route_;
   size_t moe_workspace_bytes_ = 0;  // for max_tokens_
 

@@ -219,14 +219,13 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
     }
     layers::mla_layer(backend_, l.mla, s, rope, params, h, in, kv.layer(i), mla, delta);
     ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, 0.0f, h);
-    const layers::SublayerIo mlp_io{h, nullptr, Tensor(), delta, false, Tensor()};
     if (!l.moe.router.defined()) {
-      layers::mlp_layer(backend_, l.mlp, c.activation, mlp_io, mlp_scratch(l.mlp));
+      layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp_scratch(l.mlp), delta);
       continue;
     }
     // Shared experts: every token, no gate; the routed experts add onto them.
     const bool shared = l.mlp.w_gate.defined();
-    if (shared) layers::mlp_layer(backend_, l.mlp, c.activation, mlp_io, mlp_scratch(l.mlp));
+    if (shared) layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp_scratch(l.mlp), delta);
     ops::linear(backend_, h, l.moe.router, Tensor(), router_logits);
     ops::moe_route(backend_, router_logits, l.route, expert_ids, expert_weights);
     if (in.expert_counts.defined()) {

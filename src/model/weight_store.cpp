@@ -43,35 +43,8 @@ Tensor WeightStore::matrix(const Tensor& host) {
   return dev;
 }
 
-namespace {
-
-// host [rows, cols] (f32/f16/bf16, contiguous) with column c scaled by
-// scale[c], in the same dtype.
-std::vector<char> scale_columns(const Tensor& host, const std::vector<float>& scale) {
-  const int64_t rows = host.size(0), cols = host.size(1);
-  std::vector<char> out(host.nbytes());
-  for (int64_t r = 0; r < rows; ++r) {
-    if (host.dtype() == DType::F32) {
-      const float* in = host.data_as<const float>() + r * cols;
-      float* o = reinterpret_cast<float*>(out.data()) + r * cols;
-      for (int64_t c = 0; c < cols; ++c) o[c] = in[c] * scale[c];
-      continue;
-    }
-    const uint16_t* in = host.data_as<const uint16_t>() + r * cols;
-    uint16_t* o = reinterpret_cast<uint16_t*>(out.data()) + r * cols;
-    if (host.dtype() == DType::BF16) {
-      for (int64_t c = 0; c < cols; ++c) o[c] = f32_to_bf16(bf16_to_f32(in[c]) * scale[c]);
-    } else {
-      for (int64_t c = 0; c < cols; ++c) o[c] = f32_to_f16(f16_to_f32(in[c]) * scale[c]);
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-Tensor WeightStore::fused_matrix(std::initializer_list<Tensor> parts, const std::vector<float>* column_scale) {
-  if (backend_.device().type == DeviceType::CPU || parts.size() < (column_scale ? 1u : 2u)) return Tensor();
+Tensor WeightStore::fused_matrix(std::initializer_list<Tensor> parts) {
+  if (backend_.device().type == DeviceType::CPU || parts.size() < 2) return Tensor();
   const Tensor& first = *parts.begin();
   int64_t rows = 0;
   for (const Tensor& t : parts) {
@@ -81,21 +54,13 @@ Tensor WeightStore::fused_matrix(std::initializer_list<Tensor> parts, const std:
     }
     rows += t.size(0);
   }
-  DI_CHECK(!column_scale || static_cast<int64_t>(column_scale->size()) == first.size(1),
-           "column scale of {} values for matrices of {} columns", column_scale ? column_scale->size() : 0,
-           first.size(1));
   const size_t bytes = static_cast<size_t>(rows) * row_bytes(first.dtype(), first.size(1));
   Buffer& buf = owned_.emplace_back(backend_, bytes);
   bytes_owned_ += buf.size();
   Tensor fused = buf.view(first.dtype(), {rows, first.size(1)});
   int64_t at = 0;
   for (const Tensor& t : parts) {
-    if (column_scale) {
-      std::vector<char> scaled = scale_columns(t, *column_scale);
-      backend_.copy(fused.slice_rows(at, t.size(0)), Tensor(scaled.data(), t.dtype(), t.shape()));
-    } else {
-      backend_.copy(fused.slice_rows(at, t.size(0)), t);
-    }
+    backend_.copy(fused.slice_rows(at, t.size(0)), t);
     at += t.size(0);
   }
   return fused;
@@ -133,12 +98,6 @@ void append_f32(const Tensor& host, std::vector<float>& out) {
 }
 
 }  // namespace
-
-std::vector<float> WeightStore::host_floats(const Tensor& host) {
-  std::vector<float> values;
-  append_f32(host, values);
-  return values;
-}
 
 Tensor WeightStore::f32_vector(const Tensor& host) {
   std::vector<float> values;

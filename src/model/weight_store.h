@@ -19,18 +19,12 @@ class WeightStore {
   // device matrix (fused QKV / gate-up projections), so one product reads
   // them all. Returns an undefined tensor on the CPU, where weights stay
   // zero-copy views of the file, or when the parts cannot be fused.
-  // column_scale (may be null; one value per column): every column is
-  // multiplied by its value and rounded to the matrix's dtype on the way,
-  // folding an RMSNorm's weights into the product that follows it (then a
-  // single part is enough).
-  Tensor fused_matrix(std::initializer_list<Tensor> parts, const std::vector<float>* column_scale = nullptr);
+  Tensor fused_matrix(std::initializer_list<Tensor> parts);
   // A stack of expert matrices [experts, rows, cols]; on the CPU any view of
   // the file (e.g. half of a fused gate_up stack), elsewhere a contiguous one.
   Tensor expert_stack(const Tensor& host);
   // A vector converted to f32 (from f32/f16/bf16), on the backend.
   Tensor f32_vector(const Tensor& host);
-  // A float vector of the file (f32/f16/bf16) as f32 values on the host.
-  static std::vector<float> host_floats(const Tensor& host);
   Tensor f32_vector(const std::vector<float>& values);
   // Vectors concatenated into one f32 vector (biases of fused projections).
   Tensor f32_concat(std::initializer_list<Tensor> parts);

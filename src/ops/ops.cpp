@@ -150,10 +150,8 @@ void check_product_operands(const char* op, const Tensor& x, const Tensor& weigh
 
 }  // namespace
 
-namespace {
-
-void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
-                  const Backend& backend) {
+void linear(Backend& backend, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) {
+  const char* op = "linear";
   check_product_operands(op, x, weight, out, 2, backend);
   DI_CHECK(x.size(1) == weight.size(1), "{}: x {} does not match weight {} in the inner dimension", op,
            x.describe(), weight.describe());
@@ -167,44 +165,7 @@ void check_linear(const char* op, const Tensor& x, const Tensor& weight, const T
     DI_CHECK(bias.size(0) == weight.size(0), "{}: bias {} does not match weight {} in the output dimension",
              op, bias.describe(), weight.describe());
   }
-}
-
-// A scratch tensor of the fallback path: same shape and dtype as `like`.
-void check_scratch(const char* op, const char* name, const Tensor& scratch, const char* like_name,
-                   const Tensor& like, const Backend& backend) {
-  check_activation(op, name, scratch, backend);
-  check_same_shape(op, name, scratch, like_name, like);
-  check_same_dtype(op, name, scratch, like_name, like);
-}
-
-}  // namespace
-
-void linear(Backend& backend, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) {
-  check_linear("linear", x, weight, bias, out, backend);
   backend.linear(x, weight, bias, out);
-}
-
-void norm_linear(Backend& backend, const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,
-                 Tensor out, Tensor normed) {
-  const char* op = "norm_linear";
-  check_linear(op, x, weight, bias, out, backend);
-  check_norm_weight(op, x, norm.weight, backend);
-  check_eps(op, norm.eps);
-  check_scratch(op, "normed", normed, "x", x, backend);
-  if (backend.norm_linear(x, norm, weight, bias, out)) return;
-  backend.rms_norm(x, norm.weight, norm.eps, norm.weight_offset, normed);
-  backend.linear(normed, weight, bias, out);
-}
-
-void linear_accumulate(Backend& backend, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                       Tensor residual, Tensor delta) {
-  const char* op = "linear_accumulate";
-  check_linear(op, x, weight, bias, residual, backend);
-  check_same_dtype(op, "x", x, "residual", residual);
-  check_scratch(op, "delta", delta, "residual", residual, backend);
-  if (backend.linear_accumulate(x, weight, bias, residual)) return;
-  backend.linear(x, weight, bias, delta);
-  backend.add(residual, delta, residual);
 }
 
 void linear_batched(Backend& backend, const Tensor& x, const Tensor& weight, Tensor out) {
@@ -219,8 +180,7 @@ void linear_batched(Backend& backend, const Tensor& x, const Tensor& weight, Ten
   backend.linear_batched(x, weight, out);
 }
 
-bool gated_linear(Backend& backend, const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out,
-                  const RowNorm* input_norm) {
+bool gated_linear(Backend& backend, const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out) {
   const char* op = "gated_linear";
   check_activation(op, "x", x, backend);
   check_rank(op, "x", x, 2);
@@ -234,11 +194,7 @@ bool gated_linear(Backend& backend, const Tensor& x, const Tensor& w_gate_up, Ac
   DI_CHECK(out.size(0) == x.size(0) && out.size(1) == w_gate_up.size(0) / 2,
            "{}: out {} must be [{}, {}] for x {} and weight {}", op, out.describe(), x.size(0),
            w_gate_up.size(0) / 2, x.describe(), w_gate_up.describe());
-  if (input_norm) {
-    check_norm_weight(op, x, input_norm->weight, backend);
-    check_eps(op, input_norm->eps);
-  }
-  return backend.gated_linear(x, w_gate_up, act, out, input_norm);
+  return backend.gated_linear(x, w_gate_up, act, out);
 }
 
 namespace {

@@ -25,15 +25,6 @@ void add_rms_norm(Backend& backend, Tensor residual, const Tensor& x, const Tens
                   float weight_offset, Tensor out);
 // bias may be undefined.
 void linear(Backend& backend, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out);
-// The residual stream's fused products (Backend::residual_stream_in_place).
-// Both run fused where the backend can and otherwise as the separate ops
-// through the given scratch (same shape and dtype as x / residual).
-// out = linear(rms_norm(x, norm)).
-void norm_linear(Backend& backend, const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,
-                 Tensor out, Tensor normed);
-// residual += linear(x).
-void linear_accumulate(Backend& backend, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                       Tensor residual, Tensor delta);
 // k may be undefined.
 void rope(Backend& backend, Tensor q, Tensor k, const Tensor& positions, const RopeParams& params);
 // A negative slot marks a padding token that is not stored.
@@ -51,9 +42,7 @@ void gated_activation(Backend& backend, const Tensor& gate, const Tensor& up, Ac
 // Returns false when the backend has no fused kernel (run linear + gated_activation).
 // out[:, b] = x[:, b] W[b]^T for x [n, B, k], weight [B, m, k], out [n, B, m].
 void linear_batched(Backend& backend, const Tensor& x, const Tensor& weight, Tensor out);
-// input_norm: fold rms_norm(x) in (may be null; returns false as above).
-bool gated_linear(Backend& backend, const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out,
-                  const RowNorm* input_norm = nullptr);
+bool gated_linear(Backend& backend, const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out);
 void add(Backend& backend, const Tensor& a, const Tensor& b, Tensor out);
 void scale(Backend& backend, const Tensor& x, float factor, Tensor out);
 void gather_rows(Backend& backend, const Tensor& x, const Tensor& rows, Tensor out);

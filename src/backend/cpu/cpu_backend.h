@@ -67,11 +67,6 @@ class CpuBackend final : public Backend {
                  const AttentionParams& params, Tensor out) override;
   void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor out) override;
   void add(const Tensor& a, const Tensor& b, Tensor out) override;
-  // Decode-sized forwards keep the residual stream in place as on CUDA. The
-  // CPU has no fused products: the ops run norm + linear and linear + add,
-  // the same passes as the separate scheme and, in f32, the same values; so
-  // the CPU tests cover the scheme the CUDA backend decodes with.
-  bool residual_stream_in_place(int64_t rows) const override { return rows >= 1 && rows <= 4; }
   void scale(const Tensor& x, float factor, Tensor out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override;
   void moe_route(const Tensor& logits, const MoeRouteParams& params, Tensor expert_ids,

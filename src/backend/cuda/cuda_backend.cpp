@@ -4,8 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 #include <vector>
 
 #include "backend/cuda/cuda_expert_counts.h"
@@ -68,15 +66,6 @@ bool gemv_fits(const Tensor& x, const Tensor& weight) {
          aligned16(x.data(), x.stride_bytes(0)) && aligned16(weight.data(), weight.stride_bytes(0));
 }
 
-GemvFusion fold_norm(const RowNorm* norm) {
-  GemvFusion f;
-  if (norm) {
-    f.norm = true;
-    f.norm_eps = norm->eps;
-  }
-  return f;
-}
-
 RowView rows_of(const Tensor& t) {
   RowView v;
   v.base = static_cast<char*>(t.data());
@@ -128,10 +117,6 @@ int ld_of(const Tensor& t, int64_t min_ld) {
   int64_t ld = t.size(0) > 1 ? t.stride_bytes(0) / es : min_ld;
   return static_cast<int>(std::max(ld, min_ld));
 }
-
-// The gemv folds only norms of unit weight (the model scaled the matrix's
-// columns instead): loading the weights per chunk slowed it down by a third.
-bool norm_fits(const RowNorm* norm) { return !norm || norm->unit_weight; }
 
 }  // namespace
 
@@ -506,53 +491,14 @@ void CudaBackend::linear_batched(const Tensor& x, const Tensor& weight, Tensor o
   Backend::linear_batched(x, weight, out);
 }
 
-bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out,
-                               const RowNorm* input_norm) {
+bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out) {
   // The decode-sized product only; larger batches are compute-bound GEMMs.
-  if ((act != Activation::Silu && act != Activation::GeluTanh) || !gemv_fits(x, w_gate_up) ||
-      !norm_fits(input_norm)) {
-    return false;
-  }
+  if ((act != Activation::Silu && act != Activation::GeluTanh) || !gemv_fits(x, w_gate_up)) return false;
   launch_gemv_glu(elem_type(x.dtype(), "gated_linear"), static_cast<int>(x.size(0)),
                   static_cast<const char*>(x.data()), x.stride_bytes(0), static_cast<const char*>(w_gate_up.data()),
                   w_gate_up.stride_bytes(0), out.size(1), x.size(1), act == Activation::GeluTanh,
-                  static_cast<char*>(out.data()), out.stride_bytes(0), stream_, fold_norm(input_norm));
+                  static_cast<char*>(out.data()), out.stride_bytes(0), stream_);
   check_launch("gated_linear");
-  return true;
-}
-
-bool CudaBackend::residual_stream_in_place(int64_t rows) const {
-  // DEEPINFER_RESIDUAL_IN_PLACE=0 keeps the separate norm kernels (the A/B switch of the benchmarks).
-  static const bool enabled = [] {
-    const char* v = std::getenv("DEEPINFER_RESIDUAL_IN_PLACE");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
-  return enabled && rows >= 1 && rows <= kGemvMaxRows;
-}
-
-bool CudaBackend::norm_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,
-                              Tensor out) {
-  const bool out_ok = out.dtype() == DType::F32 || out.dtype() == x.dtype();
-  if (!gemv_fits(x, weight) || !out_ok || !norm_fits(&norm)) return false;
-  launch_gemv(elem_type(x.dtype(), "norm_linear"), static_cast<int>(x.size(0)), static_cast<const char*>(x.data()),
-              x.stride_bytes(0), static_cast<const char*>(weight.data()), weight.stride_bytes(0), weight.size(0),
-              x.size(1), bias.defined() ? bias.data_as<const float>() : nullptr, out.dtype() == DType::F32,
-              static_cast<char*>(out.data()), out.stride_bytes(0), stream_, GemvConfig{0, 4}, GemvBatch{},
-              fold_norm(&norm));
-  check_launch("norm_linear");
-  return true;
-}
-
-bool CudaBackend::linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor residual) {
-  if (!gemv_fits(x, weight) || residual.dtype() != x.dtype()) return false;
-  GemvFusion accumulate;
-  accumulate.accumulate = true;
-  launch_gemv(elem_type(x.dtype(), "linear_accumulate"), static_cast<int>(x.size(0)),
-              static_cast<const char*>(x.data()), x.stride_bytes(0), static_cast<const char*>(weight.data()),
-              weight.stride_bytes(0), weight.size(0), x.size(1), bias.defined() ? bias.data_as<const float>() : nullptr,
-              false, static_cast<char*>(residual.data()), residual.stride_bytes(0), stream_, GemvConfig{0, 4},
-              GemvBatch{}, accumulate);
-  check_launch("linear_accumulate");
   return true;
 }
 

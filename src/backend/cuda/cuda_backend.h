@@ -65,13 +65,7 @@ class CudaBackend final : public Backend {
   void attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,
                  const AttentionParams& params, Tensor out) override;
   void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor out) override;
-  bool gated_linear(const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out,
-                    const RowNorm* input_norm) override;
-  // Decode-sized (gemv) only, see Backend.
-  bool residual_stream_in_place(int64_t rows) const override;
-  bool norm_linear(const Tensor& x, const RowNorm& norm, const Tensor& weight, const Tensor& bias,
-                   Tensor out) override;
-  bool linear_accumulate(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor residual) override;
+  bool gated_linear(const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out) override;
   void add(const Tensor& a, const Tensor& b, Tensor out) override;
   void scale(const Tensor& x, float factor, Tensor out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override;

@@ -177,6 +177,13 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_rows_kernel(RowView x, 
 }
 
 // Rotates token t's q and k heads in place; table: 2 * half floats of shared memory (cos, sin).
+// One rotary pair, every product and sum rounded separately so that the
+// kernels that rotate (rope, the fused rope + store) agree bit for bit
+// whatever the compiler contracts.
+__device__ __forceinline__ float2 rotate_pair(float x0, float x1, float c, float s) {
+  return make_float2(__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)), __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c)));
+}
+
 template <typename T>
 __device__ void rotate_token(int64_t t, const HeadView& q, const HeadView& k, const int32_t* positions,
                              const float* inv_freq, int half, bool neox, float factor, float* table) {
@@ -195,10 +202,9 @@ __device__ void rotate_token(int64_t t, const HeadView& q, const HeadView& k, co
     T* v = h < heads_q ? reinterpret_cast<T*>(q.base + t * q.stride0 + h * q.stride1)
                        : reinterpret_cast<T*>(k.base + t * k.stride0 + (h - heads_q) * k.stride1);
     int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-    float x0 = to_f(v[a]), x1 = to_f(v[b]);
-    float c = table[i], s = table[half + i];
-    v[a] = from_f<T>(x0 * c - x1 * s);
-    v[b] = from_f<T>(x0 * s + x1 * c);
+    const float2 y = rotate_pair(to_f(v[a]), to_f(v[b]), table[i], table[half + i]);
+    v[a] = from_f<T>(y.x);
+    v[b] = from_f<T>(y.y);
   }
 }
 
@@ -329,10 +335,8 @@ __global__ void rope_store_kv_heads_kernel(HeadView q, HeadView k, HeadView v, c
   if (i < half) {
     float sn, cs;
     sincosf(static_cast<float>(positions[t]) * inv_freq[i], &sn, &cs);
-    cs *= factor;
-    sn *= factor;
-    const float x0 = to_f(x[a]), x1 = to_f(x[b]);
-    const T y0 = from_f<T>(x0 * cs - x1 * sn), y1 = from_f<T>(x0 * sn + x1 * cs);
+    const float2 y = rotate_pair(to_f(x[a]), to_f(x[b]), cs * factor, sn * factor);
+    const T y0 = from_f<T>(y.x), y1 = from_f<T>(y.y);
     x[a] = y0;
     x[b] = y1;
     r0 = to_f(y0);

@@ -21,58 +21,35 @@ __device__ __forceinline__ void dot8(const uint4& w, const uint4& x, float& acc)
   for (int e = 0; e < 8; ++e) acc = fmaf(to_f(wv[e]), to_f(xv[e]), acc);
 }
 
-// The chunk's squares, for the row's RMS.
-template <typename T>
-__device__ __forceinline__ void sum_squares8(const uint4& x, float& ss) {
-  const T* xv = reinterpret_cast<const T*>(&x);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) ss = fmaf(to_f(xv[e]), to_f(xv[e]), ss);
-}
-
 // `wpr` warps share one output (split along k, summed through shared
 // memory) so that small m still puts enough loads in flight to fill HBM.
 // kGlu: output j of the gated MLP, act(x . W[j]) * (x . W[j + m]) over a
 // stacked [2m, k] gate-up weight, with the two products rounded to the
 // activation type first exactly as separate linear + gated_activation ops
 // would, so fusing does not change the result.
-// kNorm: the input's RMSNorm (of unit weight: the norm's weights are folded
-// into W) applied on the fly. 1/rms(x) is a common factor of the whole dot
-// product, so the warps of the block's first row also sum x . x over the
-// chunks they read anyway (together they read all of x) and every row
-// scales by it once at the end; no normalised copy of x is written or
-// rounded. Loading the norm's weights
-// per chunk instead cost a third of the bandwidth (80 instead of 46
-// registers at one row, so fewer blocks per SM).
-// fusion.accumulate: out[j] += the result rounded to TO (a residual add).
-template <typename T, typename TO, int N, int kUnroll, bool kGlu, bool kNorm>
+template <typename T, typename TO, int N, int kUnroll, bool kGlu>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const char* x, int64_t x_stride, const char* w,
                                                                int64_t w_stride, int64_t m, int64_t k,
                                                                const float* bias, char* out, int64_t out_stride,
-                                                               int wpr, bool gelu, GemvBatch batch,
-                                                               GemvFusion fusion) {
+                                                               int wpr, bool gelu, GemvBatch batch) {
   constexpr int R = kGlu ? 2 : 1;  // weight rows per output
   x += blockIdx.y * batch.x_stride;
   w += blockIdx.y * batch.w_stride;
   out += blockIdx.y * batch.out_stride;
-  __shared__ float part[kGemvWarps][R * N + (kNorm ? N : 0)];
+  __shared__ float part[kGemvWarps][R * N];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = warp % wpr;
-  const int rows_per_block = kGemvWarps / wpr;
-  const int64_t j = blockIdx.x * int64_t{rows_per_block} + warp / wpr;
+  const int64_t j = blockIdx.x * int64_t{kGemvWarps / wpr} + warp / wpr;
   const int64_t chunks = k / 8, stride = 32 * int64_t{wpr};
-  // kNorm: the warps of the block's first row sum x . x for all its rows.
-  const bool sums_squares = warp < wpr;
-  float acc[R][N], ss[N];
+  float acc[R][N];
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    ss[i] = 0.0f;
+  for (int r = 0; r < R; ++r) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) acc[r][i] = 0.0f;
+    for (int i = 0; i < N; ++i) acc[r][i] = 0.0f;
   }
-  // Loading weights before the wait (into registers or L2, also with one
-  // bulk L2 prefetch per row) was tried: the extra registers or the
-  // duplicate L2 requests cost more than the overlap gained (bulk prefetch:
-  // 5.22 against 5.07 ms per 8B decode step, H200 run 26).
+  // Loading weights before the wait (into registers or L2) was tried: the
+  // extra registers or the duplicate L2 requests cost more (~10%) than the
+  // overlap gained.
   wait_for_prior_kernel();
   release_next_kernel();
   if (j < m) {
@@ -92,10 +69,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const char* x, in
 #pragma unroll
           for (int u = 0; u < kUnroll; ++u) {
             int64_t c = c0 + stride * u;
-            if (c >= chunks) continue;
-            const uint4 xv = __ldg(xr + c);
-            if (kNorm && r == 0 && sums_squares) sum_squares8<T>(xv, ss[i]);
-            dot8<T>(wv[u], xv, acc[r][i]);
+            if (c < chunks) dot8<T>(wv[u], __ldg(xr + c), acc[r][i]);
           }
         }
       }
@@ -109,13 +83,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const char* x, in
       if (lane == 0) part[warp][r * N + i] = v;
     }
   }
-  if constexpr (kNorm) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      float v = warp_sum(ss[i]);
-      if (lane == 0) part[warp][R * N + i] = v;
-    }
-  }
   __syncthreads();
   if (sub == 0 && lane < N && j < m) {
     float v[R];
@@ -124,46 +91,36 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const char* x, in
       v[r] = 0.0f;
       for (int s2 = 0; s2 < wpr; ++s2) v[r] += part[warp + s2][r * N + lane];
     }
-    if constexpr (kNorm) {
-      float sum_sq = 0.0f;
-      for (int s2 = 0; s2 < wpr; ++s2) sum_sq += part[s2][R * N + lane];
-      const float inv = 1.0f / sqrtf(sum_sq / static_cast<float>(k) + fusion.norm_eps);
-#pragma unroll
-      for (int r = 0; r < R; ++r) v[r] *= inv;
-    }
-    TO* o = reinterpret_cast<TO*>(out + lane * out_stride) + j;
     if constexpr (kGlu) {
       const float g = to_f(from_f<T>(v[0])), u = to_f(from_f<T>(v[1]));
-      *o = from_f<TO>((gelu ? gelu_tanh(g) : silu(g)) * u);
+      reinterpret_cast<TO*>(out + lane * out_stride)[j] = from_f<TO>((gelu ? gelu_tanh(g) : silu(g)) * u);
     } else {
       if (bias) v[0] += bias[j];
-      *o = fusion.accumulate ? from_f<TO>(to_f(*o) + to_f(from_f<TO>(v[0]))) : from_f<TO>(v[0]);
+      reinterpret_cast<TO*>(out + lane * out_stride)[j] = from_f<TO>(v[0]);
     }
   }
 }
 
-template <typename T, typename TO, int U, bool G, bool NRM>
+template <typename T, typename TO, int U, bool G>
 void launch_n(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k, const float* bias,
-              char* out, int64_t os, int wpr, bool gelu, const GemvBatch& b, const GemvFusion& f, cudaStream_t s) {
+              char* out, int64_t os, int wpr, bool gelu, const GemvBatch& b, cudaStream_t s) {
   const dim3 blocks(static_cast<unsigned>((m + kGemvWarps / wpr - 1) / (kGemvWarps / wpr)),
                     static_cast<unsigned>(b.count));
   const dim3 threads(kGemvWarps * 32);
   switch (n) {
-    case 1: launch_chained(gemv_kernel<T, TO, 1, U, G, NRM>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, f); break;
-    case 2: launch_chained(gemv_kernel<T, TO, 2, U, G, NRM>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, f); break;
-    case 3: launch_chained(gemv_kernel<T, TO, 3, U, G, NRM>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, f); break;
-    default: launch_chained(gemv_kernel<T, TO, 4, U, G, NRM>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, f); break;
+    case 1: launch_chained(gemv_kernel<T, TO, 1, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b); break;
+    case 2: launch_chained(gemv_kernel<T, TO, 2, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b); break;
+    case 3: launch_chained(gemv_kernel<T, TO, 3, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b); break;
+    default: launch_chained(gemv_kernel<T, TO, 4, U, G>, blocks, threads, 0, s, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b); break;
   }
 }
 
-// The folded norm is compiled for the launcher's unroll (4) only.
 template <typename T, typename TO, bool G = false>
 void launch_u(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k, const float* bias,
               char* out, int64_t os, int wpr, int unroll, cudaStream_t s, bool gelu = false,
-              const GemvBatch& b = {}, const GemvFusion& f = {}) {
-  if (f.norm) launch_n<T, TO, 4, G, true>(n, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, f, s);
-  else if (unroll >= 8) launch_n<T, TO, 8, G, false>(n, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, f, s);
-  else launch_n<T, TO, 4, G, false>(n, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, f, s);
+              const GemvBatch& b = {}) {
+  if (unroll >= 8) launch_n<T, TO, 8, G>(n, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, s);
+  else launch_n<T, TO, 4, G>(n, x, xs, w, ws, m, k, bias, out, os, wpr, gelu, b, s);
 }
 
 }  // namespace
@@ -190,39 +147,33 @@ GemvConfig gemv_config(int64_t m, int64_t k) {
 
 void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride, int64_t m,
                  int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride, Stream stream,
-                 GemvConfig config, GemvBatch batch, GemvFusion fusion) {
+                 GemvConfig config, GemvBatch batch) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (config.warps_per_row <= 0) config = gemv_config(m, k);
   const int wpr = config.warps_per_row, u = config.unroll;
   if (type == ElemType::F16) {
-    if (out_f32) {
-      launch_u<__half, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s, false, batch, fusion);
-    } else {
-      launch_u<__half, __half>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s, false, batch, fusion);
-    }
+    if (out_f32) launch_u<__half, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s, false, batch);
+    else launch_u<__half, __half>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s, false, batch);
   } else {
     if (out_f32) {
-      launch_u<__nv_bfloat16, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s, false, batch,
-                                     fusion);
+      launch_u<__nv_bfloat16, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s, false, batch);
     } else {
       launch_u<__nv_bfloat16, __nv_bfloat16>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, u, s,
-                                             false, batch, fusion);
+                                             false, batch);
     }
   }
 }
 
 void launch_gemv_glu(ElemType type, int n, const char* x, int64_t x_stride, const char* w_gate_up, int64_t w_stride,
-                     int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride, Stream stream,
-                     GemvFusion fusion) {
+                     int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride, Stream stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const GemvConfig c = gemv_config(f, k);
-  fusion.accumulate = false;
   if (type == ElemType::F16) {
     launch_u<__half, __half, true>(n, x, x_stride, w_gate_up, w_stride, f, k, nullptr, out, out_stride,
-                                   c.warps_per_row, c.unroll, s, gelu, GemvBatch{}, fusion);
+                                   c.warps_per_row, c.unroll, s, gelu);
   } else {
     launch_u<__nv_bfloat16, __nv_bfloat16, true>(n, x, x_stride, w_gate_up, w_stride, f, k, nullptr, out, out_stride,
-                                                 c.warps_per_row, c.unroll, s, gelu, GemvBatch{}, fusion);
+                                                 c.warps_per_row, c.unroll, s, gelu);
   }
 }
 

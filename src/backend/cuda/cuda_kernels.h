@@ -101,24 +101,14 @@ struct GemvBatch {
   int64_t count = 1;
   int64_t x_stride = 0, w_stride = 0, out_stride = 0;
 };
-// What a gemv folds in around the product (decode's residual stream):
-// norm: the product takes rms_norm(x) of unit weight (the model folds the
-// norm's weights into W) instead of x, without a normalised copy of x;
-// accumulate: out += the result rounded to out's type (a residual add).
-struct GemvFusion {
-  bool norm = false;
-  float norm_eps = 0.0f;
-  bool accumulate = false;
-};
 // config.warps_per_row <= 0 = gemv_config(m, k).
 void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride, int64_t m,
                  int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride, Stream stream,
-                 GemvConfig config = GemvConfig{0, 4}, GemvBatch batch = {}, GemvFusion fusion = {});
+                 GemvConfig config = GemvConfig{0, 4}, GemvBatch batch = {});
 // Gated-MLP decode product: out[n, f] = act(x W[0:f]^T) * (x W[f:2f]^T) for a
 // stacked gate-up weight [2f, k] (same conditions as launch_gemv; bf16/f16 out).
 void launch_gemv_glu(ElemType type, int n, const char* x, int64_t x_stride, const char* w_gate_up, int64_t w_stride,
-                     int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride, Stream stream,
-                     GemvFusion fusion = {});  // accumulate is not supported here
+                     int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride, Stream stream);
 // Element-type conversion of a row view into a contiguous buffer.
 void launch_convert(ElemType from, RowView x, ElemType to, char* out, Stream stream);
 

@@ -5,19 +5,18 @@
 namespace deepinfer::layers {
 
 void attention_layer(Backend& backend, const AttentionWeights& w, const AttentionShape& shape,
-                     const RopeParams& rope, const AttentionParams& params, const SublayerIo& io,
+                     const RopeParams& rope, const AttentionParams& params, const Tensor& h,
                      const ForwardInputs& inputs, const KvCacheLayer& cache,
-                     const AttentionScratch& scratch) {
+                     const AttentionScratch& scratch, Tensor out) {
   const int64_t d = shape.head_dim;
   const int64_t q_dim = shape.n_heads_q * d, kv_dim = shape.n_heads_kv * d;
   Tensor q, k, v;
   if (w.wqkv.defined()) {
-    project_in(backend, io, w.wqkv, w.bqkv, scratch.qkv);
+    ops::linear(backend, h, w.wqkv, w.bqkv, scratch.qkv);
     q = scratch.qkv.narrow(1, 0, q_dim).split_last(shape.n_heads_q, d);
     k = scratch.qkv.narrow(1, q_dim, kv_dim).split_last(shape.n_heads_kv, d);
     v = scratch.qkv.narrow(1, q_dim + kv_dim, kv_dim).split_last(shape.n_heads_kv, d);
   } else {
-    const Tensor h = normalised_input(backend, io);
     ops::linear(backend, h, w.wq, w.bq, scratch.q);
     ops::linear(backend, h, w.wk, w.bk, scratch.k);
     ops::linear(backend, h, w.wv, w.bv, scratch.v);
@@ -31,7 +30,7 @@ void attention_layer(Backend& backend, const AttentionWeights& w, const Attentio
                      w.q_norm.defined() ? &qk_norm : nullptr);
   Tensor attn = scratch.out.split_last(shape.n_heads_q, d);
   ops::attention(backend, q, cache, inputs.attention, params, attn);
-  project_out(backend, io, scratch.out, w.wo, w.bo);
+  ops::linear(backend, scratch.out, w.wo, w.bo, out);
 }
 
 }  // namespace deepinfer::layers

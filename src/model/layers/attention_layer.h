@@ -4,7 +4,6 @@
 
 #include "backend/backend.h"
 #include "model/forward_inputs.h"
-#include "model/layers/sublayer_io.h"
 
 namespace deepinfer::layers {
 
@@ -37,10 +36,10 @@ struct AttentionScratch {
   Tensor qkv;
 };
 
-// io.out (=|+=) attention(io's normalised input), rows [n, hidden].
+// out[n, hidden] = attention(h[n, hidden]).
 void attention_layer(Backend& backend, const AttentionWeights& w, const AttentionShape& shape,
-                     const RopeParams& rope, const AttentionParams& params, const SublayerIo& io,
+                     const RopeParams& rope, const AttentionParams& params, const Tensor& h,
                      const ForwardInputs& inputs, const KvCacheLayer& cache,
-                     const AttentionScratch& scratch);
+                     const AttentionScratch& scratch, Tensor out);
 
 }  // namespace deepinfer::layers

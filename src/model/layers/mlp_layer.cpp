@@ -4,26 +4,23 @@
 
 namespace deepinfer::layers {
 
-void mlp_layer(Backend& backend, const MlpWeights& w, Activation activation, const SublayerIo& io,
-               const MlpScratch& scratch) {
-  if (w.w_gate_up.defined() && ops::gated_linear(backend, io.input, w.w_gate_up, activation, scratch.act, io.norm)) {
-    project_out(backend, io, scratch.act, w.w_down, Tensor());
-    return;
-  }
-  const Tensor h = normalised_input(backend, io);
+void mlp_layer(Backend& backend, const MlpWeights& w, Activation activation, const Tensor& h,
+               const MlpScratch& scratch, Tensor out) {
   if (w.w_gate_up.defined()) {
     const int64_t f = w.w_gate_up.size(0) / 2;
-    if (!io.norm || !ops::gated_linear(backend, h, w.w_gate_up, activation, scratch.act)) {
-      ops::linear(backend, h, w.w_gate_up, Tensor(), scratch.gate_up);
-      ops::gated_activation(backend, scratch.gate_up.narrow(1, 0, f), scratch.gate_up.narrow(1, f, f), activation,
-                            scratch.act);
+    if (ops::gated_linear(backend, h, w.w_gate_up, activation, scratch.act)) {
+      ops::linear(backend, scratch.act, w.w_down, Tensor(), out);
+      return;
     }
+    ops::linear(backend, h, w.w_gate_up, Tensor(), scratch.gate_up);
+    ops::gated_activation(backend, scratch.gate_up.narrow(1, 0, f), scratch.gate_up.narrow(1, f, f), activation,
+                          scratch.act);
   } else {
     ops::linear(backend, h, w.w_gate, Tensor(), scratch.gate);
     ops::linear(backend, h, w.w_up, Tensor(), scratch.up);
     ops::gated_activation(backend, scratch.gate, scratch.up, activation, scratch.act);
   }
-  project_out(backend, io, scratch.act, w.w_down, Tensor());
+  ops::linear(backend, scratch.act, w.w_down, Tensor(), out);
 }
 
 }  // namespace deepinfer::layers

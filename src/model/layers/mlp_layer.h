@@ -2,7 +2,6 @@
 #pragma once
 
 #include "backend/backend.h"
-#include "model/layers/sublayer_io.h"
 
 namespace deepinfer::layers {
 
@@ -18,8 +17,7 @@ struct MlpScratch {
   Tensor gate_up;  // [n, 2 ffn] with fused weights
 };
 
-// io.out (=|+=) mlp(io's normalised input).
-void mlp_layer(Backend& backend, const MlpWeights& w, Activation activation, const SublayerIo& io,
-               const MlpScratch& scratch);
+void mlp_layer(Backend& backend, const MlpWeights& w, Activation activation, const Tensor& h,
+               const MlpScratch& scratch, Tensor out);
 
 }  // namespace deepinfer::layers
