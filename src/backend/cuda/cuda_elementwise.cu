@@ -176,7 +176,6 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_rows_kernel(RowView x, 
   }
 }
 
-// Rotates token t's q and k heads in place; table: 2 * half floats of shared memory (cos, sin).
 // One rotary pair, every product and sum rounded separately so that the
 // kernels that rotate (rope, the fused rope + store) agree bit for bit
 // whatever the compiler contracts.
@@ -184,6 +183,7 @@ __device__ __forceinline__ float2 rotate_pair(float x0, float x1, float c, float
   return make_float2(__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)), __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c)));
 }
 
+// Rotates token t's q and k heads in place; table: 2 * half floats of shared memory (cos, sin).
 template <typename T>
 __device__ void rotate_token(int64_t t, const HeadView& q, const HeadView& k, const int32_t* positions,
                              const float* inv_freq, int half, bool neox, float factor, float* table) {
