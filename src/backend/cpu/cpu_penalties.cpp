@@ -1,7 +1,5 @@
-// CpuBackend::apply_penalties: each row's sorted entries in one pass, the
-// pending token found by binary search. Rows touch few logits, so one thread.
-#include <algorithm>
-
+// CpuBackend::apply_penalties: each row's sorted entries in one pass, noting
+// whether the pending token has one. Rows touch few logits, so one thread.
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_penalties.h"
 #include "backend/cpu/rows.h"
@@ -31,17 +29,18 @@ void CpuBackend::apply_penalties(Tensor logits, const Tensor& params, const Tens
     float* x = rows.row(r);
     const PenaltyEntry* begin = all + p.entries_begin;
     const PenaltyEntry* end = all + p.entries_end;
+    bool pending_has_entry = false;
     for (const PenaltyEntry* e = begin; e != end; ++e) {
       DI_CHECK(e->token >= 0 && e->token < vocab, "apply_penalties: row {} token id {} outside the vocabulary [0, {})",
                r, e->token, vocab);
       DI_CHECK(e == begin || e[-1].token < e->token, "apply_penalties: row {} entries are not sorted by token id", r);
       const bool masked = p.mask_min_tokens != 0 && (e->flags & kPenaltyMinTokensMask) != 0;
-      const int32_t count = e->output_count + (e->token == pending ? 1 : 0);
-      x[e->token] = penalise_logit(x[e->token], p, e->flags, e->bias, masked, count);
+      const bool is_pending = e->token == pending;
+      pending_has_entry |= is_pending;
+      x[e->token] = penalise_logit(x[e->token], p, e->flags, e->bias, masked, e->output_count + (is_pending ? 1 : 0));
     }
-    if (pending < 0) continue;
-    auto it = std::lower_bound(begin, end, pending, [](const PenaltyEntry& e, int32_t t) { return e.token < t; });
-    if (it == end || it->token != pending) x[pending] = penalise_logit(x[pending], p, 0, 0.0f, false, 1);
+    // A pending token without an entry: a first output occurrence.
+    if (pending >= 0 && !pending_has_entry) x[pending] = penalise_logit(x[pending], p, 0, 0.0f, false, 1);
   }
 }
 

@@ -220,16 +220,26 @@ __global__ void rope_kernel(HeadView q, HeadView k, const int32_t* positions, co
 // Writes token t's K and V heads into its cache slot, as cache elements C
 // (T itself, or FP8 e4m3); a negative slot is a padding token (nothing
 // stored), one past the cache sets the error bit.
+// Token t's cache slot as (page, offset); false when nothing is to be
+// stored: a padding token, or a slot past the cache (which sets the error bit).
+__device__ __forceinline__ bool token_slot(int64_t t, const int32_t* slots, const CacheView& ck, uint32_t* err,
+                                           int64_t& page, int64_t& offset) {
+  const int64_t slot = slots[t];
+  if (slot < 0) return false;  // padding token
+  if (slot >= ck.pages * ck.page_size) {
+    if (threadIdx.x == 0) atomicOr(err, kErrStoreKvSlot);
+    return false;
+  }
+  page = slot / ck.page_size;
+  offset = slot % ck.page_size;
+  return true;
+}
+
 template <typename T, typename C>
 __device__ void store_token_kv(int64_t t, const HeadView& k, const HeadView& v, const int32_t* slots,
                                const CacheView& ck, const CacheView& cv, uint32_t* err) {
-  const int64_t slot = slots[t];
-  if (slot < 0) return;  // padding token
-  if (slot >= ck.pages * ck.page_size) {
-    if (threadIdx.x == 0) atomicOr(err, kErrStoreKvSlot);
-    return;
-  }
-  const int64_t page = slot / ck.page_size, offset = slot % ck.page_size;
+  int64_t page = 0, offset = 0;
+  if (!token_slot(t, slots, ck, err, page, offset)) return;
   for (int64_t item = threadIdx.x; item < k.heads * k.dim; item += blockDim.x) {
     const int64_t h = item / k.dim, d = item % k.dim;
     const T* ks = reinterpret_cast<const T*>(k.base + t * k.stride0 + h * k.stride1);
@@ -342,14 +352,8 @@ __global__ void rope_store_kv_heads_kernel(HeadView q, HeadView k, HeadView v, c
     r0 = to_f(y0);
     r1 = to_f(y1);
   }
-  if (is_q) return;
-  const int64_t slot = slots[t];
-  if (slot < 0) return;  // padding token
-  if (slot >= ck.pages * ck.page_size) {
-    if (i == 0) atomicOr(err, kErrStoreKvSlot);
-    return;
-  }
-  const int64_t page = slot / ck.page_size, offset = slot % ck.page_size;
+  int64_t page = 0, offset = 0;
+  if (is_q || !token_slot(t, slots, ck, err, page, offset)) return;
   C* kd = reinterpret_cast<C*>(ck.base + page * ck.stride0 + offset * ck.stride1 + h * ck.stride2);
   C* vd = reinterpret_cast<C*>(cv.base + page * cv.stride0 + offset * cv.stride1 + h * cv.stride2);
   const T* vs = reinterpret_cast<const T*>(v.base + t * v.stride0 + h * v.stride1);
@@ -495,21 +499,23 @@ void launch_embedding(ElemType table_type, const char* table, int64_t table_stri
           table, table_stride, vocab, ids, out, err)));
 }
 
+// Whether every row of the view starts on a 16-byte boundary.
+static bool rows_aligned16(const RowView& v) {
+  bool ok = reinterpret_cast<uintptr_t>(v.base) % 16 == 0;
+  for (int d = 0; d < v.nouter; ++d) ok = ok && v.stride[d] % 16 == 0;
+  return ok;
+}
+
 void launch_rms_norm(ElemType type, RowView x, RowView residual, const float* weight, float eps,
                      float weight_offset, RowView out, bool add_residual, Stream stream) {
   if (x.rows == 0) return;
-  auto aligned = [](const RowView& v) {
-    bool ok = reinterpret_cast<uintptr_t>(v.base) % 16 == 0;
-    for (int d = 0; d < v.nouter; ++d) ok = ok && v.stride[d] % 16 == 0;
-    return ok;
-  };
   // Chunked path: 16-bit rows of 8-element chunks up to 8 warps x 32 lanes x
   // kMaxChunks chunks (16,384 columns). Few rows (decode) take the widest
   // split, so one row's loads spread over more lanes.
   const int64_t chunks = x.cols / 8;
   const bool vec = type != ElemType::F32 && x.cols % 8 == 0 && chunks <= 8 * 32 * kMaxChunks &&
-                   reinterpret_cast<uintptr_t>(weight) % 16 == 0 && aligned(x) && aligned(out) &&
-                   (!add_residual || aligned(residual));
+                   reinterpret_cast<uintptr_t>(weight) % 16 == 0 && rows_aligned16(x) && rows_aligned16(out) &&
+                   (!add_residual || rows_aligned16(residual));
   if (vec) {
     int warps = 1;
     while (chunks > int64_t{32} * kMaxChunks * warps) warps *= 2;
@@ -610,10 +616,7 @@ static dim3 element_grid(const RowView& v) {
 static bool chunkable(ElemType type, std::initializer_list<const RowView*> views) {
   if (type == ElemType::F32) return false;
   for (const RowView* v : views) {
-    if (v->cols % 8 != 0 || reinterpret_cast<uintptr_t>(v->base) % 16 != 0) return false;
-    for (int d = 0; d < v->nouter; ++d) {
-      if (v->stride[d] % 16 != 0) return false;
-    }
+    if (v->cols % 8 != 0 || !rows_aligned16(*v)) return false;
   }
   return true;
 }
@@ -667,16 +670,11 @@ void launch_gather_rows(int elem_bytes, RowView x, int64_t x_outer, int64_t sub,
                         RowView out, uint32_t* err, Stream stream) {
   if (n * sub == 0) return;
   unsigned blocks = static_cast<unsigned>(n * sub);
-  auto aligned = [](const RowView& v) {
-    bool ok = reinterpret_cast<uintptr_t>(v.base) % 16 == 0;
-    for (int d = 0; d < v.nouter; ++d) ok = ok && v.stride[d] % 16 == 0;
-    return ok;
-  };
   // Rows of whole 16-byte chunks are copied a chunk per thread (up to 512
   // threads): element by element, one decode row (4,096 bf16) took 32
   // dependent round trips to L2, ~10 us.
   const int64_t row_bytes = x.cols * elem_bytes;
-  if (row_bytes > 0 && row_bytes % 16 == 0 && aligned(x) && aligned(out)) {
+  if (row_bytes > 0 && row_bytes % 16 == 0 && rows_aligned16(x) && rows_aligned16(out)) {
     RowView xc = x, oc = out;
     xc.cols = oc.cols = row_bytes / 16;
     const unsigned threads = static_cast<unsigned>(std::min<int64_t>(512, (xc.cols + 31) / 32 * 32));
