@@ -58,6 +58,12 @@ fi
 # The llama.cpp peer alone needs none of our binaries (carry build-peer only: both do not fit in one call).
 [ -n "$BIN" ] || [ "$STAGES" = peer_llamacpp ] || { cat "$REPORT"; exit 1; }
 
+# The Llama-3-8B-shaped random model, created (not compared) unless there.
+make_llama8b() {
+  [ -f /tmp/deepinfer_e2e/llama8b/config.json ] || timeout 300 python3 -c "import sys; sys.path.insert(0, 'scripts'); \
+import gpu_e2e; gpu_e2e.build_model('llama8b', '/tmp/deepinfer_e2e/llama8b')" > "$OUT/e2e_llama8b.log" 2>&1
+}
+
 if has probe; then
   # Kernel-level questions: the gemv partitions per projection shape, and
   # per-kernel device times of batch-1 decode steps on a small model (whose
@@ -137,10 +143,9 @@ if has decode_ab; then
   # (space-separated VAR=VALUE settings, ',' joining several in one variant),
   # in alternation, to compare kernel options in the same run.
   echo -e "\n## Batch-1 decode A/B (llama8b, ${DECODE_AB_REPS:-3} runs each, alternating)\n" >> "$REPORT"
-  [ -f /tmp/deepinfer_e2e/llama8b/config.json ] || timeout 300 python3 scripts/gpu_e2e.py --deepinfer "$BIN/deepinfer" \
-    --out /tmp --models llama8b > "$OUT/e2e_llama8b.log" 2>&1
+  make_llama8b
   for round in 1 2; do
-    for variant in ${DECODE_AB:-DEEPINFER_GEMV_PREFETCH=0 DEEPINFER_GEMV_PREFETCH=1}; do
+    for variant in ${DECODE_AB:-DEEPINFER_PDL=0 DEEPINFER_PDL=1}; do
       tag=$(echo "$variant" | tr ',=' '_-')
       env $(echo "$variant" | tr ',' ' ') timeout 300 python3 scripts/gpu_bench.py --deepinfer "$BIN/deepinfer" \
         --model /tmp/deepinfer_e2e/llama8b --out /tmp --workdir /tmp/deepinfer_ab_$tag \
@@ -181,8 +186,7 @@ if has peer_llamacpp; then
       echo "build exit code $? in $(( $(date +%s) - t0 )) s (llamacpp_build.log)" >> "$REPORT"
     fi
     M=/tmp/deepinfer_e2e/llama8b GGUF=/tmp/llama8b-bf16.gguf
-    [ -f $M/config.json ] || timeout 300 python3 -c "import sys; sys.path.insert(0, 'scripts'); import gpu_e2e; \
-gpu_e2e.build_model('llama8b', '$M')" > "$OUT/e2e_llama8b.log" 2>&1
+    make_llama8b
     [ -f $GGUF ] || timeout 300 python3 scripts/hf_to_gguf_bf16.py $M $GGUF --gguf-py $LC/gguf-py \
       >> "$OUT/llamacpp_build.log" 2>&1
     if [ -x $LC/build/bin/llama-bench ] && [ -f $GGUF ]; then
