@@ -264,13 +264,27 @@ TEST_F(MoeCudaTest, RouteMatchesCpuAtModelSizes) {
   deepseek.scaling = 2.5f;
   deepseek.n_groups = 8;
   deepseek.top_k_groups = 4;
+  // Without groups the kernel keeps a row in registers (up to 256 experts);
+  // rows with a NaN, and grouped routing, take the shared-memory path.
+  MoeRouteParams v2_lite;  // sigmoid without groups, bias-corrected, top 6
+  v2_lite.top_k = 6;
+  v2_lite.scoring = MoeScoring::Sigmoid;
+  v2_lite.scaling = 1.5f;
+  MoeRouteParams qwen2;  // 60 experts: a partly filled last register
+  qwen2.top_k = 4;
   for (const RouteCase& rc : {RouteCase{2048, 128, qwen, false, false}, RouteCase{33, 128, qwen, false, true},
-                              RouteCase{300, 256, deepseek, true, false}}) {
+                              RouteCase{300, 256, deepseek, true, false}, RouteCase{200, 64, v2_lite, true, false},
+                              RouteCase{200, 60, qwen2, false, false}, RouteCase{64, 256, qwen, true, true}}) {
     SCOPED_TRACE(fmt::format("n={} experts={} groups={}", rc.n, rc.n_experts, rc.p.n_groups));
     std::vector<float> logits = rng.floats(static_cast<size_t>(rc.n * rc.n_experts), -4.0f, 4.0f);
     if (rc.bf16_logits) {
       for (auto& v : logits) v = round_to(DType::BF16, v);
     }
+    // Ties (the lower index first) in every fourth row, a NaN in one row.
+    for (int64_t t = 0; t < rc.n; t += 4) {
+      for (int64_t e = 0; e < rc.n_experts; ++e) logits[t * rc.n_experts + e] = static_cast<float>(e % 5);
+    }
+    logits[static_cast<size_t>((rc.n / 2) * rc.n_experts + 7)] = std::nanf("");
     std::vector<float> bias = rng.floats(static_cast<size_t>(rc.n_experts), -0.1f, 0.1f);
     std::vector<std::vector<int32_t>> ids;
     std::vector<std::vector<float>> weights;
@@ -292,6 +306,11 @@ TEST_F(MoeCudaTest, RouteMatchesCpuAtModelSizes) {
       weights.push_back(download_f32(*b, dw.t));
     }
     EXPECT_EQ(ids[0], ids[1]);
+    // The NaN row's weights are NaN on both (softmax spreads it): equal positions, then compared as 0.
+    for (size_t i = 0; i < weights[0].size(); ++i) {
+      EXPECT_EQ(std::isnan(weights[0][i]), std::isnan(weights[1][i])) << i;
+      if (std::isnan(weights[0][i]) && std::isnan(weights[1][i])) weights[0][i] = weights[1][i] = 0.0f;
+    }
     std::vector<double> want(weights[1].begin(), weights[1].end());
     EXPECT_TRUE(all_close(weights[0], want, 1e-6, 1e-5));
   }

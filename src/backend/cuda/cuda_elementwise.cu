@@ -259,78 +259,58 @@ __global__ void store_kv_kernel(HeadView k, HeadView v, const int32_t* slots, Ca
   store_token_kv<T, C>(blockIdx.x, k, v, slots, ck, cv, err);
 }
 
-// Per-head RMSNorm in place over token t's q heads then k heads, one warp
-// per head, with rms_norm_rows_kernel's arithmetic for a one-warp row (lane
-// l takes 16-byte chunks l, l + 32, ...; squares summed in element order,
-// then warp_sum), so the fused path matches separate rms_norm calls.
+// RMSNorm in place of one head row by one warp, with rms_norm_rows_kernel's
+// arithmetic for a one-warp row (lane l takes 16-byte chunks l, l + 32, ...;
+// squares summed in element order, then warp_sum), so the fused paths match
+// separate rms_norm calls.
 template <typename T>
-__device__ void norm_token_heads(int64_t t, const HeadView& q, const HeadView& k, const QkNormArgs& norm) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  const int chunks = static_cast<int>(q.dim / 8);
-  for (int64_t h = warp; h < q.heads + k.heads; h += warps) {
-    const bool is_q = h < q.heads;
-    const HeadView& x = is_q ? q : k;
-    uint4* row = reinterpret_cast<uint4*>(x.base + t * x.stride0 + (is_q ? h : h - q.heads) * x.stride1);
-    const float4* weight = reinterpret_cast<const float4*>(is_q ? norm.q_weight : norm.k_weight);
-    float v[kMaxChunks][8];
-    float ss = 0.0f;
+__device__ void norm_head_row(uint4* row, int64_t dim, const float* weight_f, const QkNormArgs& norm) {
+  const int lane = threadIdx.x % 32;
+  const int chunks = static_cast<int>(dim / 8);
+  const float4* weight = reinterpret_cast<const float4*>(weight_f);
+  float v[kMaxChunks][8];
+  float ss = 0.0f;
 #pragma unroll
-    for (int c4 = 0; c4 < kMaxChunks; ++c4) {
-      const int c = lane + c4 * 32;
-      if (c >= chunks) continue;
-      const uint4 a = row[c];
-      const T* av = reinterpret_cast<const T*>(&a);
+  for (int c4 = 0; c4 < kMaxChunks; ++c4) {
+    const int c = lane + c4 * 32;
+    if (c >= chunks) continue;
+    const uint4 a = row[c];
+    const T* av = reinterpret_cast<const T*>(&a);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) v[c4][e] = to_f(av[e]);
+    for (int e = 0; e < 8; ++e) v[c4][e] = to_f(av[e]);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) ss += v[c4][e] * v[c4][e];
-    }
-    ss = warp_sum(ss);
-    const float inv = 1.0f / sqrtf(ss / static_cast<float>(x.dim) + norm.eps);
+    for (int e = 0; e < 8; ++e) ss += v[c4][e] * v[c4][e];
+  }
+  ss = warp_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + norm.eps);
 #pragma unroll
-    for (int c4 = 0; c4 < kMaxChunks; ++c4) {
-      const int c = lane + c4 * 32;
-      if (c >= chunks) continue;
-      const float4 w0 = weight[2 * c], w1 = weight[2 * c + 1];
-      const float ws[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-      uint4 packed;
-      T* pv = reinterpret_cast<T*>(&packed);
+  for (int c4 = 0; c4 < kMaxChunks; ++c4) {
+    const int c = lane + c4 * 32;
+    if (c >= chunks) continue;
+    const float4 w0 = weight[2 * c], w1 = weight[2 * c + 1];
+    const float ws[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+    uint4 packed;
+    T* pv = reinterpret_cast<T*>(&packed);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) pv[e] = from_f<T>(v[c4][e] * inv * (ws[e] + norm.offset));
-      row[c] = packed;
-    }
+    for (int e = 0; e < 8; ++e) pv[e] = from_f<T>(v[c4][e] * inv * (ws[e] + norm.offset));
+    row[c] = packed;
   }
 }
 
 // [Per-head q/k RMSNorm,] RoPE on q and k, then k (as rotated) and v into
-// the cache: one launch instead of two to four in each decode layer. The
-// block's own writes to q and k are visible to its threads after a barrier.
-template <typename T, typename C>
-__global__ void rope_store_kv_kernel(HeadView q, HeadView k, HeadView v, const int32_t* positions,
-                                     const float* inv_freq, int half, bool neox, float factor, const int32_t* slots,
-                                     CacheView ck, CacheView cv, uint32_t* err, QkNormArgs norm) {
-  wait_for_prior_kernel();
-  release_next_kernel();
-  extern __shared__ float table[];
-  if (norm.q_weight) {
-    norm_token_heads<T>(blockIdx.x, q, k, norm);
-    __syncthreads();
-  }
-  rotate_token<T>(blockIdx.x, q, k, positions, inv_freq, half, neox, factor, table);
-  __syncthreads();
-  store_token_kv<T, C>(blockIdx.x, k, v, slots, ck, cv, err);
-}
-
-// The same without q/k norms, one block per (token, head) and one thread per
-// rotated pair: a thread computes its own angle, rotates its pair and, for a
-// KV head, writes it (and its V elements) straight into the cache. The
-// per-token version walked 40 heads with 256 threads, each step a dependent
-// round trip to L2 (8.6 us per decode layer of the 8B shape, H200 run 26).
-// Grid (tokens, heads_q + heads_kv); block: half rounded up to a warp.
+// the cache, one launch instead of two to four in each decode layer: one
+// block per (token, head) and one thread per rotated pair. A thread computes its own angle, rotates its pair and, for a KV head, writes
+// it (and its V elements) straight into the cache. With q/k norms the
+// block's first warp normalises the head row first (norm_head_row, as the
+// per-token kernel). The per-token version walked 40 heads with 256 threads,
+// each step a dependent round trip to L2 (8.6 us per decode layer of the 8B
+// shape, H200 run 26). Grid (tokens, heads_q + heads_kv); block: half
+// rounded up to a warp.
 template <typename T, typename C>
 __global__ void rope_store_kv_heads_kernel(HeadView q, HeadView k, HeadView v, const int32_t* positions,
                                            const float* inv_freq, int half, bool neox, float factor,
-                                           const int32_t* slots, CacheView ck, CacheView cv, uint32_t* err) {
+                                           const int32_t* slots, CacheView ck, CacheView cv, uint32_t* err,
+                                           QkNormArgs norm) {
   wait_for_prior_kernel();
   release_next_kernel();
   const int64_t t = blockIdx.x;
@@ -340,6 +320,10 @@ __global__ void rope_store_kv_heads_kernel(HeadView q, HeadView k, HeadView v, c
   const int64_t h = is_q ? head : head - q.heads;
   T* x = is_q ? reinterpret_cast<T*>(q.base + t * q.stride0 + h * q.stride1)
               : reinterpret_cast<T*>(k.base + t * k.stride0 + h * k.stride1);
+  if (norm.q_weight) {
+    if (i < 32) norm_head_row<T>(reinterpret_cast<uint4*>(x), is_q ? q.dim : k.dim, is_q ? norm.q_weight : norm.k_weight, norm);
+    __syncthreads();
+  }
   const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
   float r0 = 0.0f, r1 = 0.0f;
   if (i < half) {
@@ -564,29 +548,16 @@ void launch_rope_store_kv(ElemType type, HeadView q, HeadView k, HeadView v, con
                           Stream stream) {
   if (q.n == 0) return;
   const int half = rotary_dim / 2;
-  if (!norm.q_weight && k.base) {
-    const dim3 grid(static_cast<unsigned>(q.n), static_cast<unsigned>(q.heads + k.heads));
-    const unsigned threads = static_cast<unsigned>(std::max(32, (half + 31) / 32 * 32));
-    auto launch_heads = [&](auto* kernel) {
-      launch_chained(kernel, grid, threads, 0, as_stream(stream), q, k, v, positions, inv_freq, half, neox,
-                     attention_factor, slots, ck, cv, err);
-    };
-    if (ck.fp8) {
-      DI_DISPATCH_ELEM(type, T, launch_heads(rope_store_kv_heads_kernel<T, __nv_fp8_e4m3>));
-    } else {
-      DI_DISPATCH_ELEM(type, T, launch_heads(rope_store_kv_heads_kernel<T, T>));
-    }
-    return;
-  }
-  const size_t smem = 2 * static_cast<size_t>(half) * sizeof(float);
+  const dim3 grid(static_cast<unsigned>(q.n), static_cast<unsigned>(q.heads + k.heads));
+  const unsigned threads = static_cast<unsigned>(std::max(32, (half + 31) / 32 * 32));
   auto launch = [&](auto* kernel) {
-    launch_chained(kernel, static_cast<unsigned>(q.n), 256, smem, as_stream(stream), q, k, v, positions, inv_freq,
-                   half, neox, attention_factor, slots, ck, cv, err, norm);
+    launch_chained(kernel, grid, threads, 0, as_stream(stream), q, k, v, positions, inv_freq, half, neox,
+                   attention_factor, slots, ck, cv, err, norm);
   };
   if (ck.fp8) {
-    DI_DISPATCH_ELEM(type, T, launch(rope_store_kv_kernel<T, __nv_fp8_e4m3>));
+    DI_DISPATCH_ELEM(type, T, launch(rope_store_kv_heads_kernel<T, __nv_fp8_e4m3>));
   } else {
-    DI_DISPATCH_ELEM(type, T, launch(rope_store_kv_kernel<T, T>));
+    DI_DISPATCH_ELEM(type, T, launch(rope_store_kv_heads_kernel<T, T>));
   }
 }
 
