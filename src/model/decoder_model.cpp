@@ -76,14 +76,7 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
     if (c.is_moe(i)) {
       load_moe(l, load, p);
     } else {
-      const Tensor hg = load.host_matrix(p + "ffn_gate.weight", F, H);
-      const Tensor hu = load.host_matrix(p + "ffn_up.weight", F, H);
-      l.mlp.w_gate_up = store_.fused_matrix({hg, hu});
-      if (!l.mlp.w_gate_up.defined()) {
-        l.mlp.w_gate = store_.matrix(hg);
-        l.mlp.w_up = store_.matrix(hu);
-      }
-      l.mlp.w_down = load.matrix(p + "ffn_down.weight", H, F);
+      l.mlp = layers::load_mlp(load, store_, p, "", F, H);
     }
   }
   inv_freq_global_ = store_.f32_vector(rope_inv_freq(c, false));

@@ -59,9 +59,7 @@ DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& source, Bac
       has_moe_ = true;
       load_moe(l, load, p);
     } else {
-      l.mlp.w_gate = load.matrix(p + "ffn_gate.weight", F, H);
-      l.mlp.w_up = load.matrix(p + "ffn_up.weight", F, H);
-      l.mlp.w_down = load.matrix(p + "ffn_down.weight", H, F);
+      l.mlp = layers::load_mlp(load, store_, p, "", F, H);
     }
   }
   inv_freq_ = store_.f32_vector(rope_inv_freq(c, false));
@@ -106,9 +104,7 @@ void DeepseekModel::load_moe(Layer& l, WeightLoader& load, const std::string& p)
   l.moe.experts.up = load.expert_stack(p + "ffn_up_exps.weight", E, F, H, used);
   l.moe.experts.down = load.expert_stack(p + "ffn_down_exps.weight", E, H, F, used);
   if (S > 0) {
-    l.mlp.w_gate = load.matrix(p + "ffn_gate_shexp.weight", S, H);
-    l.mlp.w_up = load.matrix(p + "ffn_up_shexp.weight", S, H);
-    l.mlp.w_down = load.matrix(p + "ffn_down_shexp.weight", H, S);
+    l.mlp = layers::load_mlp(load, store_, p, "_shexp", S, H);
   }
   MoeRouteParams& r = l.route;
   r.top_k = c.moe.n_experts_used;
@@ -188,6 +184,7 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
   Tensor h_rows = work_view(act, R, c.hidden_size, off);
   // Dense MLPs differ in width (intermediate_size, the shared experts'); each
   // gets views of its own width over the same buffers.
+  const size_t ffn_offset = off;  // gate and up buffers, also viewed as one [n, 2 f] for fused weights
   Tensor ffn_gate = work_view(act, n, ffn_scratch_, off);
   Tensor ffn_up = work_view(act, n, ffn_scratch_, off);
   Tensor ffn_act = work_view(act, n, ffn_scratch_, off);
@@ -199,7 +196,11 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
     moe_ws = workspace_.view(DType::U8, {static_cast<int64_t>(moe_workspace_bytes_)}, off);
   }
   auto mlp_scratch = [&](const layers::MlpWeights& w) {
-    const int64_t f = w.w_gate.size(0);
+    const int64_t f = layers::mlp_ffn(w);
+    if (w.w_gate_up.defined()) {
+      size_t at = ffn_offset;  // 2 n f elements fit the two n x ffn_scratch_ buffers
+      return layers::MlpScratch{Tensor(), Tensor(), ffn_act.narrow(1, 0, f), work_view(act, n, 2 * f, at)};
+    }
     return layers::MlpScratch{ffn_gate.narrow(1, 0, f), ffn_up.narrow(1, 0, f), ffn_act.narrow(1, 0, f), Tensor()};
   };
 
@@ -224,7 +225,7 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
       continue;
     }
     // Shared experts: every token, no gate; the routed experts add onto them.
-    const bool shared = l.mlp.w_gate.defined();
+    const bool shared = l.mlp.w_down.defined();
     if (shared) layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp_scratch(l.mlp), delta);
     ops::linear(backend_, h, l.moe.router, Tensor(), router_logits);
     ops::moe_route(backend_, router_logits, l.route, expert_ids, expert_weights);

@@ -27,6 +27,8 @@ namespace deepinfer::cuda {
 namespace {
 
 constexpr int kBlockN = 32;
+// Most key splits a launch may have (the combine kernel keeps one scale per split).
+constexpr int kMaxSplits = 64;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
@@ -67,6 +69,12 @@ __host__ __device__ inline SmemLayout smem_layout(int rows, int dk, int dv, bool
   return s;
 }
 
+// Loads key tile [kt, kt + kBlockN) of one KV head into shared memory as f32.
+// The vector path issues kLoadBatch 16-byte loads per thread before it
+// converts any: one at a time, each a dependent round trip (page id, then
+// data), a 576-wide MLA tile took ~10 us per block.
+constexpr int kLoadBatch = 8;
+
 template <typename T, bool kVec>
 __device__ void load_tile(const CacheView& c, const int32_t* pages, int n_pages, int group_head, int kt, int k_end,
                           float* dst, int ldk, uint32_t* err) {
@@ -74,22 +82,34 @@ __device__ void load_tile(const CacheView& c, const int32_t* pages, int n_pages,
   if (kVec) {
     constexpr int kElems = 16 / sizeof(T);
     const int per_row = dim / kElems;
-    for (int idx = threadIdx.x; idx < kBlockN * per_row; idx += kThreads) {
-      int key = idx / per_row, part = idx % per_row;
-      int j = kt + key;
-      float* out = dst + key * ldk + part * kElems;
-      int pi = j / static_cast<int>(c.page_size);
-      int page = (j < k_end && pi < n_pages) ? pages[pi] : -1;
-      if (page < 0 || page >= c.pages) {
-        if (j < k_end) atomicOr(err, kErrAttentionPage);
-        for (int e = 0; e < kElems; ++e) out[e] = 0.0f;
-        continue;
-      }
-      const char* src = c.base + page * c.stride0 + (j % c.page_size) * c.stride1 + group_head * c.stride2;
-      uint4 raw = reinterpret_cast<const uint4*>(src)[part];
-      const T* vals = reinterpret_cast<const T*>(&raw);
+    const int total = kBlockN * per_row;
+    for (int base = threadIdx.x; base < total; base += kThreads * kLoadBatch) {
+      uint4 raw[kLoadBatch];
 #pragma unroll
-      for (int e = 0; e < kElems; ++e) out[e] = to_f(vals[e]);
+      for (int u = 0; u < kLoadBatch; ++u) {
+        const int idx = base + u * kThreads;
+        raw[u] = make_uint4(0, 0, 0, 0);
+        if (idx >= total) continue;
+        const int key = idx / per_row, part = idx % per_row;
+        const int j = kt + key;
+        const int pi = j / static_cast<int>(c.page_size);
+        const int page = (j < k_end && pi < n_pages) ? pages[pi] : -1;
+        if (page < 0 || page >= c.pages) {
+          if (j < k_end) atomicOr(err, kErrAttentionPage);
+          continue;  // zeros
+        }
+        const char* src = c.base + page * c.stride0 + (j % c.page_size) * c.stride1 + group_head * c.stride2;
+        raw[u] = reinterpret_cast<const uint4*>(src)[part];
+      }
+#pragma unroll
+      for (int u = 0; u < kLoadBatch; ++u) {
+        const int idx = base + u * kThreads;
+        if (idx >= total) continue;
+        float* out = dst + (idx / per_row) * ldk + (idx % per_row) * kElems;
+        const T* vals = reinterpret_cast<const T*>(&raw[u]);
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) out[e] = to_f(vals[e]);
+      }
     }
   } else {
     for (int idx = threadIdx.x; idx < kBlockN * dim; idx += kThreads) {
@@ -264,8 +284,16 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
         if (valid) {
           const float* qr = q_s + r * dk;
           const float* kr = k_s + lane * L.ldk;
-          float dot = 0.0f;
-          for (int d = 0; d < dk; ++d) dot = fmaf(qr[d], kr[d], dot);
+          // Four partial sums: one chain of dk dependent FMAs (576 for MLA)
+          // was the longest latency of a decode tile.
+          float dot4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          int d = 0;
+          for (; d + 4 <= dk; d += 4) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) dot4[i] = fmaf(qr[d + i], kr[d + i], dot4[i]);
+          }
+          for (; d < dk; ++d) dot4[0] = fmaf(qr[d], kr[d], dot4[0]);
+          float dot = (dot4[0] + dot4[1]) + (dot4[2] + dot4[3]);
           if (a.softcap > 0.0f) dot = a.softcap * tanhf(dot / a.softcap);
           score = dot;
         }
@@ -279,11 +307,25 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
         p_s[warp * kBlockN + lane] = p;
         __syncwarp();
         float* ar = acc_s + r * dv;
-        for (int d = lane; d < dv; d += 32) {
-          float o = ar[d] * alpha;
-  #pragma unroll 8
-          for (int jj = 0; jj < kBlockN; ++jj) o = fmaf(p_s[warp * kBlockN + jj], v_s[jj * L.ldv + d], o);
-          ar[d] = o;
+        // Four head dimensions per lane at a time: independent chains, each
+        // summed over the keys in order as one dimension at a time would be.
+        for (int d0 = lane; d0 < dv; d0 += 4 * 32) {
+          float o[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) o[i] = d0 + 32 * i < dv ? ar[d0 + 32 * i] * alpha : 0.0f;
+#pragma unroll 8
+          for (int jj = 0; jj < kBlockN; ++jj) {
+            const float pj = p_s[warp * kBlockN + jj];
+            const float* vr = v_s + jj * L.ldv + d0;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              if (d0 + 32 * i < dv) o[i] = fmaf(pj, vr[32 * i], o[i]);
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            if (d0 + 32 * i < dv) ar[d0 + 32 * i] = o[i];
+          }
         }
         __syncwarp();
         if (lane == 0) {
@@ -322,34 +364,71 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
   }
 }
 
+// Split-KV merge, one block per (token, head). The splits' maxima and scale
+// factors are read once, in parallel, into shared memory; the output loop
+// then loads four splits' partials before summing them in split order. (It
+// read every split's max again for every output element, a serial chain of
+// L2 round trips: 8 us per MLA decode layer with 16 splits.) Sums keep the
+// split order, so the results are those of one split at a time.
 template <typename T>
 __global__ void combine_kernel(AttentionLaunch a) {
   wait_for_prior_kernel();
   release_next_kernel();
-  // Partial rows have V's head size (the output's).
+  __shared__ float scale[kMaxSplits];  // expf(m_split - M)
+  __shared__ float sum_part[kMaxSplits];  // l_split
+  __shared__ float shared_m, shared_denom;
   const int heads_q = static_cast<int>(a.q.heads), dim = static_cast<int>(a.v.dim);
   const int64_t t = blockIdx.x / heads_q;
   const int h = blockIdx.x % heads_q;
+  const int splits = a.num_splits;
   const int64_t split_stride = a.q.n * heads_q * int64_t(dim + 2);
   const float* part = a.partial + (t * heads_q + h) * (dim + 2);
-  float M = a.sinks ? a.sinks[h] : -INFINITY;
-  for (int sp = 0; sp < a.num_splits; ++sp) M = fmaxf(M, part[sp * split_stride + dim]);
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float m[kMaxSplits / 32], l[kMaxSplits / 32];
+    float M = a.sinks ? a.sinks[h] : -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) {
+      const int sp = lane + 32 * i;
+      m[i] = sp < splits ? part[sp * split_stride + dim] : -INFINITY;
+      l[i] = sp < splits ? part[sp * split_stride + dim + 1] : 0.0f;
+      M = fmaxf(M, m[i]);
+    }
+    M = warp_max(M);
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) {
+      const int sp = lane + 32 * i;
+      if (sp < splits) {
+        scale[sp] = expf(m[i] - M);
+        sum_part[sp] = l[i];
+      }
+    }
+    __syncwarp();
+    if (lane == 0) {
+      float denom = a.sinks && M != -INFINITY ? expf(a.sinks[h] - M) : 0.0f;
+      for (int sp = 0; sp < splits; ++sp) denom += sum_part[sp] * scale[sp];
+      shared_m = M;
+      shared_denom = denom;
+    }
+  }
+  __syncthreads();
   T* out = reinterpret_cast<T*>(a.out.base + t * a.out.stride0 + h * a.out.stride1);
-  if (M == -INFINITY) {
+  if (shared_m == -INFINITY) {
     for (int d = threadIdx.x; d < dim; d += blockDim.x) out[d] = from_f<T>(0.0f);
     return;
   }
-  float denom = a.sinks ? expf(a.sinks[h] - M) : 0.0f;
-  for (int sp = 0; sp < a.num_splits; ++sp) {
-    const float* p = part + sp * split_stride;
-    denom += p[dim + 1] * expf(p[dim] - M);
-  }
+  const float denom = shared_denom;
   for (int d = threadIdx.x; d < dim; d += blockDim.x) {
     float o = 0.0f;
-    for (int sp = 0; sp < a.num_splits; ++sp) {
-      const float* p = part + sp * split_stride;
-      o += p[d] * expf(p[dim] - M);
+    int sp = 0;
+    for (; sp + 4 <= splits; sp += 4) {
+      float v[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = part[(sp + i) * split_stride + d];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o += v[i] * scale[sp + i];
     }
+    for (; sp < splits; ++sp) o += part[sp * split_stride + d] * scale[sp];
     out[d] = from_f<T>(denom > 0.0f ? o / denom : 0.0f);
   }
 }
@@ -453,7 +532,7 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
     // wave would double the time).
     int64_t want = a.kernel == AttentionKernel::Simt ? (2 * int64_t{hints.num_sms} + blocks - 1) / blocks
                                                      : 2 * int64_t{hints.num_sms} / blocks;
-    want = std::min<int64_t>({want, hints.max_kv_len / min_keys_per_split, 64, 65535 / std::max(a.num_seqs, 1)});
+    want = std::min<int64_t>({want, hints.max_kv_len / min_keys_per_split, kMaxSplits, 65535 / std::max(a.num_seqs, 1)});
     const int64_t per_split = n * a.q.heads * (a.v.dim + 2) * static_cast<int64_t>(sizeof(float));
     want = std::min<int64_t>(want, static_cast<int64_t>(hints.workspace_bytes) / std::max<int64_t>(per_split, 1));
     a.num_splits = static_cast<int>(std::max<int64_t>(want, 1));

@@ -4,6 +4,20 @@
 
 namespace deepinfer::layers {
 
+MlpWeights load_mlp(WeightLoader& load, WeightStore& store, const std::string& prefix, const std::string& suffix,
+                    int64_t ffn, int64_t hidden) {
+  MlpWeights w;
+  const Tensor gate = load.host_matrix(prefix + "ffn_gate" + suffix + ".weight", ffn, hidden);
+  const Tensor up = load.host_matrix(prefix + "ffn_up" + suffix + ".weight", ffn, hidden);
+  w.w_gate_up = store.fused_matrix({gate, up});
+  if (!w.w_gate_up.defined()) {
+    w.w_gate = store.matrix(gate);
+    w.w_up = store.matrix(up);
+  }
+  w.w_down = load.matrix(prefix + "ffn_down" + suffix + ".weight", hidden, ffn);
+  return w;
+}
+
 void mlp_layer(Backend& backend, const MlpWeights& w, Activation activation, const Tensor& h,
                const MlpScratch& scratch, Tensor out) {
   if (w.w_gate_up.defined()) {
