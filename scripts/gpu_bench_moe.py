@@ -114,6 +114,8 @@ def main():
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--workdir", default="/tmp/deepinfer_moe_bench")
     ap.add_argument("--ncu", default="", help="path of ncu: also write per-kernel decode times")
+    ap.add_argument("--profile-batch", type=int, default=0,
+                    help="also write per-kernel GPU times of a decode at this batch (nsys when installed, else ncu)")
     args = ap.parse_args()
     import transformers as tf
     res = {"shape": args.shape, "layers": args.layers, "prompt": args.prompt, "gen": args.gen}
@@ -171,7 +173,34 @@ def main():
                "--prompt", "a" * 32, "-n", "6", "--max-model-len", "512"]
         with open(os.path.join(args.out, f"ncu_moe_{args.shape}.txt"), "w") as f:
             subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=150)
+    if args.profile_batch:
+        profile_batch(args, path)
     return 0
+
+
+def profile_batch(args, path):
+    """Per-kernel GPU time of `deepinfer bench` at --profile-batch (prefill
+    of the prompts, then 8 decode steps): nsys's kernel summary when nsys is
+    installed (real, overlapped timing), else ncu on the attention and MoE
+    kernels only (serialized)."""
+    import shutil
+    b = args.profile_batch
+    bench = [args.deepinfer, "bench", "--device", "cuda", "--model", path, "-b", str(b), "-p", str(args.prompt),
+             "-g", "8", "-r", "1", "--json", "--max-num-batched-tokens", "8192", "--max-model-len",
+             str(args.prompt + 24)]
+    out = os.path.join(args.out, f"profile_b{b}_{args.shape}.txt")
+    nsys = shutil.which("nsys") or next((p for p in ["/usr/local/cuda/bin/nsys"] if os.path.exists(p)), None)
+    with open(out, "w") as f:
+        if nsys:
+            rep = os.path.join(args.workdir, "profile")
+            subprocess.run([nsys, "profile", "-f", "true", "-o", rep, "--trace", "cuda"] + bench, stdout=f,
+                           stderr=subprocess.STDOUT, timeout=300)
+            subprocess.run([nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "table", rep + ".nsys-rep"],
+                           stdout=f, stderr=subprocess.STDOUT, timeout=200)
+        elif args.ncu:
+            subprocess.run([args.ncu, "--clock-control", "none", "--cache-control", "none", "--metrics",
+                            "gpu__time_duration.sum", "-k", "regex:attention|combine|moe|route", "-c", "400",
+                            "--print-summary", "per-kernel"] + bench, stdout=f, stderr=subprocess.STDOUT, timeout=300)
 
 
 if __name__ == "__main__":

@@ -226,7 +226,7 @@ if has moe; then
   for shape in ${MOE_SHAPES:-qwen3_30b_a3b deepseek_v2_lite}; do
     echo -e "\n## MoE decode: $shape-shaped slice vs transformers (scripts/gpu_bench_moe.py)\n" >> "$REPORT"
     timeout "${MOE_TIMEOUT:-420}" python3 scripts/gpu_bench_moe.py --deepinfer "$BIN/deepinfer" --out "$OUT" \
-      --shape "$shape" --layers "${MOE_LAYERS:-16}" ${MOE_NCU:+--ncu "$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"} \
+      --shape "$shape" --layers "${MOE_LAYERS:-16}" ${MOE_PROFILE_BATCH:+--profile-batch $MOE_PROFILE_BATCH} ${MOE_NCU:+--ncu "$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"} \
       > "$OUT/bench_moe_$shape.log" 2>&1
     echo "exit code $?" >> "$REPORT"
     grep '^\[moe' "$OUT/bench_moe_$shape.log" | sed 's/^/    /' >> "$REPORT"

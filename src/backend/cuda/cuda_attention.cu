@@ -182,14 +182,46 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
     k_end = min(k_end, (split + 1) * chunk);
   }
 
-  for (int idx = threadIdx.x; idx < L.rows * dk; idx += kThreads) {
-    int r = idx / dk, d = idx % dk;
-    float val = 0.0f;
-    if (r < valid_rows) {
-      int t = q_begin + t0 + r / ht, h = h0 + r % ht;
-      val = to_f(reinterpret_cast<const T*>(a.q.base + t * a.q.stride0 + h * a.q.stride1)[d]) * a.scale;
+  // Q rows, scaled. 16-byte loads, all of a thread's in flight before any is
+  // used, when the rows allow (one dependent round trip per element made
+  // the 4 x 576 rows of an MLA decode block take microseconds).
+  constexpr int kQElems = 16 / sizeof(T);
+  const bool q_vec = dk % kQElems == 0 &&
+                     (reinterpret_cast<uintptr_t>(a.q.base) | static_cast<uintptr_t>(a.q.stride0) |
+                      static_cast<uintptr_t>(a.q.stride1)) % 16 == 0;
+  if (q_vec) {
+    const int per_row = dk / kQElems, total = L.rows * per_row;
+    for (int base = threadIdx.x; base < total; base += kThreads * kLoadBatch) {
+      uint4 raw[kLoadBatch];
+#pragma unroll
+      for (int u = 0; u < kLoadBatch; ++u) {
+        const int idx = base + u * kThreads, r = idx / per_row;
+        raw[u] = make_uint4(0, 0, 0, 0);
+        if (idx < total && r < valid_rows) {
+          const int t = q_begin + t0 + r / ht, h = h0 + r % ht;
+          raw[u] = reinterpret_cast<const uint4*>(a.q.base + t * a.q.stride0 + h * a.q.stride1)[idx % per_row];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kLoadBatch; ++u) {
+        const int idx = base + u * kThreads;
+        if (idx >= total) continue;
+        const T* vals = reinterpret_cast<const T*>(&raw[u]);
+        float* dst = q_s + (idx / per_row) * dk + (idx % per_row) * kQElems;
+#pragma unroll
+        for (int e = 0; e < kQElems; ++e) dst[e] = to_f(vals[e]) * a.scale;
+      }
     }
-    q_s[idx] = val;
+  } else {
+    for (int idx = threadIdx.x; idx < L.rows * dk; idx += kThreads) {
+      int r = idx / dk, d = idx % dk;
+      float val = 0.0f;
+      if (r < valid_rows) {
+        int t = q_begin + t0 + r / ht, h = h0 + r % ht;
+        val = to_f(reinterpret_cast<const T*>(a.q.base + t * a.q.stride0 + h * a.q.stride1)[d]) * a.scale;
+      }
+      q_s[idx] = val;
+    }
   }
   for (int idx = threadIdx.x; idx < L.rows * dv; idx += kThreads) acc_s[idx] = 0.0f;
   for (int r = threadIdx.x; r < L.rows; r += kThreads) {
