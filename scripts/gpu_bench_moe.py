@@ -181,8 +181,8 @@ def main():
 def profile_batch(args, path):
     """Per-kernel GPU time of `deepinfer bench` at --profile-batch (prefill
     of the prompts, then 8 decode steps): nsys's kernel summary when nsys is
-    installed (real, overlapped timing), else ncu on the attention and MoE
-    kernels only (serialized)."""
+    installed (real, overlapped timing), else ncu on the attention, MoE and
+    GEMM kernels (serialized; the first 900, which reach the decode steps)."""
     import shutil
     b = args.profile_batch
     bench = [args.deepinfer, "bench", "--device", "cuda", "--model", path, "-b", str(b), "-p", str(args.prompt),
@@ -197,10 +197,11 @@ def profile_batch(args, path):
                            stderr=subprocess.STDOUT, timeout=300)
             subprocess.run([nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "table", rep + ".nsys-rep"],
                            stdout=f, stderr=subprocess.STDOUT, timeout=200)
-        elif args.ncu:
-            subprocess.run([args.ncu, "--clock-control", "none", "--cache-control", "none", "--metrics",
-                            "gpu__time_duration.sum", "-k", "regex:attention|combine|moe|route", "-c", "400",
-                            "--print-summary", "per-kernel"] + bench, stdout=f, stderr=subprocess.STDOUT, timeout=300)
+        else:
+            ncu = args.ncu or shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+            subprocess.run([ncu, "--clock-control", "none", "--cache-control", "none", "--metrics",
+                            "gpu__time_duration.sum", "-k", "regex:attention|combine|moe|nvjet|gemv", "-c", "900",
+                            "--print-summary", "per-kernel"] + bench, stdout=f, stderr=subprocess.STDOUT, timeout=400)
 
 
 if __name__ == "__main__":
