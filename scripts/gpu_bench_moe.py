@@ -181,8 +181,8 @@ def main():
 def profile_batch(args, path):
     """Per-kernel GPU time of `deepinfer bench` at --profile-batch (prefill
     of the prompts, then 8 decode steps): nsys's kernel summary when nsys is
-    installed (real, overlapped timing), else ncu on the attention, MoE and
-    GEMM kernels (serialized; the first 900, which reach the decode steps)."""
+    installed (real, overlapped timing), else ncu on the attention and MoE
+    kernels (serialized; the first 1,600, which reach the decode steps)."""
     import shutil
     b = args.profile_batch
     bench = [args.deepinfer, "bench", "--device", "cuda", "--model", path, "-b", str(b), "-p", str(args.prompt),
@@ -200,7 +200,7 @@ def profile_batch(args, path):
         else:
             ncu = args.ncu or shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
             subprocess.run([ncu, "--clock-control", "none", "--cache-control", "none", "--metrics",
-                            "gpu__time_duration.sum", "-k", "regex:attention|combine|moe|nvjet|gemv", "-c", "900",
+                            "gpu__time_duration.sum", "-k", "regex:attention_kernel|moe_mma|moe_combine|moe_index|moe_route", "-c", "1600",
                             "--print-summary", "per-kernel"] + bench, stdout=f, stderr=subprocess.STDOUT, timeout=400)
 
 
