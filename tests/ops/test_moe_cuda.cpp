@@ -232,6 +232,11 @@ TEST_F(MoeCudaTest, ExpertsPrefillMatchCpu) {
   compare_experts(gpu(), cpu(), rng, {2048, 64, 256, 128, 8});
   compare_experts(gpu(), cpu(), rng, {300, 16, 128, 96, 2}, true);
   compare_experts(gpu(), cpu(), rng, {500, 128, 128, 64, 8, DType::BF16, true, false, Activation::GeluTanh}, true);
+  // 13-24 slots per expert on average: 32-row tiles (with fused views, accumulation and gpt-oss's biases;
+  // ExpertsDecodeMatchCpu's {30, 6, 72, 40, 3} is off the tile grid).
+  compare_experts(gpu(), cpu(), rng, {96, 8, 256, 128, 2});
+  compare_experts(gpu(), cpu(), rng, {160, 64, 256, 128, 8, DType::BF16, true, true, Activation::GeluTanh}, true);
+  compare_experts(gpu(), cpu(), rng, {100, 32, 128, 64, 4, DType::BF16, true, false, Activation::ClampedSwiglu, true});
 }
 
 TEST_F(MoeCudaTest, ExpertsFusedViewsGeluAndSharedAccumulate) {
