@@ -298,14 +298,15 @@ __device__ void norm_head_row(uint4* row, int64_t dim, const float* weight_f, co
 }
 
 // [Per-head q/k RMSNorm,] RoPE on q and k, then k (as rotated) and v into
-// the cache, one launch instead of two to four in each decode layer: one
-// block per (token, head) and one thread per rotated pair. A thread computes its own angle, rotates its pair and, for a KV head, writes
-// it (and its V elements) straight into the cache. With q/k norms the
-// block's first warp normalises the head row first (norm_head_row, as the
-// per-token kernel). The per-token version walked 40 heads with 256 threads,
-// each step a dependent round trip to L2 (8.6 us per decode layer of the 8B
-// shape, H200 run 26). Grid (tokens, heads_q + heads_kv); block: half
-// rounded up to a warp.
+// the cache: one launch instead of two to four in each decode layer. One
+// block per (token, head), one thread per rotated pair: a thread computes its
+// own angle, rotates its pair and, for a KV head, writes it (and its V
+// elements) straight into the cache. With q/k norms the block's first warp
+// normalises the head row in place first; the barrier after it makes those
+// writes visible to the block. (A block per token walking all heads with 256
+// threads took 8.6 us per decode layer of the 8B shape, each step a dependent
+// round trip to L2; H200 run 26.) Grid (tokens, heads_q + heads_kv); block:
+// half rounded up to a warp.
 template <typename T, typename C>
 __global__ void rope_store_kv_heads_kernel(HeadView q, HeadView k, HeadView v, const int32_t* positions,
                                            const float* inv_freq, int half, bool neox, float factor,
@@ -321,7 +322,9 @@ __global__ void rope_store_kv_heads_kernel(HeadView q, HeadView k, HeadView v, c
   T* x = is_q ? reinterpret_cast<T*>(q.base + t * q.stride0 + h * q.stride1)
               : reinterpret_cast<T*>(k.base + t * k.stride0 + h * k.stride1);
   if (norm.q_weight) {
-    if (i < 32) norm_head_row<T>(reinterpret_cast<uint4*>(x), is_q ? q.dim : k.dim, is_q ? norm.q_weight : norm.k_weight, norm);
+    if (i < 32) {
+      norm_head_row<T>(reinterpret_cast<uint4*>(x), is_q ? q.dim : k.dim, is_q ? norm.q_weight : norm.k_weight, norm);
+    }
     __syncthreads();
   }
   const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
