@@ -8,7 +8,7 @@ Tensor WeightLoader::matrix(const std::string& name, int64_t rows, int64_t cols)
 
 Tensor WeightLoader::host_matrix(const std::string& name, int64_t rows, int64_t cols) {
   Tensor t = source_.get(name, {rows, cols});
-  bytes_ += t.nbytes();
+  bytes_ += store_.stored_bytes(t);
   return t;
 }
 
@@ -25,7 +25,7 @@ Tensor WeightLoader::f32_table(const std::string& name, int64_t rows, int64_t co
 Tensor WeightLoader::expert_stack(const std::string& name, int64_t experts, int64_t rows, int64_t cols,
                                   int64_t used) {
   Tensor t = source_.get_experts(name, experts, rows, cols);
-  bytes_ += t.nbytes() / static_cast<size_t>(experts) * static_cast<size_t>(used);
+  bytes_ += store_.stored_bytes(t) / static_cast<size_t>(experts) * static_cast<size_t>(used);
   return store_.expert_stack(t);
 }
 

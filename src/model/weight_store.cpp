@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "backend/cpu/quants.h"
 #include "core/error.h"
 #include "core/half.h"
 
@@ -21,6 +22,38 @@ void gather_rows_to(const Tensor& t, std::vector<char>& out) {
 
 }  // namespace
 
+std::vector<char> dequantize_rows(const Tensor& host, DType to) {
+  DI_CHECK(is_quantized(host.dtype()) && host.is_contiguous() && host.ndim() >= 1,
+           "dequantize_rows: {} is not a contiguous quantised tensor", host.describe());
+  DI_CHECK(to == DType::F32 || to == DType::F16 || to == DType::BF16, "dequantize_rows: cannot round to {}",
+           dtype_name(to));
+  const cpu::QuantKernels& k = cpu::quant_kernels(host.dtype());
+  const int64_t cols = host.size(host.ndim() - 1), rows = cols == 0 ? 0 : host.numel() / cols;
+  const size_t in_row = row_bytes(host.dtype(), cols), out_row = row_bytes(to, cols);
+  std::vector<char> out(static_cast<size_t>(rows) * out_row);
+  std::vector<float> values(static_cast<size_t>(cols));
+  const auto* src = static_cast<const char*>(host.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    k.dequantize_row(src + r * in_row, values.data(), cols);
+    char* dst = out.data() + r * out_row;
+    for (int64_t i = 0; i < cols; ++i) {
+      const float v = values[static_cast<size_t>(i)];
+      if (to == DType::F32) {
+        reinterpret_cast<float*>(dst)[i] = v;
+      } else {
+        reinterpret_cast<uint16_t*>(dst)[i] = to == DType::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+      }
+    }
+  }
+  return out;
+}
+
+size_t WeightStore::stored_bytes(const Tensor& host) const {
+  if (backend_.device().type == DeviceType::CPU || !is_quantized(host.dtype())) return host.nbytes();
+  const int64_t cols = host.ndim() == 0 ? 1 : host.size(host.ndim() - 1);
+  return cols == 0 ? 0 : static_cast<size_t>(host.numel() / cols) * row_bytes(backend_.activation_dtype(), cols);
+}
+
 Tensor WeightStore::matrix(const Tensor& host) {
   if (backend_.device().type == DeviceType::CPU) {
     DI_CHECK(host.is_contiguous(), "weight {} is not contiguous", host.describe());
@@ -28,13 +61,18 @@ Tensor WeightStore::matrix(const Tensor& host) {
     return host;
   }
   // Views of the file with strides (halves of a stacked gate-up, transposed
-  // or per-head slices) are packed on the host once before the upload.
+  // or per-head slices) are packed on the host once before the upload;
+  // quantised blocks are dequantised there.
   std::vector<char> packed;
   Tensor src = host;
   if (!host.is_contiguous()) {
     DI_CHECK(!is_quantized(host.dtype()), "weight {} is a strided view of quantised blocks", host.describe());
     gather_rows_to(host, packed);
     src = Tensor(packed.data(), host.dtype(), host.shape());
+  } else if (is_quantized(host.dtype())) {
+    const DType to = backend_.activation_dtype();
+    packed = dequantize_rows(host, to);
+    src = Tensor(packed.data(), to, host.shape());
   }
   Buffer& buf = owned_.emplace_back(backend_, src.nbytes());
   bytes_owned_ += buf.size();
@@ -45,9 +83,21 @@ Tensor WeightStore::matrix(const Tensor& host) {
 
 Tensor WeightStore::fused_matrix(std::initializer_list<Tensor> parts) {
   if (backend_.device().type == DeviceType::CPU || parts.size() < 2) return Tensor();
-  const Tensor& first = *parts.begin();
-  int64_t rows = 0;
+  // Quantised parts are dequantised first, as matrix() would store them.
+  std::vector<std::vector<char>> dequantized;
+  std::vector<Tensor> ready;
   for (const Tensor& t : parts) {
+    if (is_quantized(t.dtype()) && t.is_contiguous()) {
+      const DType to = backend_.activation_dtype();
+      dequantized.push_back(dequantize_rows(t, to));
+      ready.emplace_back(dequantized.back().data(), to, t.shape());
+    } else {
+      ready.push_back(t);
+    }
+  }
+  const Tensor& first = ready.front();
+  int64_t rows = 0;
+  for (const Tensor& t : ready) {
     if (t.ndim() != 2 || t.dtype() != first.dtype() || t.size(1) != first.size(1) || is_quantized(t.dtype()) ||
         !t.is_contiguous()) {
       return Tensor();
@@ -59,7 +109,7 @@ Tensor WeightStore::fused_matrix(std::initializer_list<Tensor> parts) {
   bytes_owned_ += buf.size();
   Tensor fused = buf.view(first.dtype(), {rows, first.size(1)});
   int64_t at = 0;
-  for (const Tensor& t : parts) {
+  for (const Tensor& t : ready) {
     backend_.copy(fused.slice_rows(at, t.size(0)), t);
     at += t.size(0);
   }

@@ -1,6 +1,8 @@
 // WeightStore: places checkpoint tensors on the backend. On the CPU, matrices
 // stay zero-copy views into the memory-mapped file; small vectors (norm
-// weights, biases) are converted to f32 and owned here.
+// weights, biases) are converted to f32 and owned here. Device backends have
+// no kernels for GGUF's block-quantised matrices: those are dequantised on the
+// host and stored in the backend's activation dtype.
 #pragma once
 
 #include <vector>
@@ -13,7 +15,8 @@ class WeightStore {
  public:
   explicit WeightStore(Backend& backend) : backend_(backend) {}
 
-  // A weight matrix in its stored dtype (quantised or float), on the backend.
+  // A weight matrix on the backend: in its stored dtype (quantised or float),
+  // or, quantised for a device backend, dequantised to the activation dtype.
   Tensor matrix(const Tensor& host);
   // Matrices with equal columns and dtype stacked along their rows into one
   // device matrix (fused QKV / gate-up projections), so one product reads
@@ -29,6 +32,9 @@ class WeightStore {
   // Vectors concatenated into one f32 vector (biases of fused projections).
   Tensor f32_concat(std::initializer_list<Tensor> parts);
 
+  // Bytes `host` takes once stored (what a decode step reads of it).
+  size_t stored_bytes(const Tensor& host) const;
+
   size_t bytes_mapped() const { return bytes_mapped_; }
   size_t bytes_owned() const { return bytes_owned_; }
 
@@ -38,5 +44,9 @@ class WeightStore {
   size_t bytes_mapped_ = 0;
   size_t bytes_owned_ = 0;
 };
+
+// Contiguous GGUF block-quantised rows (any number of leading dimensions)
+// dequantised with the CPU kernels and rounded to `to` (f32, f16 or bf16).
+std::vector<char> dequantize_rows(const Tensor& host, DType to);
 
 }  // namespace deepinfer

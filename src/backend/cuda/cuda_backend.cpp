@@ -38,8 +38,8 @@ ElemType elem_type(DType t, const char* op) {
     default: break;
   }
   if (is_quantized(t)) {
-    fail("{}: GGUF block-quantised weights ({}) are not supported on CUDA yet; use a bf16 Hugging Face checkpoint",
-         op, dtype_name(t));
+    fail("{}: no CUDA kernels for GGUF block-quantised {} tensors (model weights are dequantised at load)", op,
+         dtype_name(t));
   }
   fail("{}: dtype {} is not supported by the CUDA backend", op, dtype_name(t));
 }

@@ -9,6 +9,8 @@
 
 #include "backend/cpu/quants.h"
 #include "core/error.h"
+#include "core/half.h"
+#include "model/weight_store.h"
 #include "reference_data.h"
 
 namespace deepinfer {
@@ -52,6 +54,39 @@ TEST_P(Dequantize, PrefixWritesOnlyItsElements) {
   cpu::quant_kernels(ref.dtype).dequantize_row(ref.row(0), out.data(), block);
   EXPECT_EQ(std::memcmp(out.data(), ref.expected_row(0), block * sizeof(float)), 0);
   for (int64_t i = block; i < ref.cols; ++i) ASSERT_EQ(out[i], -7.0f) << i;
+}
+
+// How a device backend receives GGUF blocks: every row dequantised and
+// rounded to its activation dtype, exactly the rounded reference values.
+TEST_P(Dequantize, RowsForDeviceBackendsRoundTheReference) {
+  const test::QuantReference ref = test::load_quant_reference(GetParam());
+  ASSERT_GT(ref.rows, 0);
+  if (!is_quantized(ref.dtype)) GTEST_SKIP() << "plain dtype";
+  const Tensor host(const_cast<uint8_t*>(ref.raw.data()), ref.dtype, {ref.rows, ref.cols});
+  for (DType to : {DType::BF16, DType::F16, DType::F32}) {
+    const std::vector<char> out = dequantize_rows(host, to);
+    ASSERT_EQ(out.size(), static_cast<size_t>(ref.rows) * row_bytes(to, ref.cols));
+    int mismatches = 0;
+    for (int64_t i = 0; i < ref.rows * ref.cols; ++i) {
+      const float want = ref.expected[static_cast<size_t>(i)];
+      bool same;
+      if (to == DType::F32) {
+        same = std::memcmp(out.data() + i * 4, &want, 4) == 0;
+      } else {
+        uint16_t got;
+        std::memcpy(&got, out.data() + i * 2, 2);
+        same = got == (to == DType::BF16 ? f32_to_bf16(want) : f32_to_f16(want));
+      }
+      if (!same && mismatches++ < 3) ADD_FAILURE() << dtype_name(to) << " element " << i;
+    }
+    EXPECT_EQ(mismatches, 0) << dtype_name(to);
+  }
+  // A stack of expert matrices: leading dimensions are rows too.
+  if (ref.rows % 2 == 0) {
+    const Tensor stack(const_cast<uint8_t*>(ref.raw.data()), ref.dtype, {2, ref.rows / 2, ref.cols});
+    EXPECT_EQ(dequantize_rows(stack, DType::BF16), dequantize_rows(host, DType::BF16));
+  }
+  EXPECT_THROW(dequantize_rows(host, DType::I32), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKernelDTypes, Dequantize,
