@@ -30,6 +30,10 @@ import time
 
 import torch
 
+# Where transformers and DeepInfer run: the GPU; --device cpu is a dry run of
+# the GGUF check on a machine without one.
+DEVICE = "cuda"
+
 
 def bytes_to_unicode():
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
@@ -146,7 +150,7 @@ def build_model(name, path):
     cfg = make_config(name)
     torch.manual_seed(0)
     t0 = time.time()
-    with torch.device("cuda"):
+    with torch.device(DEVICE):
         try:
             model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
         except TypeError:
@@ -159,6 +163,101 @@ def build_model(name, path):
     print(f"[e2e] {name}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B params, created and saved "
           f"in {time.time() - t0:.1f} s", flush=True)
     return model, cfg
+
+
+# Real text for real weights (GGUF checkpoints): their logits have margins,
+# so top-1 agreement measures the engine rather than ties.
+GGUF_PROMPTS = [
+    "The capital of France is",
+    "Write a short poem about the sea.",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Photosynthesis is the process by which green plants and some other organisms use sunlight to synthesize "
+    "foods from carbon dioxide and water. Explain, step by step, what happens in the light-dependent reactions.",
+    "Translate to German: The weather is nice today and we are going for a walk in the park.",
+    "List three differences between a CPU and a GPU, with one sentence each.",
+    "Once upon a time, in a village at the edge of a great forest, there lived an old clockmaker who",
+    "Q: What is 17 multiplied by 23?\nA:",
+]
+
+
+def _gguf_field(reader, key):
+    f = reader.fields[key]
+    v = f.parts[f.data[0]]
+    return bytes(v).decode() if f.types and f.types[0] == __import__("gguf").GGUFValueType.STRING else v[0].item()
+
+
+def hf_llama_from_gguf(gguf_path):
+    """A transformers Llama model holding a llama-architecture GGUF's weights,
+    dequantised by the gguf package (the values DeepInfer's dequantisation
+    gives bit for bit) and with llama.cpp's rotary row order of q/k undone.
+    Written here so the check needs neither accelerate nor transformers' GGUF
+    support on the GPU machine."""
+    import gguf
+    import numpy as np
+    import transformers as tf
+    r = gguf.GGUFReader(gguf_path)
+    arch = _gguf_field(r, "general.architecture")
+    if arch != "llama":
+        raise ValueError(f"{gguf_path}: architecture {arch}; this check reads llama GGUFs only")
+    g = lambda k: _gguf_field(r, f"llama.{k}")  # noqa: E731
+    heads, kv_heads, hidden = g("attention.head_count"), g("attention.head_count_kv"), g("embedding_length")
+    tensors = {t.name: t for t in r.tensors}
+    cfg = tf.LlamaConfig(vocab_size=int(tensors["token_embd.weight"].shape[1]), hidden_size=hidden,
+                         intermediate_size=g("feed_forward_length"), num_hidden_layers=g("block_count"),
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=hidden // heads,
+                         rms_norm_eps=g("attention.layer_norm_rms_epsilon"), rope_theta=g("rope.freq_base"),
+                         max_position_embeddings=g("context_length"),
+                         tie_word_embeddings="output.weight" not in tensors)
+
+    def weight(name):
+        t = tensors[name]
+        shape = [int(x) for x in reversed(t.shape.tolist())]
+        return np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+
+    def unpermute(w, n):  # llama.cpp interleaves each head's two rotary halves; transformers keeps them apart
+        return w.reshape(n, w.shape[0] // n // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+    names = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+             "output.weight": "lm_head.weight"}
+    per_layer = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+                 "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+                 "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+                 "ffn_down": "mlp.down_proj"}
+    state = {}
+    for name in tensors:
+        if name in names:
+            state[names[name]] = weight(name)
+            continue
+        _, layer, kind, _ = name.split(".")
+        w = weight(name)
+        if kind == "attn_q":
+            w = unpermute(w, heads)
+        elif kind == "attn_k":
+            w = unpermute(w, kv_heads)
+        state[f"model.layers.{layer}.{per_layer[kind]}.weight"] = w
+    model = tf.LlamaForCausalLM(cfg)
+    missing, unexpected = model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=False)
+    if unexpected or [m for m in missing if m != "lm_head.weight"]:
+        raise ValueError(f"GGUF to transformers: missing {missing}, unexpected {unexpected}")
+    if cfg.tie_word_embeddings:
+        model.tie_weights()
+    return model
+
+
+def build_gguf_model(gguf_path, exe):
+    """The GGUF's weights in a transformers model (bf16), and the prompts
+    tokenised by DeepInfer's reading of the GGUF's own tokenizer."""
+    t0 = time.time()
+    model = hf_llama_from_gguf(gguf_path).to(device=DEVICE, dtype=torch.bfloat16).eval()
+    lines = "".join(json.dumps({"text": p}) + "\n" for p in GGUF_PROMPTS)
+    r = subprocess.run([exe, "tokenize", "--tokenizer", gguf_path], input=lines, capture_output=True, text=True,
+                       timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError(f"deepinfer tokenize failed: {r.stderr[-2000:]}")
+    prompts = [json.loads(l)["ids"] for l in r.stdout.splitlines() if l.strip()]
+    print(f"[e2e] {os.path.basename(gguf_path)}: {sum(p.numel() for p in model.parameters()) / 1e9:.3f} B params, "
+          f"read into transformers in {time.time() - t0:.1f} s", flush=True)
+    return model, prompts
 
 
 def prompts_for(name, vocab, seed=1):
@@ -174,7 +273,7 @@ def run_deepinfer(exe, path, prompts, max_tokens, workdir, kv_dtype="auto"):
         for p in prompts:
             f.write(json.dumps({"prompt_token_ids": p, "max_tokens": max_tokens, "temperature": 0,
                                 "ignore_eos": True, "logprobs": 20}) + "\n")
-    cmd = [exe, "generate", "--device", "cuda", "--model", path, "--input", inp, "--output", out,
+    cmd = [exe, "generate", "--device", DEVICE, "--model", path, "--input", inp, "--output", out,
            "--max-model-len", "4096", "--kv-cache-memory", str(8 << 30), "--max-num-batched-tokens", "2048",
            "--kv-cache-dtype", kv_dtype]
     t0 = time.time()
@@ -196,15 +295,15 @@ def compare(model, prompts, row_sets, max_tokens):
     transformers in bf16 and in f32 (the model upcast), and transformers bf16
     against f32 as the noise floor of bf16 inference itself. row_sets: one
     DeepInfer run per KV-cache dtype; returns one result per run."""
-    hf_greedy = [model.generate(torch.tensor([p], device="cuda"), max_new_tokens=max_tokens, do_sample=False,
+    hf_greedy = [model.generate(torch.tensor([p], device=DEVICE), max_new_tokens=max_tokens, do_sample=False,
                                 min_new_tokens=max_tokens, pad_token_id=0)[0, len(p):].tolist() for p in prompts]
     forced = {}
     for key, rows in row_sets.items():
         seqs, bf16_rows, greedy_match = [], [], []
         for p, row, hf in zip(prompts, rows, hf_greedy):
             ours = row["token_ids"]
-            seq = torch.tensor([p + ours], device="cuda")
-            pos = torch.arange(len(p) - 1, len(p) - 1 + len(ours), device="cuda")
+            seq = torch.tensor([p + ours], device=DEVICE)
+            pos = torch.arange(len(p) - 1, len(p) - 1 + len(ours), device=DEVICE)
             bf16_rows.append(torch.log_softmax(model(seq).logits[0].float()[pos], dim=-1))
             seqs.append((seq, pos))
             n = 0
@@ -239,7 +338,7 @@ def score(rows, seqs, bf16_rows, greedy_match, f32_rows, max_tokens):
             stats["ours_vs_f32"] += int(int(torch.argmax(lf[i])) == tok)
             stats["bf16_vs_f32"] += int(int(torch.argmax(lb[i])) == int(torch.argmax(lf[i])))
             ids = [a["token_id"] for a in row["logprobs"][i]["top_logprobs"]]
-            ours_lp = torch.tensor([a["logprob"] for a in row["logprobs"][i]["top_logprobs"]], device="cuda")
+            ours_lp = torch.tensor([a["logprob"] for a in row["logprobs"][i]["top_logprobs"]], device=DEVICE)
             diffs["ours_vs_bf16"] = max(diffs["ours_vs_bf16"], float((ours_lp - lb[i][ids]).abs().max()))
             diffs["ours_vs_f32"] = max(diffs["ours_vs_f32"], float((ours_lp - lf[i][ids]).abs().max()))
             diffs["bf16_vs_f32"] = max(diffs["bf16_vs_f32"], float((lb[i][ids] - lf[i][ids]).abs().max()))
@@ -264,10 +363,34 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--keep", default="llama8b,qwen3", help="model folders to keep for the benchmark")
     ap.add_argument("--kv-cache-dtypes", default="auto", help="DeepInfer runs per model, e.g. auto,fp8")
+    ap.add_argument("--gguf", default="", help="comma list of GGUF checkpoints to check too (real weights)")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     args = ap.parse_args()
+    global DEVICE
+    DEVICE = args.device
     results = {}
     os.makedirs(args.workdir, exist_ok=True)
-    for name in args.models.split(","):
+    for gguf_path in filter(None, args.gguf.split(",")):
+        key = os.path.basename(gguf_path)
+        try:
+            model, prompts = build_gguf_model(gguf_path, args.deepinfer)
+            rows, seconds, _ = run_deepinfer(args.deepinfer, gguf_path, prompts, args.max_tokens, args.workdir)
+            res = compare(model, prompts, {key: rows}, args.max_tokens)[key]
+            res["deepinfer_seconds"] = seconds
+            res["prompt_lengths"] = [len(p) for p in prompts]
+            results[key] = res
+            print(f"[e2e] {key}: {res['positions']} positions; top-1 agreement ours/hf-bf16 "
+                  f"{100 * res['top1_ours_vs_bf16']:.1f}%, ours/hf-f32 {100 * res['top1_ours_vs_f32']:.1f}%, "
+                  f"hf-bf16/hf-f32 {100 * res['top1_bf16_vs_f32']:.1f}%; max |dlogprob| (top-20) ours/f32 "
+                  f"{res['max_abs_logprob_diff_ours_vs_f32']:.4f}; greedy prefix match {res['greedy_prefix_match']} "
+                  f"of {args.max_tokens}", flush=True)
+        except Exception as e:  # keep going: the report says what failed
+            results[key] = {"error": str(e)[-3000:]}
+            print(f"[e2e] {key}: FAILED: {str(e)[-3000:]}", flush=True)
+        finally:
+            model = None
+            gc.collect()
+    for name in filter(None, args.models.split(",")):
         path = os.path.join(args.workdir, name)
         try:
             model, cfg = build_model(name, path)
@@ -292,7 +415,8 @@ def main():
         finally:
             model = None
             gc.collect()
-            torch.cuda.empty_cache()
+            if DEVICE == "cuda":
+                torch.cuda.empty_cache()
         if name not in args.keep.split(","):
             subprocess.run(["rm", "-rf", path])
     json.dump(results, open(os.path.join(args.out, "e2e.json"), "w"), indent=1)

@@ -112,8 +112,19 @@ if has test; then
 fi
 if has e2e; then
   echo -e "\n## End-to-end vs transformers\n" >> "$REPORT"
+  # GGUF checkpoints with real weights (E2E_GGUF=a.gguf,b.gguf): a file
+  # larger than one carry arrives in parts over several calls to a warm
+  # machine (scripts/split_for_carry.sh puts them in build-gguf/, git-ignored)
+  # and is put together here.
+  for w in build-gguf/gguf-*.whl; do [ -f "$w" ] && export PYTHONPATH="$PWD/$w${PYTHONPATH:+:$PYTHONPATH}"; done
+  for first in build-gguf/*.part_aa; do
+    [ -f "$first" ] || continue
+    whole="build-gguf/$(basename "$first" .part_aa)"
+    [ -f "$whole" ] || cat "${first%aa}"* > "$whole"
+  done
   timeout "${E2E_TIMEOUT:-420}" python3 scripts/gpu_e2e.py --deepinfer "$BIN/deepinfer" --out "$OUT" \
-    ${E2E_MODELS:+--models $E2E_MODELS} ${E2E_KV:+--kv-cache-dtypes $E2E_KV} > "$OUT/e2e.log" 2>&1
+    ${E2E_MODELS+--models "$E2E_MODELS"} ${E2E_KV:+--kv-cache-dtypes $E2E_KV} ${E2E_GGUF:+--gguf $E2E_GGUF} \
+    > "$OUT/e2e.log" 2>&1
   echo "exit code $?" >> "$REPORT"
   [ -f /tmp/deepinfer_e2e/e2e.md ] && cat /tmp/deepinfer_e2e/e2e.md >> "$REPORT"
   grep '^\[e2e\]' "$OUT/e2e.log" | sed 's/^/    /' >> "$REPORT"
