@@ -370,45 +370,39 @@ def main():
     DEVICE = args.device
     results = {}
     os.makedirs(args.workdir, exist_ok=True)
-    for gguf_path in filter(None, args.gguf.split(",")):
-        key = os.path.basename(gguf_path)
-        try:
-            model, prompts = build_gguf_model(gguf_path, args.deepinfer)
-            rows, seconds, _ = run_deepinfer(args.deepinfer, gguf_path, prompts, args.max_tokens, args.workdir)
-            res = compare(model, prompts, {key: rows}, args.max_tokens)[key]
-            res["deepinfer_seconds"] = seconds
+    def check(model, prompts, runs):
+        """runs: {result key: (model path for DeepInfer, KV-cache dtype, its workdir)}."""
+        row_sets, seconds = {}, {}
+        for key, (path, kv, workdir) in runs.items():
+            row_sets[key], seconds[key], _ = run_deepinfer(args.deepinfer, path, prompts, args.max_tokens, workdir, kv)
+        for key, res in compare(model, prompts, row_sets, args.max_tokens).items():
+            res["deepinfer_seconds"] = seconds[key]
             res["prompt_lengths"] = [len(p) for p in prompts]
             results[key] = res
             print(f"[e2e] {key}: {res['positions']} positions; top-1 agreement ours/hf-bf16 "
                   f"{100 * res['top1_ours_vs_bf16']:.1f}%, ours/hf-f32 {100 * res['top1_ours_vs_f32']:.1f}%, "
-                  f"hf-bf16/hf-f32 {100 * res['top1_bf16_vs_f32']:.1f}%; max |dlogprob| (top-20) ours/f32 "
-                  f"{res['max_abs_logprob_diff_ours_vs_f32']:.4f}; greedy prefix match {res['greedy_prefix_match']} "
-                  f"of {args.max_tokens}", flush=True)
-        except Exception as e:  # keep going: the report says what failed
-            results[key] = {"error": str(e)[-3000:]}
-            print(f"[e2e] {key}: FAILED: {str(e)[-3000:]}", flush=True)
-        finally:
-            model = None
-            gc.collect()
+                  f"hf-bf16/hf-f32 {100 * res['top1_bf16_vs_f32']:.1f}%; max |dlogprob| (top-20) ours/bf16 "
+                  f"{res['max_abs_logprob_diff_ours_vs_bf16']:.4f}, ours/f32 {res['max_abs_logprob_diff_ours_vs_f32']:.4f}, "
+                  f"bf16/f32 {res['max_abs_logprob_diff_bf16_vs_f32']:.4f}; decisive positions "
+                  f"{res['decisive_positions']}: ours/f32 {100 * res['decisive_top1_ours_vs_f32']:.1f}%; greedy prefix "
+                  f"match {res['greedy_prefix_match']} of {args.max_tokens}", flush=True)
+
+    # (name, builder of (model, prompts), DeepInfer's model path, where its runs write)
+    jobs = [(os.path.basename(g), lambda g=g: build_gguf_model(g, args.deepinfer), g, args.workdir)
+            for g in filter(None, args.gguf.split(","))]
     for name in filter(None, args.models.split(",")):
         path = os.path.join(args.workdir, name)
-        try:
+
+        def build(name=name, path=path):
             model, cfg = build_model(name, path)
-            prompts = prompts_for(name, cfg.vocab_size)
-            row_sets, seconds = {}, {}
-            for kv in args.kv_cache_dtypes.split(","):
-                key = name if kv == "auto" else f"{name}_kv_{kv}"
-                row_sets[key], seconds[key], _ = run_deepinfer(args.deepinfer, path, prompts, args.max_tokens, path, kv)
-            for key, res in compare(model, prompts, row_sets, args.max_tokens).items():
-                res["deepinfer_seconds"] = seconds[key]
-                res["prompt_lengths"] = [len(p) for p in prompts]
-                results[key] = res
-                print(f"[e2e] {key}: {res['positions']} positions; top-1 agreement ours/hf-bf16 "
-                        f"{100 * res['top1_ours_vs_bf16']:.1f}%, ours/hf-f32 {100 * res['top1_ours_vs_f32']:.1f}%, "
-                      f"hf-bf16/hf-f32 {100 * res['top1_bf16_vs_f32']:.1f}%; max |dlogprob| (top-20) ours/bf16 "
-                      f"{res['max_abs_logprob_diff_ours_vs_bf16']:.4f}, ours/f32 {res['max_abs_logprob_diff_ours_vs_f32']:.4f}, "
-                      f"bf16/f32 {res['max_abs_logprob_diff_bf16_vs_f32']:.4f}; greedy prefix match "
-                      f"{res['greedy_prefix_match']} of {args.max_tokens}", flush=True)
+            return model, prompts_for(name, cfg.vocab_size)
+        jobs.append((name, build, path, path))
+    for name, build, path, workdir in jobs:
+        model = None
+        try:
+            model, prompts = build()
+            check(model, prompts, {name if kv == "auto" else f"{name}_kv_{kv}": (path, kv, workdir)
+                                   for kv in args.kv_cache_dtypes.split(",")})
         except Exception as e:  # keep going: the report says what failed
             results[name] = {"error": str(e)[-3000:]}
             print(f"[e2e] {name}: FAILED: {str(e)[-3000:]}", flush=True)
@@ -417,7 +411,7 @@ def main():
             gc.collect()
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()
-        if name not in args.keep.split(","):
+        if os.path.dirname(path) == args.workdir and name not in args.keep.split(","):  # a model made here
             subprocess.run(["rm", "-rf", path])
     json.dump(results, open(os.path.join(args.out, "e2e.json"), "w"), indent=1)
     with open(os.path.join(args.workdir, "e2e.md"), "w") as f:
