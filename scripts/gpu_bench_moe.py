@@ -199,9 +199,10 @@ def profile_batch(args, path):
                            stdout=f, stderr=subprocess.STDOUT, timeout=200)
         else:
             ncu = args.ncu or shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+            kernels = "regex:attention_kernel|moe_mma|moe_combine|moe_index|moe_route"
             subprocess.run([ncu, "--clock-control", "none", "--cache-control", "none", "--metrics",
-                            "gpu__time_duration.sum", "-k", "regex:attention_kernel|moe_mma|moe_combine|moe_index|moe_route", "-c", "1600",
-                            "--print-summary", "per-kernel"] + bench, stdout=f, stderr=subprocess.STDOUT, timeout=400)
+                            "gpu__time_duration.sum", "-k", kernels, "-c", "1600", "--print-summary", "per-kernel"]
+                           + bench, stdout=f, stderr=subprocess.STDOUT, timeout=400)
 
 
 if __name__ == "__main__":
