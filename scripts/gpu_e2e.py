@@ -181,9 +181,10 @@ GGUF_PROMPTS = [
 
 
 def _gguf_field(reader, key):
+    import gguf
     f = reader.fields[key]
     v = f.parts[f.data[0]]
-    return bytes(v).decode() if f.types and f.types[0] == __import__("gguf").GGUFValueType.STRING else v[0].item()
+    return bytes(v).decode() if f.types and f.types[0] == gguf.GGUFValueType.STRING else v[0].item()
 
 
 def hf_llama_from_gguf(gguf_path):

@@ -50,8 +50,15 @@ std::vector<char> dequantize_rows(const Tensor& host, DType to) {
 
 size_t WeightStore::stored_bytes(const Tensor& host) const {
   if (backend_.device().type == DeviceType::CPU || !is_quantized(host.dtype())) return host.nbytes();
-  const int64_t cols = host.ndim() == 0 ? 1 : host.size(host.ndim() - 1);
+  const int64_t cols = host.size(host.ndim() - 1);  // quantised tensors have rows
   return cols == 0 ? 0 : static_cast<size_t>(host.numel() / cols) * row_bytes(backend_.activation_dtype(), cols);
+}
+
+Tensor WeightStore::dequantized_view(const Tensor& host, std::vector<char>& scratch) const {
+  if (!is_quantized(host.dtype()) || !host.is_contiguous()) return host;
+  const DType to = backend_.activation_dtype();
+  scratch = dequantize_rows(host, to);
+  return Tensor(scratch.data(), to, host.shape());
 }
 
 Tensor WeightStore::matrix(const Tensor& host) {
@@ -69,10 +76,8 @@ Tensor WeightStore::matrix(const Tensor& host) {
     DI_CHECK(!is_quantized(host.dtype()), "weight {} is a strided view of quantised blocks", host.describe());
     gather_rows_to(host, packed);
     src = Tensor(packed.data(), host.dtype(), host.shape());
-  } else if (is_quantized(host.dtype())) {
-    const DType to = backend_.activation_dtype();
-    packed = dequantize_rows(host, to);
-    src = Tensor(packed.data(), to, host.shape());
+  } else {
+    src = dequantized_view(host, packed);
   }
   Buffer& buf = owned_.emplace_back(backend_, src.nbytes());
   bytes_owned_ += buf.size();
@@ -84,17 +89,9 @@ Tensor WeightStore::matrix(const Tensor& host) {
 Tensor WeightStore::fused_matrix(std::initializer_list<Tensor> parts) {
   if (backend_.device().type == DeviceType::CPU || parts.size() < 2) return Tensor();
   // Quantised parts are dequantised first, as matrix() would store them.
-  std::vector<std::vector<char>> dequantized;
+  std::vector<std::vector<char>> dequantized(parts.size());
   std::vector<Tensor> ready;
-  for (const Tensor& t : parts) {
-    if (is_quantized(t.dtype()) && t.is_contiguous()) {
-      const DType to = backend_.activation_dtype();
-      dequantized.push_back(dequantize_rows(t, to));
-      ready.emplace_back(dequantized.back().data(), to, t.shape());
-    } else {
-      ready.push_back(t);
-    }
-  }
+  for (const Tensor& t : parts) ready.push_back(dequantized_view(t, dequantized[ready.size()]));
   const Tensor& first = ready.front();
   int64_t rows = 0;
   for (const Tensor& t : ready) {

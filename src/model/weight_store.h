@@ -39,6 +39,10 @@ class WeightStore {
   size_t bytes_owned() const { return bytes_owned_; }
 
  private:
+  // `host`, or for a contiguous quantised tensor its rows dequantised into
+  // `scratch` in the activation dtype (device backends have no block kernels).
+  Tensor dequantized_view(const Tensor& host, std::vector<char>& scratch) const;
+
   Backend& backend_;
   std::vector<Buffer> owned_;
   size_t bytes_mapped_ = 0;
