@@ -528,6 +528,12 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
     a.q_blocks = static_cast<int>((rows + block_rows - 1) / block_rows);
     a.head_tile = a.group;
     min_keys_per_split = 128;  // two tensor-core key tiles
+  } else if (hints.allow_mma && attention_mla_supported(a)) {
+    a.kernel = AttentionKernel::MmaLatent;
+    const int64_t rows = int64_t{max_q} * a.group;
+    a.q_blocks = static_cast<int>((rows + attention_mla_rows() - 1) / attention_mla_rows());
+    a.head_tile = a.group;
+    min_keys_per_split = 64;  // one key tile: a decode token's 16 heads are one block
   } else {
     a.kernel = AttentionKernel::Simt;
     const int group = std::max(a.group, 1);
@@ -562,8 +568,10 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
     // The tensor-core kernels hold one or two blocks per SM: round down so
     // the splits fill whole waves of 2 * num_sms blocks (a partial second
     // wave would double the time).
-    int64_t want = a.kernel == AttentionKernel::Simt ? (2 * int64_t{hints.num_sms} + blocks - 1) / blocks
-                                                     : 2 * int64_t{hints.num_sms} / blocks;
+    // The latent kernel's 170 KB of shared memory allow one block per SM.
+    int64_t want = a.kernel == AttentionKernel::Simt        ? (2 * int64_t{hints.num_sms} + blocks - 1) / blocks
+                   : a.kernel == AttentionKernel::MmaLatent ? int64_t{hints.num_sms} / blocks
+                                                            : 2 * int64_t{hints.num_sms} / blocks;
     want = std::min<int64_t>({want, hints.max_kv_len / min_keys_per_split, kMaxSplits, 65535 / std::max(a.num_seqs, 1)});
     const int64_t per_split = n * a.q.heads * (a.v.dim + 2) * static_cast<int64_t>(sizeof(float));
     want = std::min<int64_t>(want, static_cast<int64_t>(hints.workspace_bytes) / std::max<int64_t>(per_split, 1));
@@ -572,6 +580,7 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
 }
 
 size_t attention_smem_bytes(const AttentionLaunch& a) {
+  if (a.kernel == AttentionKernel::MmaLatent) return attention_mla_smem_bytes();
   if (a.kernel != AttentionKernel::Simt) return attention_mma_smem_bytes(a);
   return smem_layout(a.q_tile * a.head_tile, static_cast<int>(a.q.dim), static_cast<int>(a.v.dim), v_in_k(a),
                      use_blocked(a))
@@ -583,6 +592,8 @@ void launch_attention(const AttentionLaunch& a, Stream stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (a.kernel == AttentionKernel::Simt) {
     DI_DISPATCH_ELEM(a.type, T, launch_typed<T>(a, s));
+  } else if (a.kernel == AttentionKernel::MmaLatent) {
+    launch_attention_mla(a, stream);
   } else {
     launch_attention_mma(a, stream);
   }

@@ -122,6 +122,7 @@ enum class AttentionKernel : uint8_t {
   Simt,        // f32 arithmetic, any dtype and head size (cuda_attention.cu)
   MmaPrefill,  // tensor cores, bf16/f16, head 64/128/256; each warp owns 16 rows
   MmaDecode,   // tensor cores, at most 16 rows per sequence; warps split the keys
+  MmaLatent,   // tensor cores over an MLA latent cache (K 576 wide, V its first 512); 16-row blocks
 };
 struct AttentionLaunch {
   ElemType type = ElemType::BF16;
@@ -169,5 +170,10 @@ bool attention_mma_supported(const AttentionLaunch& a);
 int attention_mma_rows(AttentionKernel kernel, int dim);
 size_t attention_mma_smem_bytes(const AttentionLaunch& a);
 void launch_attention_mma(const AttentionLaunch& a, Stream stream);
+// The latent-cache kernel (cuda_attention_mla.cu), bf16/f16 caches.
+bool attention_mla_supported(const AttentionLaunch& a);
+int attention_mla_rows();
+size_t attention_mla_smem_bytes();
+void launch_attention_mla(const AttentionLaunch& a, Stream stream);
 
 }  // namespace deepinfer::cuda
