@@ -57,22 +57,6 @@ __device__ __forceinline__ uint32_t swz_p(int row, int chunk) {
   return static_cast<uint32_t>(row * (kKeys * 2) + ((chunk ^ (row & 7)) << 4));
 }
 
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-}
-
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(AttentionLaunch a) {
@@ -226,7 +210,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(AttentionLau
       for (int w = 1; w < kWarps; ++w) tile_max = fmaxf(tile_max, red_max[w * kRows + gq + 8 * i]);
       const float m_new = fmaxf(m_row[i], tile_max);
       msub[i] = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing seen yet keeps p = 0
-      alpha[i] = exp2_approx(m_row[i] - msub[i]);
+      alpha[i] = fast_exp2(m_row[i] - msub[i]);
       m_row[i] = m_new;
     }
 #pragma unroll
@@ -234,7 +218,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(AttentionLau
       float p[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        p[e] = exp2_approx(sc[nt][e] - msub[e >> 1]);
+        p[e] = fast_exp2(sc[nt][e] - msub[e >> 1]);
         rowsum[e >> 1] += p[e];
       }
       // Keys warp * 16 + nt * 8 + 2 cq (+1) of rows gq and gq + 8: chunk 2 warp + nt, byte 4 cq in it.

@@ -95,25 +95,6 @@ __device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
   return static_cast<uint32_t>(row * (D * 2) + ((chunk ^ (row & 7)) << 4));
 }
 
-// Two floats as one register of two 16-bit values, `lo` in the low half.
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-}
-
-// 2^x on the SFU; exp2(-inf) = 0.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // Sixteen e4m3 values (one 16-byte chunk) widened to sixteen f16 (two chunks).
 __device__ __forceinline__ void widen_fp8x16(const uint4& in, uint4& lo, uint4& hi) {
   const uint32_t words[4] = {in.x, in.y, in.z, in.w};
