@@ -6,6 +6,7 @@
 // any device error, so a fast but wrong kernel shows. Then the tensor-core
 // kernel over an FP8 (e4m3) copy of the same cache: its time, the GB/s of
 // FP8 bytes read, and its output against the bf16 cache's.
+// Then MLA's latent cache: the SIMT kernel against the tensor-core latent kernel.
 // Usage: bench_attention_cuda [reps=10]
 #include <fmt/format.h>
 
@@ -114,6 +115,7 @@ Result run(AttentionLaunch a, const Case& c, bool allow_mma, int num_sms, size_t
   plan_attention(a, hints);
   const char* kind = a.kernel == AttentionKernel::Simt        ? "simt"
                      : a.kernel == AttentionKernel::MmaDecode ? "mma-decode"
+                     : a.kernel == AttentionKernel::MmaLatent ? "mma-latent"
                                                               : "mma-prefill";
   Result r;
   r.plan = fmt::format("{} q_blocks={} splits={} smem={}KiB", kind, a.q_blocks, a.num_splits,
@@ -226,6 +228,71 @@ void bench_case(const Case& c, int num_sms, int reps, std::mt19937& gen) {
   std::fflush(stdout);
 }
 
+// MLA (absorbed) over a latent cache: one 576-wide row per token (512 latent
+// + 64 rotary channels) is the key of every query head, its first 512
+// channels the value. SIMT kernel ("old") against the tensor-core latent
+// kernel ("new"); decode figures are latent-row bytes read per second.
+void bench_latent_case(const std::string& name, int num_seqs, int q_len, int kv_len, int heads, int num_sms, int reps,
+                       std::mt19937& gen) {
+  constexpr int64_t kRow = 576, kV = 512, kPage = 64;
+  DeviceMemory mem;
+  const int64_t n = int64_t{num_seqs} * q_len;
+  const int pages_per_seq = static_cast<int>((kv_len + kPage - 1) / kPage);
+  const int64_t num_pages = int64_t{pages_per_seq} * num_seqs;
+  const size_t cache_elems = static_cast<size_t>(num_pages * kPage * kRow);
+  uint16_t* cache = mem.alloc<uint16_t>(cache_elems);
+  uint8_t* unused_fp8 = mem.alloc<uint8_t>(cache_elems);
+  fill_random(cache, unused_fp8, cache_elems, gen);
+  uint16_t* q = mem.upload(random_bf16(static_cast<size_t>(n * heads * kRow), gen));
+  std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
+  std::iota(page_ids.begin(), page_ids.end(), 0);
+  std::shuffle(page_ids.begin(), page_ids.end(), gen);
+  std::vector<int32_t> q_indptr{0}, kv_indptr{0}, last_len;
+  for (int s = 0; s < num_seqs; ++s) {
+    q_indptr.push_back(q_indptr.back() + q_len);
+    kv_indptr.push_back(kv_indptr.back() + pages_per_seq);
+    last_len.push_back(static_cast<int32_t>(kv_len - (pages_per_seq - 1) * kPage));
+  }
+  const size_t workspace_bytes = size_t{64} << 20;
+  AttentionLaunch a;
+  a.type = ElemType::BF16;
+  a.q = HeadView{reinterpret_cast<char*>(q), n, heads, kRow, heads * kRow * 2, kRow * 2};
+  a.out = HeadView{reinterpret_cast<char*>(mem.alloc<uint16_t>(static_cast<size_t>(n * heads * kV))), n, heads, kV,
+                   heads * kV * 2, kV * 2};
+  a.k = CacheView{reinterpret_cast<char*>(cache), num_pages, kPage, 1, kRow, kPage * kRow * 2, kRow * 2, kRow * 2};
+  a.v = CacheView{reinterpret_cast<char*>(cache), num_pages, kPage, 1, kV, kPage * kRow * 2, kRow * 2, kRow * 2};
+  a.q_indptr = mem.upload(q_indptr);
+  a.kv_indptr = mem.upload(kv_indptr);
+  a.page_ids = mem.upload(page_ids);
+  a.listed_pages = num_pages;
+  a.last_len = mem.upload(last_len);
+  a.num_seqs = num_seqs;
+  a.group = heads;
+  a.scale = 1.0f / std::sqrt(192.0f);
+  a.partial = mem.alloc<float>(workspace_bytes / sizeof(float));
+  uint32_t* err = mem.alloc<uint32_t>(1);
+  a.err = err;
+  const Case c{name, num_seqs, q_len, kv_len, 1, heads, static_cast<int>(kRow), static_cast<int>(kPage)};
+  const Result old_r = run(a, c, false, num_sms, workspace_bytes, reps, err);
+  const Result new_r = run(a, c, true, num_sms, workspace_bytes, reps, err);
+  double max_diff = 0;
+  for (size_t i = 0; i < old_r.out.size(); ++i) {
+    max_diff = std::max<double>(max_diff, std::abs(bf16_to_f32(old_r.out[i]) - bf16_to_f32(new_r.out[i])));
+  }
+  const double bytes = double(num_seqs) * kv_len * kRow * 2;
+  // Causal prefill FLOPs: QK (576) and PV (512) over half the square, every head.
+  const double flops = 2.0 * double(kRow + kV) * heads * double(q_len) * double(q_len) / 2.0 * num_seqs;
+  auto figure = [&](double ms) {
+    return q_len > 1 ? fmt::format("{:7.1f} TFLOP/s", flops / (ms * 1e-3) / 1e12)
+                     : fmt::format("{:7.1f} GB/s", bytes / (ms * 1e-3) / 1e9);
+  };
+  fmt::print("{}\n", name);
+  fmt::print("  old: {:9.3f} ms  {}  [{}] err={}\n", old_r.ms, figure(old_r.ms), old_r.plan, old_r.err);
+  fmt::print("  new: {:9.3f} ms  {}  [{}] err={}\n", new_r.ms, figure(new_r.ms), new_r.plan, new_r.err);
+  fmt::print("  speed-up {:.2f}x, max |old - new| = {:.4g}\n", old_r.ms / new_r.ms, max_diff);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -247,6 +314,12 @@ int main(int argc, char** argv) {
       {"prefill 4 x 2048 causal, 32 q / 8 kv heads, d 128, page 16", 4, 2048, 2048, 8, 4, 128, 16},
   };
   for (const Case& c : cases) bench_case(c, prop.multiProcessorCount, reps, gen);
+  const int sms = prop.multiProcessorCount;
+  bench_latent_case("latent decode 1 x 160, 16 heads (DeepSeek-V2-Lite, batch 1)", 1, 1, 160, 16, sms, reps, gen);
+  bench_latent_case("latent decode 256 x 190, 16 heads (batch 256)", 256, 1, 190, 16, sms, reps, gen);
+  bench_latent_case("latent decode 4 x 8192, 16 heads (split-KV)", 4, 1, 8192, 16, sms, reps, gen);
+  bench_latent_case("latent decode 32 x 2048, 128 heads (DeepSeek-V3)", 32, 1, 2048, 128, sms, reps, gen);
+  bench_latent_case("latent prefill 64 x 128 causal, 16 heads", 64, 128, 128, 16, sms, reps, gen);
   return 0;
 }
 
