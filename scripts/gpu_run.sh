@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,decode_ab,pdl,moe,profile,peer_llamacpp
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,decode_ab,pdl,moe,kernels,profile,peer_llamacpp
 #                                   (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
@@ -231,6 +231,17 @@ if has pdl && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
         python3 -c 'import json,sys; print(" ".join("b%d: %.3f ms/step" % (p["batch"], 1000 * p["batch"] / p["decode_tok_s"]) for p in json.load(sys.stdin)))' |
         sed "s/^/    round $round PDL=$pdl: /" >> "$REPORT"
     done
+  done
+fi
+if has kernels; then
+  # Kernel micro-benchmarks, when staged: attention (SIMT vs tensor-core
+  # kernels, incl. MLA's latent cache) and the MoE layer kernels.
+  for b in bench_attention_cuda bench_moe_cuda; do
+    [ -x "$BIN/$b" ] || continue
+    echo -e "\n## Kernels: $b\n" >> "$REPORT"
+    timeout 240 "$BIN/$b" "${KERNEL_REPS:-20}" > "$OUT/$b.txt" 2>&1
+    echo "exit code $?" >> "$REPORT"
+    sed 's/^/    /' "$OUT/$b.txt" >> "$REPORT"
   done
 fi
 if has moe; then
