@@ -115,12 +115,12 @@ if has e2e; then
   # GGUF checkpoints with real weights (E2E_GGUF=a.gguf,b.gguf): a file
   # larger than one carry arrives in parts over several calls to a warm
   # machine (scripts/split_for_carry.sh puts them in build-gguf/, git-ignored)
-  # and is put together here.
+  # and is put together here, afresh each time: an earlier call may have
+  # joined only the parts that had arrived by then.
   for w in build-gguf/gguf-*.whl; do [ -f "$w" ] && export PYTHONPATH="$PWD/$w${PYTHONPATH:+:$PYTHONPATH}"; done
   for first in build-gguf/*.part_aa; do
     [ -f "$first" ] || continue
-    whole="build-gguf/$(basename "$first" .part_aa)"
-    [ -f "$whole" ] || cat "${first%aa}"* > "$whole"
+    cat "${first%aa}"* > "build-gguf/$(basename "$first" .part_aa)"
   done
   timeout "${E2E_TIMEOUT:-420}" python3 scripts/gpu_e2e.py --deepinfer "$BIN/deepinfer" --out "$OUT" \
     ${E2E_MODELS+--models "$E2E_MODELS"} ${E2E_KV:+--kv-cache-dtypes $E2E_KV} ${E2E_GGUF:+--gguf $E2E_GGUF} \
