@@ -270,6 +270,21 @@ class Backend {
     (void)q, (void)k, (void)v, (void)positions, (void)params, (void)slot_mapping, (void)cache, (void)norm;
     return false;
   }
+  // Multi-head latent attention's steps between the projections and the
+  // attention, fused where a backend can (in decode each would be a launch):
+  // rms_norm of the latent part kv[:, 0, :lora] in place (kv_norm, eps,
+  // weight offset 0); rope at positions on kv's rope part kv[:, 0, lora:] in
+  // place and on q_pe [n, heads, rot], written to q_rot [n, heads, rot] (q_pe
+  // is left as it was); then store_kv(kv, kv's latent view) into the latent
+  // cache. kv is [n, 1, lora + rot]. Returns false when the backend has no
+  // fused path for these arguments; the caller then runs the separate ops.
+  virtual bool mla_rope_store_kv(const Tensor& q_pe, Tensor q_rot, Tensor kv, int64_t lora, const Tensor& kv_norm,
+                                 float eps, const Tensor& positions, const RopeParams& params,
+                                 const Tensor& slot_mapping, KvCacheLayer cache) {
+    (void)q_pe, (void)q_rot, (void)kv, (void)lora, (void)kv_norm, (void)eps, (void)positions, (void)params,
+        (void)slot_mapping, (void)cache;
+    return false;
+  }
   // q[n, n_heads_q, head_dim] -> out[n, n_heads_q, v_head_dim]; causal within each sequence,
   // grouped-query (n_heads_q a multiple of n_heads_kv; MLA: one latent KV head).
   virtual void attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,

@@ -75,16 +75,33 @@ void DeepseekModel::load_mla(Layer& l, WeightLoader& load, const std::string& p)
   const layers::MlaShape& s = mla_shape_;
   const int64_t H = c.hidden_size, q_dim = s.q_dim(), lora = s.kv_lora_rank;
   layers::MlaWeights& w = l.mla;
-  if (s.q_lora_rank > 0) {
-    w.wq_a = load.matrix(p + "attn_q_a.weight", s.q_lora_rank, H);
-    if (c.mla.attention_bias) w.bq_a = load.vector(p + "attn_q_a.bias", s.q_lora_rank);
+  // The two projections of the layer input: q (or q_a) and kv_a, stacked
+  // into w_in where the store can (device backends).
+  const bool q_lora = s.q_lora_rank > 0;
+  const int64_t q_in = q_lora ? s.q_lora_rank : q_dim;
+  const Tensor h_q = load.host_matrix(p + (q_lora ? "attn_q_a.weight" : "attn_q.weight"), q_in, H);
+  const Tensor h_kv_a = load.host_matrix(p + "attn_kv_a_mqa.weight", s.cache_row(), H);
+  w.w_in = store_.fused_matrix({h_q, h_kv_a});
+  if (!w.w_in.defined()) {
+    (q_lora ? w.wq_a : w.wq) = store_.matrix(h_q);
+    w.wkv_a = store_.matrix(h_kv_a);
+  }
+  if (c.mla.attention_bias) {
+    const Tensor h_bkv_a = load.host_vector(p + "attn_kv_a_mqa.bias", s.cache_row());
+    // Without q LoRA the q projection has no bias (zeros in the stacked one).
+    std::vector<float> zeros(q_lora ? 0 : static_cast<size_t>(q_in), 0.0f);
+    const Tensor h_bq = q_lora ? load.host_vector(p + "attn_q_a.bias", q_in) : Tensor(zeros.data(), DType::F32, {q_in});
+    if (w.w_in.defined()) {
+      w.b_in = store_.f32_concat({h_bq, h_bkv_a});
+    } else {
+      if (q_lora) w.bq_a = store_.f32_vector(h_bq);
+      w.bkv_a = store_.f32_vector(h_bkv_a);
+    }
+  }
+  if (q_lora) {
     w.q_a_norm = load.vector(p + "attn_q_a_norm.weight", s.q_lora_rank);
     w.wq_b = load.matrix(p + "attn_q_b.weight", q_dim, s.q_lora_rank);
-  } else {
-    w.wq = load.matrix(p + "attn_q.weight", q_dim, H);
   }
-  w.wkv_a = load.matrix(p + "attn_kv_a_mqa.weight", s.cache_row(), H);
-  if (c.mla.attention_bias) w.bkv_a = load.vector(p + "attn_kv_a_mqa.bias", s.cache_row());
   w.kv_a_norm = load.vector(p + "attn_kv_a_norm.weight", lora);
   const std::string kv_b_name = p + "attn_kv_b.weight";
   const Tensor kv_b = load.host_matrix(kv_b_name, int64_t{s.n_heads} * (s.nope_dim + s.v_dim), lora);
@@ -174,9 +191,18 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
   Tensor h = work_view(act, n, c.hidden_size, off);
   Tensor delta = work_view(act, n, c.hidden_size, off);
   layers::MlaScratch mla;
-  if (s.q_lora_rank > 0) mla.q_a = work_view(act, n, s.q_lora_rank, off);
-  mla.q = work_view(act, n, s.q_dim(), off);
-  mla.kv_a = work_view(act, n, s.cache_row(), off);
+  const int64_t q_in = s.q_lora_rank > 0 ? s.q_lora_rank : s.q_dim();
+  if (backend_.device().type != DeviceType::CPU) {
+    // Device backends stack the input projections (MlaWeights::w_in); a layer
+    // that could not be stacked writes into the same column ranges.
+    mla.in = work_view(act, n, q_in + s.cache_row(), off);
+    (s.q_lora_rank > 0 ? mla.q_a : mla.q) = mla.in.narrow(1, 0, q_in);
+    mla.kv_a = mla.in.narrow(1, q_in, s.cache_row());
+  } else {
+    if (s.q_lora_rank > 0) mla.q_a = work_view(act, n, s.q_lora_rank, off);
+    mla.kv_a = work_view(act, n, s.cache_row(), off);
+  }
+  if (s.q_lora_rank > 0 || !mla.q.defined()) mla.q = work_view(act, n, s.q_dim(), off);
   mla.q_att = work_view(act, n, heads * s.cache_row(), off);
   mla.o_lat = work_view(act, n, heads * s.kv_lora_rank, off);
   mla.o = work_view(act, n, heads * s.v_dim, off);

@@ -304,6 +304,32 @@ void rope_store_kv(Backend& backend, Tensor q, Tensor k, const Tensor& v, const 
   backend.store_kv(k, v, slot_mapping, cache);
 }
 
+void mla_rope_store_kv(Backend& backend, const Tensor& q_pe, Tensor q_rot, Tensor kv, int64_t lora,
+                       const Tensor& kv_norm, float eps, const Tensor& positions, const RopeParams& params,
+                       const Tensor& slot_mapping, const KvCacheLayer& cache) {
+  const char* op = "mla_rope_store_kv";
+  check_activation(op, "kv", kv, backend);
+  check_rank(op, "kv", kv, 3);
+  DI_CHECK(kv.size(1) == 1 && lora > 0 && lora < kv.size(2),
+           "{}: kv {} must be [n, 1, lora + rot] with lora {} short of the row", op, kv.describe(), lora);
+  const Tensor latent = kv.narrow(2, 0, lora), k_pe = kv.narrow(2, lora, kv.size(2) - lora);
+  Tensor latent_rows = kv.select(1, 0).narrow(1, 0, lora);  // [n, lora], what rms_norm normalises
+  // The checks of the separate ops this stands for.
+  check_norm_weight(op, latent, kv_norm, backend);
+  check_eps(op, eps);
+  check_activation(op, "q_pe", q_pe, backend);
+  check_same_shape(op, "q_rot", q_rot, "q_pe", q_pe);
+  check_same_dtype(op, "q_rot", q_rot, "q_pe", q_pe);
+  check_rope(q_rot, k_pe, positions, params, backend);
+  check_store_kv(kv, latent, slot_mapping, cache, backend);
+  DI_CHECK(cache.v.data() == cache.k.data(), "{}: the cache must be a latent cache (V a view of K)", op);
+  if (backend.mla_rope_store_kv(q_pe, q_rot, kv, lora, kv_norm, eps, positions, params, slot_mapping, cache)) return;
+  backend.rms_norm(latent_rows, kv_norm, eps, 0.0f, latent_rows);
+  backend.copy(q_rot, q_pe);
+  backend.rope(q_rot, k_pe, positions, params);
+  backend.store_kv(kv, latent, slot_mapping, cache);
+}
+
 void attention(Backend& backend, const Tensor& q, const KvCacheLayer& cache,
                const AttentionMetadata& meta, const AttentionParams& params, Tensor out) {
   const char* op = "attention";

@@ -35,6 +35,11 @@ void store_kv(Backend& backend, const Tensor& k, const Tensor& v, const Tensor& 
 void rope_store_kv(Backend& backend, Tensor q, Tensor k, const Tensor& v, const Tensor& positions,
                    const RopeParams& params, const Tensor& slot_mapping, const KvCacheLayer& cache,
                    const QkNorm* norm = nullptr);
+// MLA: rms_norm(kv[:, :, :lora]) in place, copy(q_rot, q_pe), rope(q_rot,
+// kv[:, :, lora:]), store_kv(kv, kv[:, :, :lora]): fused where the backend can.
+void mla_rope_store_kv(Backend& backend, const Tensor& q_pe, Tensor q_rot, Tensor kv, int64_t lora,
+                       const Tensor& kv_norm, float eps, const Tensor& positions, const RopeParams& params,
+                       const Tensor& slot_mapping, const KvCacheLayer& cache);
 void attention(Backend& backend, const Tensor& q, const KvCacheLayer& cache,
                const AttentionMetadata& meta, const AttentionParams& params, Tensor out);
 void gated_activation(Backend& backend, const Tensor& gate, const Tensor& up, Activation act,

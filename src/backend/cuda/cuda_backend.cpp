@@ -212,13 +212,26 @@ void CudaBackend::copy(Tensor dst, const Tensor& src) {
   }
   const size_t row = row_bytes(src.dtype(), src.size(-1));
   RowView d = rows_of(dst), v = rows_of(src);
-  if (dst.ndim() <= 2 && src.ndim() <= 2 && v.rows > 1) {
-    check_cuda(cudaMemcpy2DAsync(dst.data(), static_cast<size_t>(dst.stride_bytes(0)), src.data(),
-                                 static_cast<size_t>(src.stride_bytes(0)), row, static_cast<size_t>(v.rows),
-                                 cudaMemcpyDefault, s),
+  // Rows a single pitch apart (outer dimensions that nest, e.g. the heads of
+  // a [tokens, heads, dim] view of one row per token) copy as one 2-D block.
+  auto uniform_pitch = [](const RowView& rv) {
+    int64_t pitch = -1, span = 0;  // span: bytes from one step of the dimensions seen so far to the next
+    for (int k = rv.nouter - 1; k >= 0; --k) {
+      if (rv.shape[k] == 1) continue;  // its stride is never used
+      if (pitch < 0) pitch = rv.stride[k];
+      else if (rv.stride[k] != span) return int64_t{-1};
+      span = rv.stride[k] * rv.shape[k];
+    }
+    return pitch;
+  };
+  const int64_t d_pitch = uniform_pitch(d), s_pitch = uniform_pitch(v);
+  const auto row_len = static_cast<int64_t>(row);
+  if (d_pitch >= row_len && s_pitch >= row_len && v.rows > 1) {
+    check_cuda(cudaMemcpy2DAsync(dst.data(), static_cast<size_t>(d_pitch), src.data(), static_cast<size_t>(s_pitch),
+                                 row, static_cast<size_t>(v.rows), cudaMemcpyDefault, s),
                "cudaMemcpy2DAsync");
   } else {
-    // Rare (rank > 2 and strided): one copy per row.
+    // Rare (outer dimensions that do not nest): one copy per row.
     for (int64_t r = 0; r < v.rows; ++r) {
       auto addr = [](const RowView& rv, int64_t i) {
         int64_t offset = 0;
@@ -404,6 +417,25 @@ bool CudaBackend::rope_store_kv(Tensor q, Tensor k, const Tensor& v, const Tenso
                        slot_mapping.data_as<const int32_t>(), cache_of(cache.k), cache_of(cache.v), error_word_,
                        norm_args, stream_);
   check_launch("rope_store_kv");
+  return true;
+}
+
+bool CudaBackend::mla_rope_store_kv(const Tensor& q_pe, Tensor q_rot, Tensor kv, int64_t lora, const Tensor& kv_norm,
+                                    float eps, const Tensor& positions, const RopeParams& params,
+                                    const Tensor& slot_mapping, KvCacheLayer cache) {
+  const HeadView kv_rows = heads_of(kv);
+  // The latent row is normalised by one warp in 16-byte chunks (norm_head_row).
+  const bool fits = kv.dtype() != DType::F32 && lora % 8 == 0 && lora <= 2048 &&
+                    aligned16(kv_rows.base, kv_rows.stride0) && aligned16(kv_norm.data(), 0) &&
+                    params.rotary_dim <= 2048;
+  if (!fits) return false;
+  const QkNormArgs norm{nullptr, kv_norm.data_as<const float>(), eps, 0.0f};
+  launch_mla_rope_store_kv(elem_type(kv.dtype(), "mla_rope_store_kv"), heads_of(q_pe), heads_of(q_rot), kv_rows,
+                           static_cast<int>(lora), norm, positions.data_as<const int32_t>(),
+                           params.inv_freq.data_as<const float>(), params.rotary_dim,
+                           params.style == RopeStyle::Neox, params.attention_factor,
+                           slot_mapping.data_as<const int32_t>(), cache_of(cache.k), error_word_, stream_);
+  check_launch("mla_rope_store_kv");
   return true;
 }
 

@@ -62,6 +62,9 @@ class CudaBackend final : public Backend {
   void store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping, KvCacheLayer cache) override;
   bool rope_store_kv(Tensor q, Tensor k, const Tensor& v, const Tensor& positions, const RopeParams& params,
                      const Tensor& slot_mapping, KvCacheLayer cache, const QkNorm* norm) override;
+  bool mla_rope_store_kv(const Tensor& q_pe, Tensor q_rot, Tensor kv, int64_t lora, const Tensor& kv_norm, float eps,
+                         const Tensor& positions, const RopeParams& params, const Tensor& slot_mapping,
+                         KvCacheLayer cache) override;
   void attention(const Tensor& q, const KvCacheLayer& cache, const AttentionMetadata& meta,
                  const AttentionParams& params, Tensor out) override;
   void gated_activation(const Tensor& gate, const Tensor& up, Activation act, Tensor out) override;

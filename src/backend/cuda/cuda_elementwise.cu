@@ -353,6 +353,50 @@ __global__ void rope_store_kv_heads_kernel(HeadView q, HeadView k, HeadView v, c
   for (int d = i; d < v.dim; d += blockDim.x) vd[d] = from_f<C>(to_f(vs[d]));
 }
 
+// Multi-head latent attention's norm + RoPE + latent-cache store
+// (mla_rope_store_kv) in one launch instead of four per decode layer. Grid
+// (tokens, heads + 1), one thread per rotated pair. Blocks y < heads rotate
+// head y's q_pe into q_rot. Block `heads` takes the token's [latent | k_pe]
+// row: its first warp normalises the latent part in place (rms_norm's
+// one-warp-row arithmetic), then the block rotates k_pe in place and, after a
+// barrier that makes the row's writes visible, stores the row in the token's
+// cache slot (latent caches keep V inside K's row, so nothing else is stored).
+template <typename T, typename C>
+__global__ void mla_rope_store_kv_kernel(HeadView q_pe, HeadView q_rot, HeadView kv, int lora, QkNormArgs norm,
+                                         const int32_t* positions, const float* inv_freq, int half, bool neox,
+                                         float factor, const int32_t* slots, CacheView ck, uint32_t* err) {
+  wait_for_prior_kernel();
+  release_next_kernel();
+  const int64_t t = blockIdx.x, head = blockIdx.y;
+  const int i = threadIdx.x;
+  const bool is_q = head < q_pe.heads;
+  T* row = reinterpret_cast<T*>(kv.base + t * kv.stride0);
+  if (!is_q) {
+    if (i < 32) norm_head_row<T>(reinterpret_cast<uint4*>(row), lora, norm.k_weight, norm);
+    __syncthreads();
+  }
+  const T* src = is_q ? reinterpret_cast<const T*>(q_pe.base + t * q_pe.stride0 + head * q_pe.stride1) : row + lora;
+  T* dst = is_q ? reinterpret_cast<T*>(q_rot.base + t * q_rot.stride0 + head * q_rot.stride1) : row + lora;
+  if (i < half) {
+    const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    float sn, cs;
+    sincosf(static_cast<float>(positions[t]) * inv_freq[i], &sn, &cs);
+    const float2 y = rotate_pair(to_f(src[a]), to_f(src[b]), cs * factor, sn * factor);
+    dst[a] = from_f<T>(y.x);
+    dst[b] = from_f<T>(y.y);
+  }
+  // Dims past the rotary part keep their values.
+  if (is_q) {
+    for (int64_t d = 2 * half + i; d < q_pe.dim; d += blockDim.x) dst[d] = src[d];
+    return;
+  }
+  __syncthreads();
+  int64_t page = 0, offset = 0;
+  if (!token_slot(t, slots, ck, err, page, offset)) return;
+  C* kd = reinterpret_cast<C*>(ck.base + page * ck.stride0 + offset * ck.stride1);
+  for (int64_t d = i; d < kv.dim; d += blockDim.x) kd[d] = from_f<C>(to_f(row[d]));  // exact when C is T
+}
+
 // Element-wise kernels walk rows (grid y, strided) and columns (grid x and
 // threads): the row address is computed once per row, never with a 64-bit
 // division per element (which made these kernels compute-bound).
@@ -561,6 +605,25 @@ void launch_rope_store_kv(ElemType type, HeadView q, HeadView k, HeadView v, con
     DI_DISPATCH_ELEM(type, T, launch(rope_store_kv_heads_kernel<T, __nv_fp8_e4m3>));
   } else {
     DI_DISPATCH_ELEM(type, T, launch(rope_store_kv_heads_kernel<T, T>));
+  }
+}
+
+void launch_mla_rope_store_kv(ElemType type, HeadView q_pe, HeadView q_rot, HeadView kv, int lora,
+                              const QkNormArgs& norm, const int32_t* positions, const float* inv_freq, int rotary_dim,
+                              bool neox, float attention_factor, const int32_t* slots, CacheView ck, uint32_t* err,
+                              Stream stream) {
+  if (kv.n == 0) return;
+  const int half = rotary_dim / 2;
+  const dim3 grid(static_cast<unsigned>(kv.n), static_cast<unsigned>(q_pe.heads + 1));
+  const unsigned threads = static_cast<unsigned>(std::max(32, (half + 31) / 32 * 32));
+  auto launch = [&](auto* kernel) {
+    launch_chained(kernel, grid, threads, 0, as_stream(stream), q_pe, q_rot, kv, lora, norm, positions, inv_freq, half,
+                   neox, attention_factor, slots, ck, err);
+  };
+  if (ck.fp8) {
+    DI_DISPATCH_ELEM(type, T, launch(mla_rope_store_kv_kernel<T, __nv_fp8_e4m3>));
+  } else {
+    DI_DISPATCH_ELEM(type, T, launch(mla_rope_store_kv_kernel<T, T>));
   }
 }
 

@@ -66,6 +66,12 @@ struct QkNormArgs {
   const float* k_weight = nullptr;
   float eps = 0.0f, offset = 0.0f;
 };
+// kv [n, 1, lora + rot]: norm.k_weight normalises the latent part (norm.eps,
+// norm.offset); q_pe/q_rot [n, heads, rot]. See Backend::mla_rope_store_kv.
+void launch_mla_rope_store_kv(ElemType type, HeadView q_pe, HeadView q_rot, HeadView kv, int lora,
+                              const QkNormArgs& norm, const int32_t* positions, const float* inv_freq, int rotary_dim,
+                              bool neox, float attention_factor, const int32_t* slots, CacheView ck, uint32_t* err,
+                              Stream stream);
 void launch_rope_store_kv(ElemType type, HeadView q, HeadView k, HeadView v, const int32_t* positions,
                           const float* inv_freq, int rotary_dim, bool neox, float attention_factor,
                           const int32_t* slots, CacheView ck, CacheView cv, uint32_t* err, const QkNormArgs& norm,

@@ -34,30 +34,27 @@ void mla_layer(Backend& backend, const MlaWeights& w, const MlaShape& s, const R
   const int64_t heads = s.n_heads, lora = s.kv_lora_rank, nope = s.nope_dim, rot = s.rope_dim, vd = s.v_dim;
   const int64_t qk = nope + rot, row = lora + rot;
   const Tensor none;
-  if (w.wq_a.defined()) {
-    ops::linear(backend, h, w.wq_a, w.bq_a, scratch.q_a);
+  const bool q_lora = s.q_lora_rank > 0;
+  if (w.w_in.defined()) {
+    ops::linear(backend, h, w.w_in, w.b_in, scratch.in);
+  } else {
+    ops::linear(backend, h, q_lora ? w.wq_a : w.wq, q_lora ? w.bq_a : none, q_lora ? scratch.q_a : scratch.q);
+    ops::linear(backend, h, w.wkv_a, w.bkv_a, scratch.kv_a);
+  }
+  if (q_lora) {
     ops::rms_norm(backend, scratch.q_a, w.q_a_norm, s.rms_eps, 0.0f, scratch.q_a);
     ops::linear(backend, scratch.q_a, w.wq_b, none, scratch.q);
-  } else {
-    ops::linear(backend, h, w.wq, none, scratch.q);
   }
-  ops::linear(backend, h, w.wkv_a, w.bkv_a, scratch.kv_a);
-  const Tensor latent = scratch.kv_a.narrow(1, 0, lora);
-  ops::rms_norm(backend, latent, w.kv_a_norm, s.rms_eps, 0.0f, latent);
 
-  // The rope halves: each head's q_pe moves to the tail of its absorbed query
-  // and is rotated there together with the token's shared k_pe.
+  // The rope halves: each head's q_pe is rotated into the tail of its
+  // absorbed query, next to the token's shared k_pe; the normalised latent
+  // and the rotated k_pe form the token's cache row.
   const Tensor q_att = scratch.q_att.reshape({scratch.q_att.size(0), heads, row});
-  const Tensor k_row = scratch.kv_a.reshape({scratch.kv_a.size(0), 1, row});
-  // As [tokens * heads] rows: one strided 2-D copy on device backends.
-  const int64_t n_rows = scratch.q.size(0) * heads;
-  ops::copy(backend, scratch.q_att.reshape({n_rows, row}).narrow(1, lora, rot),
-            scratch.q.reshape({n_rows, qk}).narrow(1, nope, rot));
-  ops::rope(backend, q_att.narrow(2, lora, rot), k_row.narrow(2, lora, rot), inputs.positions, rope);
-  ops::linear_batched(backend, scratch.q.split_last(heads, qk).narrow(2, 0, nope), w.w_uk_t,
-                      q_att.narrow(2, 0, lora));
-
-  ops::store_kv(backend, k_row, k_row.narrow(2, 0, lora), inputs.slot_mapping, cache);
+  const Tensor k_row = scratch.kv_a.split_last(1, row);  // [n, 1, row]; rows may be strided (scratch.in)
+  const Tensor q_heads = scratch.q.split_last(heads, qk);
+  ops::mla_rope_store_kv(backend, q_heads.narrow(2, nope, rot), q_att.narrow(2, lora, rot), k_row, lora, w.kv_a_norm,
+                         s.rms_eps, inputs.positions, rope, inputs.slot_mapping, cache);
+  ops::linear_batched(backend, q_heads.narrow(2, 0, nope), w.w_uk_t, q_att.narrow(2, 0, lora));
   const Tensor o_lat = scratch.o_lat.reshape({scratch.o_lat.size(0), heads, lora});
   ops::attention(backend, q_att, cache, inputs.attention, params, o_lat);
 

@@ -35,6 +35,10 @@ struct MlaShape {
 };
 
 struct MlaWeights {
+  // Device backends stack the two projections of h (wq or wq_a, then wkv_a)
+  // into one matrix, so a decode step reads them in one product; then the
+  // separate matrices below are undefined. b_in: their biases (optional).
+  Tensor w_in, b_in;
   Tensor wq;                        // [heads * (nope + rope), hidden] without q_lora
   Tensor wq_a, bq_a, q_a_norm, wq_b;  // [q_lora, hidden], f32[q_lora] (optional), f32[q_lora], [q dim, q_lora]
   Tensor wkv_a, bkv_a;              // [kv_lora + rope, hidden], optional f32 bias
@@ -46,6 +50,7 @@ struct MlaWeights {
 
 // Activation buffers for n tokens (views into the model's workspace).
 struct MlaScratch {
+  Tensor in;     // [n, q_in + kv_lora + rope] on device backends: q_a (or q) and kv_a are its column views
   Tensor q_a;    // [n, q_lora] (q_lora only)
   Tensor q;      // [n, q_dim]
   Tensor kv_a;   // [n, kv_lora + rope]: the cache row, built in place
