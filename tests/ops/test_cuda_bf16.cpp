@@ -41,7 +41,7 @@ TEST_F(CudaBf16Test, ActivationDtypeIsBf16) { EXPECT_EQ(gpu().activation_dtype()
 // what linear over the stacked weight followed by gated_activation gives.
 TEST_F(CudaBf16Test, GatedLinearEqualsLinearThenGatedActivation) {
   Rng rng(101);
-  // [200, 512] takes 4 warps per output row, [2200, 2048] one (gemv_config).
+  // [200, 512] takes 2 warps per output row (64 chunks per row), [2200, 2048] one (gemv_config).
   for (auto [k, f] : std::vector<std::pair<int64_t, int64_t>>{{512, 200}, {2048, 2200}}) {
     for (Activation act : {Activation::Silu, Activation::GeluTanh}) {
       for (int64_t n : {1, 3, 4}) {
@@ -107,17 +107,20 @@ TEST_F(CudaBf16Test, Linear) {
 // gemv path (n <= 4) and the per-head fallback, against the CPU in f32.
 TEST_F(CudaBf16Test, LinearBatched) {
   Rng rng(104);
-  for (int64_t n : {1, 4, 11}) {
-    const int64_t heads = 16, k = 128, m = 512, qk = 192;
-    SCOPED_TRACE(fmt::format("n={}", n));
-    std::vector<float> x = round_bf16(rng.floats(static_cast<size_t>(n * heads * qk)));
-    std::vector<float> w = round_bf16(rng.floats(static_cast<size_t>(heads * m * k), -0.1f, 0.1f));
-    DeviceTensor gx = upload_bf16(gpu(), {n, heads * qk}, x), cx = upload_f32(cpu(), {n, heads * qk}, x);
-    DeviceTensor gw = upload_bf16(gpu(), {heads, m, k}, w), cw = upload_f32(cpu(), {heads, m, k}, w);
-    DeviceTensor go = zeros(gpu(), DType::BF16, {n, heads, m}), co = zeros(cpu(), DType::F32, {n, heads, m});
-    ops::linear_batched(gpu(), gx.t.split_last(heads, qk).narrow(2, 0, k), gw.t, go.t);
-    ops::linear_batched(cpu(), cx.t.split_last(heads, qk).narrow(2, 0, k), cw.t, co.t);
-    EXPECT_TRUE(all_close(download_any(gpu(), go.t), to_double(download_f32(cpu(), co.t)), 1e-2, 1e-2));
+  // W_UK's shape (k = 128: one warp per row) and W_UV's (k = 512: two).
+  for (auto [k, m] : std::vector<std::pair<int64_t, int64_t>>{{128, 512}, {512, 128}}) {
+    for (int64_t n : {1, 4, 11}) {
+      const int64_t heads = 16, qk = k + 64;
+      SCOPED_TRACE(fmt::format("n={} k={} m={}", n, k, m));
+      std::vector<float> x = round_bf16(rng.floats(static_cast<size_t>(n * heads * qk)));
+      std::vector<float> w = round_bf16(rng.floats(static_cast<size_t>(heads * m * k), -0.1f, 0.1f));
+      DeviceTensor gx = upload_bf16(gpu(), {n, heads * qk}, x), cx = upload_f32(cpu(), {n, heads * qk}, x);
+      DeviceTensor gw = upload_bf16(gpu(), {heads, m, k}, w), cw = upload_f32(cpu(), {heads, m, k}, w);
+      DeviceTensor go = zeros(gpu(), DType::BF16, {n, heads, m}), co = zeros(cpu(), DType::F32, {n, heads, m});
+      ops::linear_batched(gpu(), gx.t.split_last(heads, qk).narrow(2, 0, k), gw.t, go.t);
+      ops::linear_batched(cpu(), cx.t.split_last(heads, qk).narrow(2, 0, k), cw.t, co.t);
+      EXPECT_TRUE(all_close(download_any(gpu(), go.t), to_double(download_f32(cpu(), co.t)), 1e-2, 1e-2));
+    }
   }
 }
 

@@ -1,4 +1,5 @@
-// Mixture-of-experts kernels: routing, and the experts as grouped GEMMs.
+// Mixture-of-experts kernels: the experts as grouped GEMMs (routing:
+// cuda_moe_route.cu).
 // A few slots (decode) take cuda_moe_decode.cu's gemv kernels instead (see
 // moe_decode_applies); everything else runs here.
 //
@@ -23,7 +24,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <climits>
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -79,118 +79,6 @@ struct MoeLayout {
     total = at;
   }
 };
-
-// ---------------------------------------------------------------- routing
-
-// The lowest-index untaken entry if it is NaN, else the largest non-NaN
-// untaken value with ties to the lower index: the CPU's take_best. Marks it taken.
-__device__ int warp_take_best(const float* v, uint8_t* taken, int n) {
-  const int lane = threadIdx.x & 31;
-  int first = INT_MAX, best = -1;
-  float bv = 0.0f;
-  for (int i = lane; i < n; i += 32) {
-    if (taken[i]) continue;
-    first = min(first, i);
-    const float x = v[i];
-    if (x != x) continue;
-    if (best < 0 || x > bv) {
-      best = i;
-      bv = x;
-    }
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    first = min(first, __shfl_xor_sync(0xffffffffu, first, o));
-    const int ob = __shfl_xor_sync(0xffffffffu, best, o);
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
-      best = ob;
-      bv = ov;
-    }
-  }
-  const int r = (first != INT_MAX && v[first] != v[first]) ? first : best;
-  __syncwarp();
-  if (lane == 0 && r >= 0) taken[r] = 1;
-  __syncwarp();
-  return r;
-}
-
-struct RouteSmem {
-  size_t scores, choice, group_rank, taken, group_taken, per_warp;
-  RouteSmem(int e, int g) {
-    scores = 0;
-    choice = scores + 4 * static_cast<size_t>(e);
-    group_rank = choice + 4 * static_cast<size_t>(e);
-    taken = group_rank + 4 * static_cast<size_t>(g);
-    group_taken = taken + static_cast<size_t>(e);
-    per_warp = (group_taken + static_cast<size_t>(g) + 15) / 16 * 16;
-  }
-};
-
-template <typename T>
-__global__ void moe_route_kernel(MoeRouteLaunch a, RouteSmem lay, int64_t n) {
-  wait_for_prior_kernel();
-  release_next_kernel();
-  extern __shared__ __align__(16) char smem[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t t = int64_t{blockIdx.x} * (blockDim.x >> 5) + warp;
-  if (t >= n) return;
-  char* base = smem + warp * lay.per_warp;
-  float* scores = reinterpret_cast<float*>(base + lay.scores);
-  float* choice = reinterpret_cast<float*>(base + lay.choice);
-  float* group_rank = reinterpret_cast<float*>(base + lay.group_rank);
-  uint8_t* taken = reinterpret_cast<uint8_t*>(base + lay.taken);
-  uint8_t* group_taken = reinterpret_cast<uint8_t*>(base + lay.group_taken);
-  const int E = a.n_experts;
-  const T* l = row_as<const T>(a.logits, t);
-
-  if (a.sigmoid) {
-    for (int e = lane; e < E; e += 32) scores[e] = 1.0f / (1.0f + expf(-to_f(l[e])));
-  } else {
-    float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, to_f(l[e]));
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int e = lane; e < E; e += 32) sum += scores[e] = expf(to_f(l[e]) - mx);
-    sum = warp_sum(sum);
-    for (int e = lane; e < E; e += 32) scores[e] /= sum;
-  }
-  for (int e = lane; e < E; e += 32) {
-    choice[e] = a.bias ? scores[e] + a.bias[e] : scores[e];
-    taken[e] = 0;
-  }
-  __syncwarp();
-  if (a.n_groups > 1) {
-    const int size = E / a.n_groups;
-    for (int g = 0; g < a.n_groups; ++g) {
-      const float* c = choice + g * size;
-      const int first = warp_take_best(c, taken + g * size, size);
-      const float rank = a.group_max ? c[first] : c[first] + c[warp_take_best(c, taken + g * size, size)];
-      if (lane == 0) group_rank[g] = rank;
-    }
-    for (int e = lane; e < E; e += 32) taken[e] = 1;
-    for (int g = lane; g < a.n_groups; g += 32) group_taken[g] = 0;
-    __syncwarp();
-    for (int i = 0; i < a.top_k_groups; ++i) {
-      const int g = warp_take_best(group_rank, group_taken, a.n_groups);
-      for (int e = lane; e < size; e += 32) taken[g * size + e] = 0;
-      __syncwarp();
-    }
-  }
-  int32_t* ids = row_as<int32_t>(a.ids, t);
-  float* w = row_as<float>(a.weights, t);
-  float sum = 0.0f;
-  for (int j = 0; j < a.top_k; ++j) {
-    const int e = warp_take_best(choice, taken, E);
-    if (lane == 0) {
-      ids[j] = e;
-      sum += w[j] = scores[e];
-    }
-  }
-  if (lane == 0) {
-    const float factor = a.renormalize && sum > 0.0f ? a.scaling / sum : a.scaling;
-    for (int j = 0; j < a.top_k; ++j) w[j] *= factor;
-  }
-}
 
 // ---------------------------------------------------------------- index
 
@@ -461,19 +349,6 @@ bool aligned16(const void* p, int64_t stride) {
 }
 
 }  // namespace
-
-size_t moe_route_smem_per_warp(int n_experts, int n_groups) { return RouteSmem(n_experts, n_groups).per_warp; }
-
-void launch_moe_route(const MoeRouteLaunch& r, Stream stream) {
-  const int64_t n = r.logits.rows;
-  if (n == 0) return;
-  const RouteSmem lay(r.n_experts, r.n_groups);
-  const int warps = static_cast<int>(std::max<size_t>(1, std::min<size_t>(4, (48u << 10) / lay.per_warp)));
-  const unsigned blocks = static_cast<unsigned>((n + warps - 1) / warps);
-  auto s = static_cast<cudaStream_t>(stream);
-  DI_DISPATCH_ELEM(r.logits_type, T,
-                   (launch_chained(moe_route_kernel<T>, blocks, 32 * warps, warps * lay.per_warp, s, r, lay, n)));
-}
 
 size_t moe_experts_workspace_bytes(int64_t n, int top_k, int n_experts, int64_t hidden, int64_t ffn) {
   return std::max(MoeLayout(n, top_k, n_experts, hidden, ffn).total, moe_decode_workspace_bytes(n, top_k, ffn));
