@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cfloat>
 
+#include "backend/cuda/cuda_attention_seq.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
 namespace deepinfer::cuda {
@@ -149,24 +150,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionLaunch a) 
   // blockIdx.y is the head tile: query heads h0 .. h0 + ht - 1, all in KV head kvh.
   const int qb = blockIdx.x, h0 = blockIdx.y * ht, kvh = h0 / a.group;
   const int s = blockIdx.z / a.num_splits, split = blockIdx.z % a.num_splits;
-  const bool first_block = qb == 0 && blockIdx.y == 0 && split == 0;
-  if (first_block && s == 0 && threadIdx.x == 0 &&
-      (a.q_indptr[0] != 0 || a.q_indptr[a.num_seqs] != a.q.n || a.kv_indptr[0] != 0)) {
-    atomicOr(a.err, kErrAttentionLayout);
-  }
-  const int q_begin = a.q_indptr[s], q_end = a.q_indptr[s + 1];
-  const int q_len = q_end - q_begin;
-  const int kv_p0 = a.kv_indptr[s], kv_p1 = a.kv_indptr[s + 1];
-  const int n_pages = kv_p1 - kv_p0;
-  const int page_size = static_cast<int>(a.k.page_size);
-  if (q_len == 0 && n_pages >= 0) return;
-  const int last_len = n_pages > 0 ? a.last_len[s] : 0;
-  const int kv_len = (n_pages - 1) * page_size + last_len;
-  if (q_len < 0 || q_begin < 0 || q_end > a.q.n || n_pages <= 0 || kv_p0 < 0 || kv_p1 > a.listed_pages ||
-      last_len < 1 || last_len > page_size || kv_len < q_len || q_len > a.q_tile * a.q_blocks) {
-    if (first_block && threadIdx.x == 0) atomicOr(a.err, kErrAttentionLayout);
-    return;
-  }
+  SeqExtent seq;
+  if (!read_seq_extent(a, s, qb == 0 && blockIdx.y == 0 && split == 0, 1, int64_t{a.q_tile} * a.q_blocks, seq)) return;
+  const int q_begin = seq.q_begin, q_len = seq.q_len, kv_p0 = seq.kv_p0, n_pages = seq.n_pages, kv_len = seq.kv_len;
   const int t0 = qb * a.q_tile;
   if (t0 >= q_len) return;
   const int t_count = min(a.q_tile, q_len - t0);

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_attention_seq.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 
 namespace deepinfer::cuda {
@@ -72,24 +73,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(AttentionLau
   const int qb = a.q_blocks - 1 - static_cast<int>(blockIdx.x);  // causal: the longest blocks first
   const int s = blockIdx.z / a.num_splits, split = blockIdx.z % a.num_splits;
   const int tid = threadIdx.x;
-  const bool first_block = qb == 0 && split == 0;
-  if (first_block && s == 0 && tid == 0 &&
-      (a.q_indptr[0] != 0 || a.q_indptr[a.num_seqs] != a.q.n || a.kv_indptr[0] != 0)) {
-    atomicOr(a.err, kErrAttentionLayout);
-  }
-  const int q_begin = a.q_indptr[s], q_end = a.q_indptr[s + 1];
-  const int q_len = q_end - q_begin;
-  const int kv_p0 = a.kv_indptr[s], kv_p1 = a.kv_indptr[s + 1];
-  const int n_pages = kv_p1 - kv_p0;
+  SeqExtent seq;
+  if (!read_seq_extent(a, s, qb == 0 && split == 0, a.group, int64_t{kRows} * a.q_blocks, seq)) return;
+  const int q_begin = seq.q_begin, q_len = seq.q_len, kv_p0 = seq.kv_p0, kv_len = seq.kv_len;
   const int page_size = static_cast<int>(a.k.page_size);
-  if (q_len == 0 && n_pages >= 0) return;
-  const int last_len = n_pages > 0 ? a.last_len[s] : 0;
-  const int kv_len = (n_pages - 1) * page_size + last_len;
-  if (q_len < 0 || q_begin < 0 || q_end > a.q.n || n_pages <= 0 || kv_p0 < 0 || kv_p1 > a.listed_pages ||
-      last_len < 1 || last_len > page_size || kv_len < q_len || int64_t{q_len} * a.group > int64_t{kRows} * a.q_blocks) {
-    if (first_block && tid == 0) atomicOr(a.err, kErrAttentionLayout);
-    return;
-  }
   const int total_rows = q_len * a.group;
   const int r0 = qb * kRows;
   if (r0 >= total_rows) return;
