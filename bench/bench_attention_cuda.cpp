@@ -97,6 +97,19 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Metadata of num_seqs sequences of q_len queries over kv_len keys each, in
+// pages_per_seq consecutive entries of the page list.
+struct UniformLayout {
+  std::vector<int32_t> q_indptr{0}, kv_indptr{0}, last_len;
+  UniformLayout(int num_seqs, int q_len, int64_t kv_len, int pages_per_seq, int64_t page_size) {
+    for (int s = 0; s < num_seqs; ++s) {
+      q_indptr.push_back(q_indptr.back() + q_len);
+      kv_indptr.push_back(kv_indptr.back() + pages_per_seq);
+      last_len.push_back(static_cast<int32_t>(kv_len - (pages_per_seq - 1) * page_size));
+    }
+  }
+};
+
 struct Result {
   double ms = 0;
   std::string plan;
@@ -164,12 +177,8 @@ void bench_case(const Case& c, int num_sms, int reps, std::mt19937& gen) {
   std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
   std::iota(page_ids.begin(), page_ids.end(), 0);
   if (c.shuffle_pages) std::shuffle(page_ids.begin(), page_ids.end(), gen);
-  std::vector<int32_t> q_indptr{0}, kv_indptr{0}, last_len;
-  for (int s = 0; s < c.num_seqs; ++s) {
-    q_indptr.push_back(q_indptr.back() + c.q_len);
-    kv_indptr.push_back(kv_indptr.back() + pages_per_seq);
-    last_len.push_back(c.kv_len - (pages_per_seq - 1) * c.page_size);
-  }
+  const UniformLayout lay(c.num_seqs, c.q_len, c.kv_len, pages_per_seq, c.page_size);
+  const auto &q_indptr = lay.q_indptr, &kv_indptr = lay.kv_indptr, &last_len = lay.last_len;
   const size_t workspace_bytes = size_t{64} << 20;
 
   AttentionLaunch a;
@@ -247,12 +256,8 @@ void bench_latent_case(const std::string& name, int num_seqs, int q_len, int kv_
   std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
   std::iota(page_ids.begin(), page_ids.end(), 0);
   std::shuffle(page_ids.begin(), page_ids.end(), gen);
-  std::vector<int32_t> q_indptr{0}, kv_indptr{0}, last_len;
-  for (int s = 0; s < num_seqs; ++s) {
-    q_indptr.push_back(q_indptr.back() + q_len);
-    kv_indptr.push_back(kv_indptr.back() + pages_per_seq);
-    last_len.push_back(static_cast<int32_t>(kv_len - (pages_per_seq - 1) * kPage));
-  }
+  const UniformLayout lay(num_seqs, q_len, kv_len, pages_per_seq, kPage);
+  const auto &q_indptr = lay.q_indptr, &kv_indptr = lay.kv_indptr, &last_len = lay.last_len;
   const size_t workspace_bytes = size_t{64} << 20;
   AttentionLaunch a;
   a.type = ElemType::BF16;
