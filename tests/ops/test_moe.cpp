@@ -165,11 +165,11 @@ Experts make_experts(Backend& b, Rng& rng, DType dtype, int64_t n_experts, int64
       both.insert(both.end(), x.up.bytes.begin() + e * expert_bytes, x.up.bytes.begin() + (e + 1) * expert_bytes);
     }
     x.dgate_up = upload(b, dtype, {n_experts, 2 * ffn, hidden}, both.data());
-    x.w = {x.dgate_up.t.narrow(1, 0, ffn), x.dgate_up.t.narrow(1, ffn, ffn), x.ddown.t};
+    x.w = {x.dgate_up.t.narrow(1, 0, ffn), x.dgate_up.t.narrow(1, ffn, ffn), x.ddown.t, {}, {}, {}};
   } else {
     x.dgate = upload(b, dtype, {n_experts, ffn, hidden}, x.gate.bytes.data());
     x.dup = upload(b, dtype, {n_experts, ffn, hidden}, x.up.bytes.data());
-    x.w = {x.dgate.t, x.dup.t, x.ddown.t};
+    x.w = {x.dgate.t, x.dup.t, x.ddown.t, {}, {}, {}};
   }
   return x;
 }
@@ -287,7 +287,7 @@ TEST_P(MoeTest, RejectsMalformedArguments) {
   DeviceTensor tiny = zeros(b, DType::U8, {16});
   EXPECT_THAT(message([&] { ops::moe_experts(b, x.t, ids2.t, weights2.t, ex.w, Activation::Silu, false, tiny.t, out.t); }),
               HasSubstr("workspace u8[16]"));
-  MoeExpertWeights swapped{ex.w.gate, ex.w.up, ex.w.gate};
+  MoeExpertWeights swapped{ex.w.gate, ex.w.up, ex.w.gate, {}, {}, {}};
   EXPECT_THAT(message([&] { ops::moe_workspace_bytes(b, 3, 2, swapped); }), HasSubstr("w.down"));
   // Expert ids are data: checked when the experts run (on a device: clamped
   // there, then raised by synchronize).
@@ -302,7 +302,9 @@ TEST_P(MoeTest, RejectsMalformedArguments) {
               }),
               HasSubstr(cpu ? "expert id 4 of token 1 out of range [0, 4)" : "moe_experts: expert id out of range"));
   // The error is reported once; the backend stays usable.
-  if (!cpu) EXPECT_NO_THROW(b.synchronize());
+  if (!cpu) {
+    EXPECT_NO_THROW(b.synchronize());
+  }
 }
 
 }  // namespace
