@@ -98,10 +98,15 @@ double median(std::vector<double> v) {
 }
 
 // Metadata of num_seqs sequences of q_len queries over kv_len keys each, in
-// pages_per_seq consecutive entries of the page list.
+// pages_per_seq consecutive entries of the page list, which names every page
+// once (in order, or shuffled to see what scattered reads cost).
 struct UniformLayout {
-  std::vector<int32_t> q_indptr{0}, kv_indptr{0}, last_len;
-  UniformLayout(int num_seqs, int q_len, int64_t kv_len, int pages_per_seq, int64_t page_size) {
+  std::vector<int32_t> q_indptr{0}, kv_indptr{0}, last_len, page_ids;
+  UniformLayout(int num_seqs, int q_len, int64_t kv_len, int pages_per_seq, int64_t page_size, bool shuffle,
+                std::mt19937& gen)
+      : page_ids(static_cast<size_t>(int64_t{num_seqs} * pages_per_seq)) {
+    std::iota(page_ids.begin(), page_ids.end(), 0);
+    if (shuffle) std::shuffle(page_ids.begin(), page_ids.end(), gen);
     for (int s = 0; s < num_seqs; ++s) {
       q_indptr.push_back(q_indptr.back() + q_len);
       kv_indptr.push_back(kv_indptr.back() + pages_per_seq);
@@ -174,11 +179,8 @@ void bench_case(const Case& c, int num_sms, int reps, std::mt19937& gen) {
   uint16_t* q = mem.upload(random_bf16(static_cast<size_t>(n * hq * d), gen));
   // Pages in a shuffled order, as a long-running cache hands them out (or in
   // order, to see what the scattered reads cost).
-  std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
-  std::iota(page_ids.begin(), page_ids.end(), 0);
-  if (c.shuffle_pages) std::shuffle(page_ids.begin(), page_ids.end(), gen);
-  const UniformLayout lay(c.num_seqs, c.q_len, c.kv_len, pages_per_seq, c.page_size);
-  const auto &q_indptr = lay.q_indptr, &kv_indptr = lay.kv_indptr, &last_len = lay.last_len;
+  const UniformLayout lay(c.num_seqs, c.q_len, c.kv_len, pages_per_seq, c.page_size, c.shuffle_pages, gen);
+  const auto &q_indptr = lay.q_indptr, &kv_indptr = lay.kv_indptr, &last_len = lay.last_len, &page_ids = lay.page_ids;
   const size_t workspace_bytes = size_t{64} << 20;
 
   AttentionLaunch a;
@@ -253,11 +255,8 @@ void bench_latent_case(const std::string& name, int num_seqs, int q_len, int kv_
   uint8_t* unused_fp8 = mem.alloc<uint8_t>(cache_elems);
   fill_random(cache, unused_fp8, cache_elems, gen);
   uint16_t* q = mem.upload(random_bf16(static_cast<size_t>(n * heads * kRow), gen));
-  std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
-  std::iota(page_ids.begin(), page_ids.end(), 0);
-  std::shuffle(page_ids.begin(), page_ids.end(), gen);
-  const UniformLayout lay(num_seqs, q_len, kv_len, pages_per_seq, kPage);
-  const auto &q_indptr = lay.q_indptr, &kv_indptr = lay.kv_indptr, &last_len = lay.last_len;
+  const UniformLayout lay(num_seqs, q_len, kv_len, pages_per_seq, kPage, true, gen);
+  const auto &q_indptr = lay.q_indptr, &kv_indptr = lay.kv_indptr, &last_len = lay.last_len, &page_ids = lay.page_ids;
   const size_t workspace_bytes = size_t{64} << 20;
   AttentionLaunch a;
   a.type = ElemType::BF16;
