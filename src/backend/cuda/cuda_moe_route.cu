@@ -69,10 +69,11 @@ struct RouteSmem {
 // (ncu, H200 run 47: 10.6 us at base clocks for one token, top 8 of 128).
 // Scores, choices and weights use the same arithmetic in the same order as
 // that path, so the two give identical results. Returns false, having
-// written nothing, for a row it does not take.
-// kPerLane: experts per lane, the row's 32 * kPerLane rounded up (2, 4 or 8).
+// written nothing, for a row it does not take. kPerLane: experts per lane
+// (2, 4 or 8: the expert count over 32, rounded up to one of those).
 constexpr int kFastRouteMaxPerLane = 8;  // up to 256 experts
 
+// An unsigned key that orders non-NaN floats as their values (-0 and +0 alike).
 __device__ __forceinline__ uint32_t orderable(float x) {
   const uint32_t b = __float_as_uint(x + 0.0f);  // -0 -> +0, which compare equal
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
