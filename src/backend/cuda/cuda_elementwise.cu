@@ -217,9 +217,6 @@ __global__ void rope_kernel(HeadView q, HeadView k, const int32_t* positions, co
   rotate_token<T>(blockIdx.x, q, k, positions, inv_freq, half, neox, factor, table);
 }
 
-// Writes token t's K and V heads into its cache slot, as cache elements C
-// (T itself, or FP8 e4m3); a negative slot is a padding token (nothing
-// stored), one past the cache sets the error bit.
 // Token t's cache slot as (page, offset); false when nothing is to be
 // stored: a padding token, or a slot past the cache (which sets the error bit).
 __device__ __forceinline__ bool token_slot(int64_t t, const int32_t* slots, const CacheView& ck, uint32_t* err,
@@ -235,6 +232,8 @@ __device__ __forceinline__ bool token_slot(int64_t t, const int32_t* slots, cons
   return true;
 }
 
+// Writes token t's K and V heads into its cache slot, as cache elements C
+// (T itself, or FP8 e4m3).
 template <typename T, typename C>
 __device__ void store_token_kv(int64_t t, const HeadView& k, const HeadView& v, const int32_t* slots,
                                const CacheView& ck, const CacheView& cv, uint32_t* err) {
