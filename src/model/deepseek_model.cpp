@@ -191,18 +191,15 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
   Tensor h = work_view(act, n, c.hidden_size, off);
   Tensor delta = work_view(act, n, c.hidden_size, off);
   layers::MlaScratch mla;
-  const int64_t q_in = s.q_lora_rank > 0 ? s.q_lora_rank : s.q_dim();
-  if (backend_.device().type != DeviceType::CPU) {
-    // Device backends stack the input projections (MlaWeights::w_in); a layer
-    // that could not be stacked writes into the same column ranges.
-    mla.in = work_view(act, n, q_in + s.cache_row(), off);
-    (s.q_lora_rank > 0 ? mla.q_a : mla.q) = mla.in.narrow(1, 0, q_in);
-    mla.kv_a = mla.in.narrow(1, q_in, s.cache_row());
-  } else {
-    if (s.q_lora_rank > 0) mla.q_a = work_view(act, n, s.q_lora_rank, off);
-    mla.kv_a = work_view(act, n, s.cache_row(), off);
-  }
-  if (s.q_lora_rank > 0 || !mla.q.defined()) mla.q = work_view(act, n, s.q_dim(), off);
+  // The input projections' outputs, q (or q_a) then kv_a, side by side: one
+  // buffer that device backends' stacked matrix (MlaWeights::w_in) writes at
+  // once; separate matrices write their column ranges.
+  const bool q_lora = s.q_lora_rank > 0;
+  const int64_t q_in = q_lora ? s.q_lora_rank : s.q_dim();
+  mla.in = work_view(act, n, q_in + s.cache_row(), off);
+  (q_lora ? mla.q_a : mla.q) = mla.in.narrow(1, 0, q_in);
+  mla.kv_a = mla.in.narrow(1, q_in, s.cache_row());
+  if (q_lora) mla.q = work_view(act, n, s.q_dim(), off);
   mla.q_att = work_view(act, n, heads * s.cache_row(), off);
   mla.o_lat = work_view(act, n, heads * s.kv_lora_rank, off);
   mla.o = work_view(act, n, heads * s.v_dim, off);

@@ -50,7 +50,7 @@ struct MlaWeights {
 
 // Activation buffers for n tokens (views into the model's workspace).
 struct MlaScratch {
-  Tensor in;     // [n, q_in + kv_lora + rope] on device backends: q_a (or q) and kv_a are its column views
+  Tensor in;     // [n, q_in + kv_lora + rope]: q_a (or q) and kv_a are its column views
   Tensor q_a;    // [n, q_lora] (q_lora only)
   Tensor q;      // [n, q_dim]
   Tensor kv_a;   // [n, kv_lora + rope]: the cache row, built in place
