@@ -139,7 +139,14 @@ std::string str_format(RenderContext& ctx, const std::string& fmt, CallArgs& arg
                "format specs are not supported in chat templates: '{}'", field);
       const Value* v = nullptr;
       if (field.empty() || std::all_of(field.begin(), field.end(), ::isdigit)) {
-        size_t idx = field.empty() ? auto_index++ : static_cast<size_t>(std::stoul(field));
+        size_t idx = auto_index;
+        if (field.empty()) {
+          ++auto_index;
+        } else {
+          // Nine digits cannot overflow stoul; a longer index is out of range anyway.
+          DI_CHECK(field.size() <= 9, "Replacement index {} out of range for positional args tuple", field);
+          idx = static_cast<size_t>(std::stoul(field));
+        }
         DI_CHECK(idx < args.positional.size(), "Replacement index {} out of range for positional args tuple", idx);
         v = &args.positional[idx];
       } else {

@@ -134,6 +134,10 @@ TEST(Errors, RuntimeErrorsNameTheProblem) {
   expect_error([] { render("{{ x | nosuchfilter }}"); }, "no filter named 'nosuchfilter'");
   expect_error([] { render("{{ x is nosuchtest }}"); }, "no test named 'nosuchtest'");
   expect_error([] { render("{{ 9223372036854775807 + 1 }}"); }, "integer overflow");
+  // A replacement index too long for any integer type (found by the fuzzer) is an index error.
+  EXPECT_EQ(render("{{ '{1}{0}'.format('a', 'b') }}"), "ba");
+  expect_error([] { render("{{ '{3}'.format('a') }}"); }, "Replacement index 3 out of range");
+  expect_error([] { render("{{ '{99999999999999999999999999}'.format('a') }}"); }, "out of range");
 }
 
 TEST(Language, UndefinedSemantics) {
