@@ -200,6 +200,18 @@ void quantize_q8_0(const float* src, void* dst, int64_t n) {
   }
 }
 
+void quantize_q8_1(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ8_1*>(dst);
+  BlockQ8_0 q;
+  for (int64_t i = 0; i < n / kQK; ++i, src += kQK) {
+    quantize_q8_0(src, &q, kQK);
+    b[i].d = f16_to_f32(q.d);
+    int sum = 0;
+    for (int l = 0; l < kQK; ++l) sum += b[i].qs[l] = q.qs[l];
+    b[i].s = b[i].d * static_cast<float>(sum);
+  }
+}
+
 void quantize_q8_k(const float* src, void* dst, int64_t n) {
   auto* b = static_cast<BlockQ8_K*>(dst);
   for (int64_t i = 0; i < n / kQKK; ++i, src += kQKK) {

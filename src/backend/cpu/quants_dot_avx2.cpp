@@ -5,6 +5,7 @@
 
 #if defined(DEEPINFER_QUANTS_AVX2)
 
+#include <cmath>
 #include <cstring>
 
 #include "core/half.h"
@@ -60,31 +61,35 @@ float dot_offset_form(const void* w, const void* x, int64_t n) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
-// Q4_1/Q5_1: unsigned quants times d plus a min m, so sum(w*a) needs sum(a).
+// Q4_1/Q5_1: unsigned quants times d plus a min m, so sum(w*a) needs sum(a):
+// the Q8_1 activations carry it (s = d_a * sum(a)) and each block adds m * s
+// to a scalar sum, a third of the block's work when recomputed per row.
 template <typename Block, bool kHighBits>
 float dot_min_form(const void* w, const void* x, int64_t n) {
   const auto* b = blocks_of<Block>(w);
-  const auto* a = blocks_of<BlockQ8_0>(x);
-  const __m256i ones = _mm256_set1_epi8(1);
+  const auto* a = blocks_of<BlockQ8_1>(x);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  float min0 = 0.0f, min1 = 0.0f;
   const int64_t nb = n / kQK;
-  auto block = [&](int64_t i, __m256 acc) {
+  auto block = [&](int64_t i, __m256 acc, float& min_sum) {
+    // The adjacent f16 d and m converted together.
+    uint32_t dm;
+    std::memcpy(&dm, &b[i], 4);
+    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm)));
     __m256i q = unpack_nibbles(b[i].qs);
     if constexpr (kHighBits) q = _mm256_or_si256(q, high_bits(b[i].qh));
-    const __m256i act = load_act(a[i]);
-    const float da = f16_to_f32(a[i].d);
-    const __m256 dq = _mm256_set1_ps(f16_to_f32(b[i].d) * da);
-    const __m256 dm = _mm256_set1_ps(f16_to_f32(b[i].m) * da);
-    acc = _mm256_fmadd_ps(dq, _mm256_cvtepi32_ps(dot_u8_i8(q, act)), acc);
-    return _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(dot_u8_i8(ones, act)), acc);
+    const __m256i act = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs));
+    min_sum = std::fma(_mm_cvtss_f32(_mm_movehdup_ps(f)), a[i].s, min_sum);
+    const __m256 dq = _mm256_set1_ps(_mm_cvtss_f32(f) * a[i].d);
+    return _mm256_fmadd_ps(dq, _mm256_cvtepi32_ps(dot_u8_i8(q, act)), acc);
   };
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {
-    acc0 = block(i, acc0);
-    acc1 = block(i + 1, acc1);
+    acc0 = block(i, acc0, min0);
+    acc1 = block(i + 1, acc1, min1);
   }
-  if (i < nb) acc0 = block(i, acc0);
-  return hsum(_mm256_add_ps(acc0, acc1));
+  if (i < nb) acc0 = block(i, acc0, min0);
+  return hsum(_mm256_add_ps(acc0, acc1)) + (min0 + min1);
 }
 
 // Float weights: four independent accumulators hide the FMA latency.
@@ -200,6 +205,20 @@ void quantize_q8_0(const float* src, void* dst, int64_t n) {
     b[i].d = q8_0_scale(amax);
     const float d = f16_to_f32(b[i].d);
     quantize_32(src, d > 0.0f ? 1.0f / d : 0.0f, b[i].qs);
+  }
+}
+
+void quantize_q8_1(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ8_1*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i, src += kQK) {
+    const float amax = abs_max(src, kQK / 8);
+    b[i].d = f16_to_f32(q8_0_scale(amax));
+    quantize_32(src, b[i].d > 0.0f ? 1.0f / b[i].d : 0.0f, b[i].qs);
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs));
+    const __m256i pairs = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)), _mm256_set1_epi16(1));
+    const __m256i pairs_hi =
+        _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1)), _mm256_set1_epi16(1));
+    b[i].s = b[i].d * static_cast<float>(hsum(_mm256_add_epi32(pairs, pairs_hi)));
   }
 }
 

@@ -3,6 +3,7 @@
 // per block (or per super-block) applies the scales. These are the reference
 // for the vectorised kernels and the fallback on CPUs without AVX2.
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/quants_internal.h"
 #include "core/half.h"
@@ -24,24 +25,24 @@ inline int sum_i8(const int8_t* a, int len) {
 }
 
 // The 32-element formats store unsigned quants; Q4_0/Q5_0 subtract a fixed
-// offset (folded in through the activation sum), Q4_1/Q5_1 add a per-block min.
+// offset (folded in through the activation sum) against Q8_0 activations,
+// Q4_1/Q5_1 add a per-block min times the Q8_1 activations' block sum.
 template <typename Block, bool kHasMin, int kOffset, bool kHighBits>
 float dot_legacy(const void* w, const void* x, int64_t n) {
+  using Act = std::conditional_t<kHasMin, BlockQ8_1, BlockQ8_0>;
   const auto* b = blocks_of<Block>(w);
-  const auto* a = blocks_of<BlockQ8_0>(x);
+  const auto* a = blocks_of<Act>(x);
   float acc = 0.0f;
   for (int64_t i = 0; i < n / kQK; ++i) {
     int q[kQK];
     unpack_nibbles(b[i].qs, q);
     if constexpr (kHighBits) add_high_bits(b[i].qh, q);
     const int qa = dot_i32(q, a[i].qs, kQK);
-    const int sa = sum_i8(a[i].qs, kQK);
-    const float da = f16_to_f32(a[i].d);
     const float dw = f16_to_f32(b[i].d);
     if constexpr (kHasMin) {
-      acc += da * (dw * static_cast<float>(qa) + f16_to_f32(b[i].m) * static_cast<float>(sa));
+      acc += dw * a[i].d * static_cast<float>(qa) + f16_to_f32(b[i].m) * a[i].s;
     } else {
-      acc += da * dw * static_cast<float>(qa - kOffset * sa);
+      acc += f16_to_f32(a[i].d) * dw * static_cast<float>(qa - kOffset * sum_i8(a[i].qs, kQK));
     }
   }
   return acc;

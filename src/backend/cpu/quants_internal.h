@@ -37,6 +37,15 @@ struct BlockQ8_0 {
   uint16_t d;
   int8_t qs[kQK];
 };
+// The activations of the Q4_1/Q5_1 dots: Q8_0's quants and (f16-rounded)
+// scale, kept as f32 next to s = d * sum(qs), so that the dot adds each
+// weight block's min term with one multiply-add instead of re-summing the
+// activation block for every weight row.
+struct BlockQ8_1 {
+  float d;
+  float s;
+  int8_t qs[kQK];
+};
 // K-quants: a 256-element super-block with one f16 scale (and min scale), and
 // small integer scales per 16- or 32-element sub-block.
 struct BlockQ2_K {
@@ -76,7 +85,7 @@ struct BlockQ8_K {
 };
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
-              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34);
+              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 40);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
 
@@ -145,6 +154,7 @@ inline void add_high_bits(const uint8_t* qh_bytes, int* q) {
 
 namespace scalar {
 void quantize_q8_0(const float* src, void* dst, int64_t n);
+void quantize_q8_1(const float* src, void* dst, int64_t n);
 void quantize_q8_k(const float* src, void* dst, int64_t n);
 }  // namespace scalar
 
@@ -173,6 +183,7 @@ DEEPINFER_QUANT_DOTS
 namespace avx2 {
 DEEPINFER_QUANT_DOTS
 void quantize_q8_0(const float* src, void* dst, int64_t n);
+void quantize_q8_1(const float* src, void* dst, int64_t n);
 void quantize_q8_k(const float* src, void* dst, int64_t n);
 
 inline float hsum(__m256 v) {

@@ -14,7 +14,7 @@
 //     |dot - w.x| <= sum_i |w_i| e_i + bound 1, with e_i = d_b / 2 the rounding
 //     error of 8-bit symmetric quantisation in activation block b. The scale
 //     d_b satisfies 127 d_b >= max|x| over the block (nothing is clipped) and
-//     exceeds max|x|/127 by at most one f16 ulp (Q8_0) or float rounding
+//     exceeds max|x|/127 by at most one f16 ulp (Q8_0, Q8_1) or float rounding
 //     (Q8_K), i.e. a relative error of at most about 1/254 of the block's
 //     largest activation per unit of |w|.
 #include <gtest/gtest.h>
@@ -57,7 +57,7 @@ struct Activations {
   std::vector<double> error;    // e_i, the allowed quantisation error per element
 };
 
-// Reads a Q8_0 or Q8_K activation row back, checking its invariants on the way.
+// Reads a Q8_0, Q8_1 or Q8_K activation row back, checking its invariants on the way.
 Activations pack_activations(const QuantKernels& k, const std::vector<float>& x) {
   const int64_t n = static_cast<int64_t>(x.size());
   Activations a;
@@ -82,6 +82,15 @@ Activations pack_activations(const QuantKernels& k, const std::vector<float>& x)
       std::memcpy(&h, p, 2);
       d = f16_to_f32(h);
       qs = reinterpret_cast<const int8_t*>(p + 2);
+    } else if (k.act == DType::Q8_1) {
+      float f[2];
+      std::memcpy(f, p, 8);
+      d = f[0];
+      qs = reinterpret_cast<const int8_t*>(p + 8);
+      int sum = 0;
+      for (int l = 0; l < block; ++l) sum += qs[l];
+      EXPECT_EQ(f[1], f[0] * static_cast<float>(sum)) << "sum of block " << b;
+      EXPECT_EQ(f16_to_f32(f32_to_f16(f[0])), f[0]) << "block " << b << ": the scale is Q8_0's f16 one";
     } else {
       float f;
       std::memcpy(&f, p, 4);
