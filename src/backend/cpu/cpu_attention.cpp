@@ -201,8 +201,17 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
         int64_t lo = std::max(first - p * page_size, int64_t{0});
         int64_t hi = std::min(last - p * page_size, page_size - 1);
         float block_max = -std::numeric_limits<float>::infinity();
+        if (cache.k.dtype() == DType::F32) {
+          // The page's keys sit at a fixed stride: their logits in one pass.
+          vec::dot_strided(qv, at(cache.k, pages[p], lo, kvh), cache.k.stride_bytes(1) / 4, hi - lo + 1,
+                           head_dim, scores + lo);
+        } else {
+          for (int64_t o = lo; o <= hi; ++o) {
+            scores[o] = vec::dot(qv, cache_row(cache.k, pages[p], o, kvh, head_dim, k_row), head_dim);
+          }
+        }
         for (int64_t o = lo; o <= hi; ++o) {
-          float logit = vec::dot(qv, cache_row(cache.k, pages[p], o, kvh, head_dim, k_row), head_dim) * params.scale;
+          float logit = scores[o] * params.scale;
           if (softcap > 0.0f) logit = softcap * std::tanh(logit / softcap);
           scores[o] = logit;
           block_max = std::max(block_max, logit);
@@ -214,9 +223,16 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
           max = block_max;
         }
         for (int64_t o = lo; o <= hi; ++o) {
-          float w = std::exp(scores[o] - max);
-          sum += w;
-          vec::axpy(acc, w, cache_row(cache.v, pages[p], o, kvh, v_dim, v_row), v_dim);
+          scores[o] = std::exp(scores[o] - max);
+          sum += scores[o];
+        }
+        if (cache.v.dtype() == DType::F32) {
+          vec::accumulate_strided(acc, scores + lo, at(cache.v, pages[p], lo, kvh), cache.v.stride_bytes(1) / 4,
+                                  hi - lo + 1, v_dim);
+        } else {
+          for (int64_t o = lo; o <= hi; ++o) {
+            vec::axpy(acc, scores[o], cache_row(cache.v, pages[p], o, kvh, v_dim, v_row), v_dim);
+          }
         }
       }
       float* ov = at(out, t, h);

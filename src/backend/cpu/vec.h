@@ -95,6 +95,66 @@ inline void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 
+// out[j] = dot(q, k + j * stride) for j < count: the attention logits of a
+// run of keys. Eight keys at a time keep eight accumulators and reduce them
+// together (a transposing tree of hadds), instead of one horizontal sum per key.
+inline void dot_strided(const float* q, const float* k, int64_t stride, int64_t count, int64_t n, float* out) {
+  int64_t j = 0;
+#if DEEPINFER_CPU_AVX2
+  if (n % 8 == 0) {
+    for (; j + 8 <= count; j += 8) {
+      const float* kj = k + j * stride;
+      __m256 acc[8];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+      for (int64_t i = 0; i < n; i += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + i);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kj + r * stride + i), acc[r]);
+      }
+      const __m256 h01 = _mm256_hadd_ps(acc[0], acc[1]), h23 = _mm256_hadd_ps(acc[2], acc[3]);
+      const __m256 h45 = _mm256_hadd_ps(acc[4], acc[5]), h67 = _mm256_hadd_ps(acc[6], acc[7]);
+      const __m256 lo = _mm256_hadd_ps(h01, h23), hi = _mm256_hadd_ps(h45, h67);
+      // lo = [keys 0-3 of the low half-lanes | keys 0-3 of the high ones], hi the same for keys 4-7.
+      const __m256 sums = _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
+      _mm256_storeu_ps(out + j, sums);
+    }
+  }
+#endif
+  for (; j < count; ++j) out[j] = dot(q, k + j * stride, n);
+}
+
+// acc[i] += sum_j w[j] * v[j * stride + i] for i < n, j < count, adding the
+// terms in order of j as count axpy calls would, but with 64 accumulators at
+// a time held in registers across the rows instead of stored after each.
+inline void accumulate_strided(float* acc, const float* w, const float* v, int64_t stride, int64_t count,
+                               int64_t n) {
+  int64_t i = 0;
+#if DEEPINFER_CPU_AVX2
+  for (; i + 64 <= n; i += 64) {
+    __m256 a[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) a[r] = _mm256_loadu_ps(acc + i + 8 * r);
+    for (int64_t j = 0; j < count; ++j) {
+      const __m256 wj = _mm256_set1_ps(w[j]);
+      const float* vj = v + j * stride + i;
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(wj, _mm256_loadu_ps(vj + 8 * r), a[r]);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) _mm256_storeu_ps(acc + i + 8 * r, a[r]);
+  }
+  for (; i + 8 <= n; i += 8) {
+    __m256 a = _mm256_loadu_ps(acc + i);
+    for (int64_t j = 0; j < count; ++j) a = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_loadu_ps(v + j * stride + i), a);
+    _mm256_storeu_ps(acc + i, a);
+  }
+#endif
+  for (; i < n; ++i) {
+    for (int64_t j = 0; j < count; ++j) acc[i] += w[j] * v[j * stride + i];
+  }
+}
+
 // y[i] = y[i] * s + a * x[i]
 inline void scale_add(float* y, float s, float a, const float* x, int64_t n) {
   int64_t i = 0;
