@@ -18,7 +18,7 @@ using KernelTable = std::array<QuantKernels, kNumDTypes>;
 // What differs between instruction sets; dequantisation is shared (it is exact
 // and the compiler vectorises it).
 struct IsaKernels {
-  QuantizeFn quantize_q8_0, quantize_q8_1, quantize_q8_k;
+  QuantizeFn quantize_q8_1, quantize_q8_k;
   DotFn f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k;
 };
 
@@ -30,11 +30,11 @@ KernelTable make_table(const IsaKernels& k) {
   set(DType::F32, DType::F32, dequantize_f32, nullptr, k.f32);
   set(DType::F16, DType::F32, dequantize_f16, nullptr, k.f16);
   set(DType::BF16, DType::F32, dequantize_bf16, nullptr, k.bf16);
-  set(DType::Q4_0, DType::Q8_0, dequantize_q4_0, k.quantize_q8_0, k.q4_0);
+  set(DType::Q4_0, DType::Q8_1, dequantize_q4_0, k.quantize_q8_1, k.q4_0);
   set(DType::Q4_1, DType::Q8_1, dequantize_q4_1, k.quantize_q8_1, k.q4_1);
-  set(DType::Q5_0, DType::Q8_0, dequantize_q5_0, k.quantize_q8_0, k.q5_0);
+  set(DType::Q5_0, DType::Q8_1, dequantize_q5_0, k.quantize_q8_1, k.q5_0);
   set(DType::Q5_1, DType::Q8_1, dequantize_q5_1, k.quantize_q8_1, k.q5_1);
-  set(DType::Q8_0, DType::Q8_0, dequantize_q8_0, k.quantize_q8_0, k.q8_0);
+  set(DType::Q8_0, DType::Q8_1, dequantize_q8_0, k.quantize_q8_1, k.q8_0);
   set(DType::Q2_K, DType::Q8_K, dequantize_q2_k, k.quantize_q8_k, k.q2_k);
   set(DType::Q3_K, DType::Q8_K, dequantize_q3_k, k.quantize_q8_k, k.q3_k);
   set(DType::Q4_K, DType::Q8_K, dequantize_q4_k, k.quantize_q8_k, k.q4_k);
@@ -45,7 +45,7 @@ KernelTable make_table(const IsaKernels& k) {
 
 KernelTable make_portable() {
   using namespace scalar;
-  return make_table({quantize_q8_0, quantize_q8_1, quantize_q8_k, dot_f32, dot_f16, dot_bf16, dot_q4_0, dot_q4_1,
+  return make_table({quantize_q8_1, quantize_q8_k, dot_f32, dot_f16, dot_bf16, dot_q4_0, dot_q4_1,
                      dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k,
                      dot_q6_k});
 }
@@ -53,7 +53,7 @@ KernelTable make_portable() {
 KernelTable make_native() {
 #if defined(DEEPINFER_QUANTS_AVX2)
   using namespace avx2;
-  return make_table({quantize_q8_0, quantize_q8_1, quantize_q8_k, dot_f32, dot_f16, dot_bf16, dot_q4_0, dot_q4_1,
+  return make_table({quantize_q8_1, quantize_q8_k, dot_f32, dot_f16, dot_bf16, dot_q4_0, dot_q4_1,
                      dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k,
                      dot_q6_k});
 #else

@@ -37,28 +37,32 @@ inline __m256i load_act(const BlockQ8_0& a) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
 }
 
-// Q4_0/Q5_0: signed quants after subtracting the offset; one scale per block.
+// Q4_0/Q5_0: unsigned quants minus a fixed offset, so sum(w*a) = d * (sum(q*a)
+// - offset * sum(a)): the unsigned bytes go straight into maddubs and the
+// offset term comes from the Q8_1 activations' scaled block sum s, one scalar
+// multiply-add per block.
 template <typename Block, int kOffset, bool kHighBits>
 float dot_offset_form(const void* w, const void* x, int64_t n) {
   const auto* b = blocks_of<Block>(w);
-  const auto* a = blocks_of<BlockQ8_0>(x);
-  const __m256i offset = _mm256_set1_epi8(kOffset);
+  const auto* a = blocks_of<BlockQ8_1>(x);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  float off0 = 0.0f, off1 = 0.0f;
   const int64_t nb = n / kQK;
-  auto block = [&](int64_t i, __m256 acc) {
+  auto block = [&](int64_t i, __m256 acc, float& off_sum) {
     __m256i q = unpack_nibbles(b[i].qs);
     if constexpr (kHighBits) q = _mm256_or_si256(q, high_bits(b[i].qh));
-    q = _mm256_sub_epi8(q, offset);
-    const __m256 d = _mm256_set1_ps(f16_to_f32(b[i].d) * f16_to_f32(a[i].d));
-    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_i8(q, load_act(a[i]))), acc);
+    const __m256i act = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs));
+    const float dw = f16_to_f32(b[i].d);
+    off_sum = std::fma(dw, a[i].s, off_sum);
+    return _mm256_fmadd_ps(_mm256_set1_ps(dw * a[i].d), _mm256_cvtepi32_ps(dot_u8_i8(q, act)), acc);
   };
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {
-    acc0 = block(i, acc0);
-    acc1 = block(i + 1, acc1);
+    acc0 = block(i, acc0, off0);
+    acc1 = block(i + 1, acc1, off1);
   }
-  if (i < nb) acc0 = block(i, acc0);
-  return hsum(_mm256_add_ps(acc0, acc1));
+  if (i < nb) acc0 = block(i, acc0, off0);
+  return hsum(_mm256_add_ps(acc0, acc1)) - static_cast<float>(kOffset) * (off0 + off1);
 }
 
 // Q4_1/Q5_1: unsigned quants times d plus a min m, so sum(w*a) needs sum(a):
@@ -181,12 +185,13 @@ float dot_q5_1(const void* w, const void* x, int64_t n) {
 
 float dot_q8_0(const void* w, const void* x, int64_t n) {
   const auto* b = blocks_of<BlockQ8_0>(w);
-  const auto* a = blocks_of<BlockQ8_0>(x);
+  const auto* a = blocks_of<BlockQ8_1>(x);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   const int64_t nb = n / kQK;
   auto block = [&](int64_t i, __m256 acc) {
-    const __m256 d = _mm256_set1_ps(f16_to_f32(b[i].d) * f16_to_f32(a[i].d));
-    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_i8(load_act(b[i]), load_act(a[i]))), acc);
+    const __m256i act = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs));
+    const __m256 d = _mm256_set1_ps(f16_to_f32(b[i].d) * a[i].d);
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_i8(load_act(b[i]), act)), acc);
   };
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {
@@ -197,17 +202,7 @@ float dot_q8_0(const void* w, const void* x, int64_t n) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
-// Same scales and rounding as scalar::quantize_q8_0, so both give the same bytes.
-void quantize_q8_0(const float* src, void* dst, int64_t n) {
-  auto* b = static_cast<BlockQ8_0*>(dst);
-  for (int64_t i = 0; i < n / kQK; ++i, src += kQK) {
-    const float amax = abs_max(src, kQK / 8);
-    b[i].d = q8_0_scale(amax);
-    const float d = f16_to_f32(b[i].d);
-    quantize_32(src, d > 0.0f ? 1.0f / d : 0.0f, b[i].qs);
-  }
-}
-
+// Same scales and rounding as scalar::quantize_q8_1, so both give the same bytes.
 void quantize_q8_1(const float* src, void* dst, int64_t n) {
   auto* b = static_cast<BlockQ8_1*>(dst);
   for (int64_t i = 0; i < n / kQK; ++i, src += kQK) {

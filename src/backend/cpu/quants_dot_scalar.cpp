@@ -3,7 +3,6 @@
 // per block (or per super-block) applies the scales. These are the reference
 // for the vectorised kernels and the fallback on CPUs without AVX2.
 #include <cstring>
-#include <type_traits>
 
 #include "backend/cpu/quants_internal.h"
 #include "core/half.h"
@@ -18,20 +17,13 @@ inline int dot_i32(const int* q, const int8_t* a, int len) {
   return sum;
 }
 
-inline int sum_i8(const int8_t* a, int len) {
-  int sum = 0;
-  for (int l = 0; l < len; ++l) sum += a[l];
-  return sum;
-}
-
-// The 32-element formats store unsigned quants; Q4_0/Q5_0 subtract a fixed
-// offset (folded in through the activation sum) against Q8_0 activations,
-// Q4_1/Q5_1 add a per-block min times the Q8_1 activations' block sum.
+// The 32-element formats store unsigned quants against Q8_1 activations:
+// Q4_0/Q5_0 subtract a fixed offset, Q4_1/Q5_1 add a per-block min, either
+// applied through the activation block's scaled sum s.
 template <typename Block, bool kHasMin, int kOffset, bool kHighBits>
 float dot_legacy(const void* w, const void* x, int64_t n) {
-  using Act = std::conditional_t<kHasMin, BlockQ8_1, BlockQ8_0>;
   const auto* b = blocks_of<Block>(w);
-  const auto* a = blocks_of<Act>(x);
+  const auto* a = blocks_of<BlockQ8_1>(x);
   float acc = 0.0f;
   for (int64_t i = 0; i < n / kQK; ++i) {
     int q[kQK];
@@ -42,7 +34,7 @@ float dot_legacy(const void* w, const void* x, int64_t n) {
     if constexpr (kHasMin) {
       acc += dw * a[i].d * static_cast<float>(qa) + f16_to_f32(b[i].m) * a[i].s;
     } else {
-      acc += f16_to_f32(a[i].d) * dw * static_cast<float>(qa - kOffset * sum_i8(a[i].qs, kQK));
+      acc += dw * a[i].d * static_cast<float>(qa) - static_cast<float>(kOffset) * dw * a[i].s;
     }
   }
   return acc;
@@ -89,12 +81,12 @@ float dot_q5_1(const void* w, const void* x, int64_t n) {
 
 float dot_q8_0(const void* w, const void* x, int64_t n) {
   const auto* b = blocks_of<BlockQ8_0>(w);
-  const auto* a = blocks_of<BlockQ8_0>(x);
+  const auto* a = blocks_of<BlockQ8_1>(x);
   float acc = 0.0f;
   for (int64_t i = 0; i < n / kQK; ++i) {
     int sum = 0;
     for (int l = 0; l < kQK; ++l) sum += b[i].qs[l] * a[i].qs[l];
-    acc += f16_to_f32(b[i].d) * f16_to_f32(a[i].d) * static_cast<float>(sum);
+    acc += f16_to_f32(b[i].d) * a[i].d * static_cast<float>(sum);
   }
   return acc;
 }

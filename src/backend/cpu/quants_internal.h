@@ -37,10 +37,10 @@ struct BlockQ8_0 {
   uint16_t d;
   int8_t qs[kQK];
 };
-// The activations of the Q4_1/Q5_1 dots: Q8_0's quants and (f16-rounded)
-// scale, kept as f32 next to s = d * sum(qs), so that the dot adds each
-// weight block's min term with one multiply-add instead of re-summing the
-// activation block for every weight row.
+// The activations of the 32-element formats' dots: Q8_0's quants and
+// (f16-rounded) scale, kept as f32 next to s = d * sum(qs), so that a weight
+// block's offset (Q4_0/Q5_0) or min (Q4_1/Q5_1) term is one multiply-add
+// instead of a second byte dot per weight row.
 struct BlockQ8_1 {
   float d;
   float s;
@@ -182,7 +182,6 @@ DEEPINFER_QUANT_DOTS
 #define DEEPINFER_QUANTS_AVX2 1
 namespace avx2 {
 DEEPINFER_QUANT_DOTS
-void quantize_q8_0(const float* src, void* dst, int64_t n);
 void quantize_q8_1(const float* src, void* dst, int64_t n);
 void quantize_q8_k(const float* src, void* dst, int64_t n);
 

@@ -99,11 +99,7 @@ TEST(QuantKernels, TableDescribesEachWeightDType) {
     for (const QuantKernels* k : {&cpu::quant_kernels(w), &cpu::quant_kernels_portable(w)}) {
       EXPECT_EQ(k->weight, w) << name;
       const int block = dtype_info(w).block_elems;
-      // The formats with a per-block min take activations that carry their block sums.
-      const bool min_form = w == DType::Q4_1 || w == DType::Q5_1;
-      const DType want_act = block == 1     ? DType::F32
-                             : block == 32 ? (min_form ? DType::Q8_1 : DType::Q8_0)
-                                           : DType::Q8_K;
+      const DType want_act = block == 1 ? DType::F32 : block == 32 ? DType::Q8_1 : DType::Q8_K;
       EXPECT_EQ(k->act, want_act) << name;
       EXPECT_EQ(k->quantize_act == nullptr, k->act == DType::F32) << name;
       EXPECT_NE(k->dequantize_row, nullptr) << name;

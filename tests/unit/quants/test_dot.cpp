@@ -14,9 +14,9 @@
 //     |dot - w.x| <= sum_i |w_i| e_i + bound 1, with e_i = d_b / 2 the rounding
 //     error of 8-bit symmetric quantisation in activation block b. The scale
 //     d_b satisfies 127 d_b >= max|x| over the block (nothing is clipped) and
-//     exceeds max|x|/127 by at most one f16 ulp (Q8_0, Q8_1) or float rounding
-//     (Q8_K), i.e. a relative error of at most about 1/254 of the block's
-//     largest activation per unit of |w|.
+//     exceeds max|x|/127 by at most one f16 ulp (Q8_1: the scale is
+//     f16-rounded) or float rounding (Q8_K), i.e. a relative error of at
+//     most about 1/254 of the block's largest activation per unit of |w|.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -57,7 +57,7 @@ struct Activations {
   std::vector<double> error;    // e_i, the allowed quantisation error per element
 };
 
-// Reads a Q8_0, Q8_1 or Q8_K activation row back, checking its invariants on the way.
+// Reads a Q8_1 or Q8_K activation row back, checking its invariants on the way.
 Activations pack_activations(const QuantKernels& k, const std::vector<float>& x) {
   const int64_t n = static_cast<int64_t>(x.size());
   Activations a;
@@ -77,12 +77,7 @@ Activations pack_activations(const QuantKernels& k, const std::vector<float>& x)
     const uint8_t* p = a.packed.data() + b * block_bytes;
     double d;
     const int8_t* qs;
-    if (k.act == DType::Q8_0) {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      d = f16_to_f32(h);
-      qs = reinterpret_cast<const int8_t*>(p + 2);
-    } else if (k.act == DType::Q8_1) {
+    if (k.act == DType::Q8_1) {
       float f[2];
       std::memcpy(f, p, 8);
       d = f[0];
