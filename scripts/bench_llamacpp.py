@@ -18,7 +18,7 @@ perf counters (llama_perf_context) are reported alongside as a cross-check
 Tokenisation, model loading and context creation are excluded.
 
 Requires llama-cpp-python (scripts/install_llamacpp.sh) and numpy.
-Usage: scripts/bench_llamacpp.py [MODEL.gguf] [--threads 2] [--runs 3] [--json out.json]
+Usage: scripts/bench_llamacpp.py [MODEL.gguf] [--threads 2] [--runs 3] [--decode-contexts 128 512] [--json out.json]
 """
 import argparse
 import json
@@ -104,14 +104,16 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--prefill", type=int, nargs="+", default=[128, 512])
     ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--decode-contexts", type=int, nargs="+", default=[128],
+                    help="prompt lengths to decode after (decode at that context)")
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args()
 
     import llama_cpp
     from llama_cpp import Llama
 
-    max_prefill = max(args.prefill + [128])
-    llm = Llama(model_path=args.model, n_ctx=max(max_prefill, 128 + args.gen) + 16,
+    max_prefill = max(args.prefill + args.decode_contexts)
+    llm = Llama(model_path=args.model, n_ctx=max(max_prefill, max(args.decode_contexts) + args.gen) + 16,
                 n_batch=max_prefill, n_ubatch=max_prefill, n_threads=args.threads,
                 n_threads_batch=args.threads, logits_all=False, verbose=False)
 
@@ -128,11 +130,13 @@ def main():
                      "tok_per_s": statistics.median(r[0] for r in runs),
                      "tok_per_s_llama_perf": statistics.median(r[1] for r in runs),
                      "runs_tok_per_s": [round(r[0], 2) for r in runs]})
-    runs = [decode_once(llm, decode_prompt, args.gen) for _ in range(args.runs)]
-    rows.append({"test": f"decode {args.gen} @ctx 128", "tokens": args.gen,
-                 "tok_per_s": statistics.median(r[0] for r in runs),
-                 "tok_per_s_llama_perf": statistics.median(r[1] for r in runs),
-                 "runs_tok_per_s": [round(r[0], 2) for r in runs]})
+    for ctx in args.decode_contexts:
+        prompt = decode_prompt if ctx == 128 else prompt_tokens(llm, ctx)
+        runs = [decode_once(llm, prompt, args.gen) for _ in range(args.runs)]
+        rows.append({"test": f"decode {args.gen} @ctx {ctx}", "tokens": args.gen,
+                     "tok_per_s": statistics.median(r[0] for r in runs),
+                     "tok_per_s_llama_perf": statistics.median(r[1] for r in runs),
+                     "runs_tok_per_s": [round(r[0], 2) for r in runs]})
     llm.close()
 
     result = {
