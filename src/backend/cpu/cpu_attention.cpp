@@ -167,21 +167,29 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
   const float* sinks = params.sinks.defined() ? params.sinks.data_as<float>() : nullptr;
   float softcap = params.logit_softcap;
   int64_t window = params.sliding_window;
-  // acc, scores, and a decoded K and V row when the cache is FP8.
-  size_t scratch_bytes = static_cast<size_t>(2 * v_dim + page_size + head_dim) * sizeof(float);
+  // Items are (query row, KV head, a run of that KV head's query heads): the
+  // heads of a GQA group walk the pages together, so each K/V page is read
+  // from memory once and then from L1 for the other heads. The group is split
+  // (one head per item) only when whole groups would leave threads idle.
+  const int64_t heads_per_item = n * heads_kv >= 2 * pool_.num_threads() ? group : 1;
+  const int64_t runs_per_kv = group / heads_per_item;
+  // Per head of an item: acc, scores, max and sum; then a decoded K and V row
+  // when the cache is FP8.
+  const int64_t state = v_dim + page_size + 2;
+  size_t scratch_bytes = static_cast<size_t>(heads_per_item * state + head_dim + v_dim) * sizeof(float);
 
   // kv_start_pos shifts query and key positions alike, so the causal and window
   // masks depend only on indices within the listed pages and it is not needed here.
-  int64_t items = n * heads_q;
+  int64_t items = n * heads_kv * runs_per_kv;
   int64_t chunk = std::max<int64_t>(1, items / (pool_.num_threads() * 8));
   pool_.parallel_for(items, [&](int64_t begin, int64_t end, int thread) {
-    float* acc = thread_scratch_[static_cast<size_t>(thread)].get<float>(scratch_bytes);
-    float* scores = acc + v_dim;
-    float* k_row = scores + page_size;
+    float* scratch = thread_scratch_[static_cast<size_t>(thread)].get<float>(scratch_bytes);
+    float* k_row = scratch + heads_per_item * state;
     float* v_row = k_row + head_dim;
     int s = 0;
     for (int64_t item = begin; item < end; ++item) {
-      int64_t t = item / heads_q, h = item % heads_q, kvh = h / group;
+      const int64_t t = item / (heads_kv * runs_per_kv), r = item % (heads_kv * runs_per_kv);
+      const int64_t kvh = r / runs_per_kv, h0 = kvh * group + (r % runs_per_kv) * heads_per_item;
       if (t >= q_indptr[s + 1] || t < q_indptr[s]) {
         s = static_cast<int>(std::upper_bound(q_indptr, q_indptr + num_seqs + 1, static_cast<int32_t>(t)) -
                              q_indptr) - 1;
@@ -193,51 +201,63 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
       int64_t last = kv_len - q_len + (t - q_indptr[s]);  // the query's own key index
       int64_t first = window > 0 ? std::max<int64_t>(0, last - window + 1) : 0;
 
-      const float* qv = at(q, t, h);
-      float max = sinks ? sinks[h] : -std::numeric_limits<float>::infinity();
-      float sum = sinks ? 1.0f : 0.0f;
-      std::fill(acc, acc + v_dim, 0.0f);
+      for (int64_t j = 0; j < heads_per_item; ++j) {
+        float* st = scratch + j * state;
+        std::fill(st, st + v_dim, 0.0f);
+        st[v_dim + page_size] = sinks ? sinks[h0 + j] : -std::numeric_limits<float>::infinity();
+        st[v_dim + page_size + 1] = sinks ? 1.0f : 0.0f;
+      }
       for (int64_t p = first / page_size; p <= last / page_size; ++p) {
         int64_t lo = std::max(first - p * page_size, int64_t{0});
         int64_t hi = std::min(last - p * page_size, page_size - 1);
-        float block_max = -std::numeric_limits<float>::infinity();
-        if (cache.k.dtype() == DType::F32) {
-          // The page's keys sit at a fixed stride: their logits in one pass.
-          vec::dot_strided(qv, at(cache.k, pages[p], lo, kvh), cache.k.stride_bytes(1) / 4, hi - lo + 1,
-                           head_dim, scores + lo);
-        } else {
-          for (int64_t o = lo; o <= hi; ++o) {
-            scores[o] = vec::dot(qv, cache_row(cache.k, pages[p], o, kvh, head_dim, k_row), head_dim);
+        for (int64_t j = 0; j < heads_per_item; ++j) {
+          const float* qv = at(q, t, h0 + j);
+          float* acc = scratch + j * state;
+          float* scores = acc + v_dim;
+          float& max = scores[page_size];
+          float& sum = scores[page_size + 1];
+          float block_max = -std::numeric_limits<float>::infinity();
+          if (cache.k.dtype() == DType::F32) {
+            // The page's keys sit at a fixed stride: their logits in one pass.
+            vec::dot_strided(qv, at(cache.k, pages[p], lo, kvh), cache.k.stride_bytes(1) / 4, hi - lo + 1,
+                             head_dim, scores + lo);
+          } else {
+            for (int64_t o = lo; o <= hi; ++o) {
+              scores[o] = vec::dot(qv, cache_row(cache.k, pages[p], o, kvh, head_dim, k_row), head_dim);
+            }
           }
-        }
-        for (int64_t o = lo; o <= hi; ++o) {
-          float logit = scores[o] * params.scale;
-          if (softcap > 0.0f) logit = softcap * std::tanh(logit / softcap);
-          scores[o] = logit;
-          block_max = std::max(block_max, logit);
-        }
-        if (block_max > max) {
-          float rescale = std::exp(max - block_max);
-          vec::scale(acc, rescale, v_dim);
-          sum *= rescale;
-          max = block_max;
-        }
-        for (int64_t o = lo; o <= hi; ++o) {
-          scores[o] = std::exp(scores[o] - max);
-          sum += scores[o];
-        }
-        if (cache.v.dtype() == DType::F32) {
-          vec::accumulate_strided(acc, scores + lo, at(cache.v, pages[p], lo, kvh), cache.v.stride_bytes(1) / 4,
-                                  hi - lo + 1, v_dim);
-        } else {
           for (int64_t o = lo; o <= hi; ++o) {
-            vec::axpy(acc, scores[o], cache_row(cache.v, pages[p], o, kvh, v_dim, v_row), v_dim);
+            float logit = scores[o] * params.scale;
+            if (softcap > 0.0f) logit = softcap * std::tanh(logit / softcap);
+            scores[o] = logit;
+            block_max = std::max(block_max, logit);
+          }
+          if (block_max > max) {
+            float rescale = std::exp(max - block_max);
+            vec::scale(acc, rescale, v_dim);
+            sum *= rescale;
+            max = block_max;
+          }
+          for (int64_t o = lo; o <= hi; ++o) {
+            scores[o] = std::exp(scores[o] - max);
+            sum += scores[o];
+          }
+          if (cache.v.dtype() == DType::F32) {
+            vec::accumulate_strided(acc, scores + lo, at(cache.v, pages[p], lo, kvh),
+                                    cache.v.stride_bytes(1) / 4, hi - lo + 1, v_dim);
+          } else {
+            for (int64_t o = lo; o <= hi; ++o) {
+              vec::axpy(acc, scores[o], cache_row(cache.v, pages[p], o, kvh, v_dim, v_row), v_dim);
+            }
           }
         }
       }
-      float* ov = at(out, t, h);
-      float inv = 1.0f / sum;
-      for (int64_t d = 0; d < v_dim; ++d) ov[d] = acc[d] * inv;
+      for (int64_t j = 0; j < heads_per_item; ++j) {
+        const float* acc = scratch + j * state;
+        float* ov = at(out, t, h0 + j);
+        float inv = 1.0f / acc[v_dim + page_size + 1];
+        for (int64_t d = 0; d < v_dim; ++d) ov[d] = acc[d] * inv;
+      }
     }
   }, 1, chunk);
 }
