@@ -9,7 +9,7 @@
 namespace deepinfer::cpu {
 
 // The kernels for one weight dtype. Matrix-vector products first convert the
-// activation vector once to `act` (e.g. Q8_0 or Q8_K, so that the inner loop is
+// activation vector once to `act` (e.g. Q8_1 or Q8_K, so that the inner loop is
 // integer arithmetic), then call `dot` for every weight row.
 struct QuantKernels {
   DType weight = DType::F32;

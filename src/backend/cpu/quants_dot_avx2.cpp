@@ -1,6 +1,6 @@
 // AVX2/FMA/F16C kernels for the float weights, the 32-element block formats
 // and the activation quantisers. Each 32-element block becomes one 256-bit
-// vector of bytes multiplied with the Q8_0 activation block by maddubs.
+// vector of bytes multiplied with the Q8_1 activation block by maddubs.
 #include "backend/cpu/quants_internal.h"
 
 #if defined(DEEPINFER_QUANTS_AVX2)
@@ -33,8 +33,8 @@ inline __m256i high_bits(const uint8_t* qh_bytes) {
   return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
-inline __m256i load_act(const BlockQ8_0& a) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+inline __m256i load_bytes(const BlockQ8_0& b) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
 }
 
 // Q4_0/Q5_0: unsigned quants minus a fixed offset, so sum(w*a) = d * (sum(q*a)
@@ -67,7 +67,7 @@ float dot_offset_form(const void* w, const void* x, int64_t n) {
 
 // Q4_1/Q5_1: unsigned quants times d plus a min m, so sum(w*a) needs sum(a):
 // the Q8_1 activations carry it (s = d_a * sum(a)) and each block adds m * s
-// to a scalar sum, a third of the block's work when recomputed per row.
+// to a scalar sum (re-summing a for every weight row was a third of the work).
 template <typename Block, bool kHighBits>
 float dot_min_form(const void* w, const void* x, int64_t n) {
   const auto* b = blocks_of<Block>(w);
@@ -191,7 +191,7 @@ float dot_q8_0(const void* w, const void* x, int64_t n) {
   auto block = [&](int64_t i, __m256 acc) {
     const __m256i act = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs));
     const __m256 d = _mm256_set1_ps(f16_to_f32(b[i].d) * a[i].d);
-    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_i8(load_act(b[i]), act)), acc);
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_i8(load_bytes(b[i]), act)), acc);
   };
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {

@@ -126,8 +126,9 @@ void dequantize_q4_k(const void* src, float* dst, int64_t n);
 void dequantize_q5_k(const void* src, float* dst, int64_t n);
 void dequantize_q6_k(const void* src, float* dst, int64_t n);
 
-// f16 scale of a Q8_0 activation block: the smallest one with 127 * d >= amax,
-// so that rounding never has to clip (d saturates at the largest finite f16).
+// f16 scale of a 32-element activation block (Q8_0's format; Q8_1 keeps it
+// as f32): the smallest one with 127 * d >= amax, so that rounding never has
+// to clip (d saturates at the largest finite f16).
 uint16_t q8_0_scale(float amax);
 
 // Activation quantisers: symmetric 8-bit with one scale per block.
