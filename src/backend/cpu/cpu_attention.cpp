@@ -170,8 +170,10 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
   // Items are (query row, KV head, a run of that KV head's query heads): the
   // heads of a GQA group walk the pages together, so each K/V page is read
   // from memory once and then from L1 for the other heads. The group is split
-  // (one head per item) only when whole groups would leave threads idle.
-  const int64_t heads_per_item = n * heads_kv >= 2 * pool_.num_threads() ? group : 1;
+  // (one head per item) only when there would be fewer groups than threads;
+  // uneven shares are still faster than ungrouped heads (SmolLM2, 2 threads,
+  // 3 KV heads, 1k context: decode 80 -> 85 tok/s, same-run medians).
+  const int64_t heads_per_item = n * heads_kv >= pool_.num_threads() ? group : 1;
   const int64_t runs_per_kv = group / heads_per_item;
   // Per head of an item: acc, scores, max and sum; then a decoded K and V row
   // when the cache is FP8.
