@@ -335,7 +335,8 @@ const std::vector<SeqSpec> kMixedBatch = {{1, 1, 0}, {1, 37, 0}, {20, 20, 0}, {7
 TEST_P(AttentionTest, ShapeSweep) {
   Rng rng(22);
   for (int group : {1, 3, 8}) {
-    for (int head_dim : {64, 128, 256}) {
+    // 80 leaves a tail after the CPU's 64-wide V accumulation.
+    for (int head_dim : {64, 128, 256, 80}) {
       for (int page_size : {16, 32}) run_attention(backend(), rng, {2, group, head_dim, page_size, kMixedBatch});
     }
   }
