@@ -122,8 +122,38 @@ struct Result {
   uint32_t err = 0;
 };
 
-Result run(AttentionLaunch a, const Case& c, bool allow_mma, int num_sms, size_t workspace_bytes, int reps,
-           uint32_t* err) {
+double max_abs_diff(const Result& a, const Result& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.out.size(); ++i) {
+    d = std::max<double>(d, std::abs(bf16_to_f32(a.out[i]) - bf16_to_f32(b.out[i])));
+  }
+  return d;
+}
+
+// Both kernels' times, each with its figure (TFLOP/s or GB/s), and how far
+// their outputs differ.
+template <typename Figure>
+void print_comparison(const std::string& name, const Result& old_r, const Result& new_r, Figure figure) {
+  fmt::print("{}\n", name);
+  fmt::print("  old: {:9.3f} ms  {}  [{}] err={}\n", old_r.ms, figure(old_r.ms), old_r.plan, old_r.err);
+  fmt::print("  new: {:9.3f} ms  {}  [{}] err={}\n", new_r.ms, figure(new_r.ms), new_r.plan, new_r.err);
+  fmt::print("  speed-up {:.2f}x, max |old - new| = {:.4g}\n", old_r.ms / new_r.ms, max_abs_diff(old_r, new_r));
+}
+
+// The batch metadata, split-KV workspace and error word of a launch over `lay`.
+void attach_layout(AttentionLaunch& a, const UniformLayout& lay, int num_seqs, int64_t num_pages,
+                   size_t workspace_bytes, DeviceMemory& mem) {
+  a.q_indptr = mem.upload(lay.q_indptr);
+  a.kv_indptr = mem.upload(lay.kv_indptr);
+  a.page_ids = mem.upload(lay.page_ids);
+  a.listed_pages = num_pages;
+  a.last_len = mem.upload(lay.last_len);
+  a.num_seqs = num_seqs;
+  a.partial = mem.alloc<float>(workspace_bytes / sizeof(float));
+  a.err = mem.alloc<uint32_t>(1);
+}
+
+Result run(AttentionLaunch a, const Case& c, bool allow_mma, int num_sms, size_t workspace_bytes, int reps) {
   AttentionHints hints;
   hints.max_q_len = c.q_len;
   hints.max_kv_len = c.kv_len;
@@ -138,7 +168,7 @@ Result run(AttentionLaunch a, const Case& c, bool allow_mma, int num_sms, size_t
   Result r;
   r.plan = fmt::format("{} q_blocks={} splits={} smem={}KiB", kind, a.q_blocks, a.num_splits,
                        attention_smem_bytes(a) / 1024);
-  check(cudaMemset(err, 0, 4), "cudaMemset");
+  check(cudaMemset(a.err, 0, 4), "cudaMemset");
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
@@ -160,7 +190,7 @@ Result run(AttentionLaunch a, const Case& c, bool allow_mma, int num_sms, size_t
   r.ms = median(samples);
   r.out.resize(static_cast<size_t>(a.out.n * a.out.heads * a.out.dim));
   check(cudaMemcpy(r.out.data(), a.out.base, r.out.size() * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  check(cudaMemcpy(&r.err, err, 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check(cudaMemcpy(&r.err, a.err, 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
   return r;
 }
 
@@ -180,7 +210,6 @@ void bench_case(const Case& c, int num_sms, int reps, std::mt19937& gen) {
   // Pages in a shuffled order, as a long-running cache hands them out (or in
   // order, to see what the scattered reads cost).
   const UniformLayout lay(c.num_seqs, c.q_len, c.kv_len, pages_per_seq, c.page_size, c.shuffle_pages, gen);
-  const auto &q_indptr = lay.q_indptr, &kv_indptr = lay.kv_indptr, &last_len = lay.last_len, &page_ids = lay.page_ids;
   const size_t workspace_bytes = size_t{64} << 20;
 
   AttentionLaunch a;
@@ -191,24 +220,12 @@ void bench_case(const Case& c, int num_sms, int reps, std::mt19937& gen) {
   const int64_t row = c.heads_kv * d * 2;
   a.k = CacheView{reinterpret_cast<char*>(k), num_pages, c.page_size, c.heads_kv, d, c.page_size * row, row, d * 2};
   a.v = CacheView{reinterpret_cast<char*>(v), num_pages, c.page_size, c.heads_kv, d, c.page_size * row, row, d * 2};
-  a.q_indptr = mem.upload(q_indptr);
-  a.kv_indptr = mem.upload(kv_indptr);
-  a.page_ids = mem.upload(page_ids);
-  a.listed_pages = num_pages;
-  a.last_len = mem.upload(last_len);
-  a.num_seqs = c.num_seqs;
+  attach_layout(a, lay, c.num_seqs, num_pages, workspace_bytes, mem);
   a.group = c.group;
   a.scale = 1.0f / std::sqrt(static_cast<float>(d));
-  a.partial = mem.alloc<float>(workspace_bytes / sizeof(float));
-  uint32_t* err = mem.alloc<uint32_t>(1);
-  a.err = err;
 
-  Result old_r = run(a, c, false, num_sms, workspace_bytes, reps, err);
-  Result new_r = run(a, c, true, num_sms, workspace_bytes, reps, err);
-  double max_diff = 0;
-  for (size_t i = 0; i < old_r.out.size(); ++i) {
-    max_diff = std::max<double>(max_diff, std::abs(bf16_to_f32(old_r.out[i]) - bf16_to_f32(new_r.out[i])));
-  }
+  Result old_r = run(a, c, false, num_sms, workspace_bytes, reps);
+  Result new_r = run(a, c, true, num_sms, workspace_bytes, reps);
   const bool prefill = c.q_len > 1;
   // Causal prefill FLOPs (QK and PV, half the square); decode bytes of K and V read.
   const double flops = 4.0 * double(d) * double(hq) * double(c.q_len) * double(c.q_len) / 2.0 * c.num_seqs;
@@ -217,25 +234,18 @@ void bench_case(const Case& c, int num_sms, int reps, std::mt19937& gen) {
     return prefill ? fmt::format("{:7.1f} TFLOP/s", flops / (ms * 1e-3) / 1e12)
                    : fmt::format("{:7.1f} GB/s", bytes / (ms * 1e-3) / 1e9);
   };
-  fmt::print("{}\n", c.name);
-  fmt::print("  old: {:9.3f} ms  {}  [{}] err={}\n", old_r.ms, figure(old_r.ms), old_r.plan, old_r.err);
-  fmt::print("  new: {:9.3f} ms  {}  [{}] err={}\n", new_r.ms, figure(new_r.ms), new_r.plan, new_r.err);
-  fmt::print("  speed-up {:.2f}x, max |old - new| = {:.4g}\n", old_r.ms / new_r.ms, max_diff);
+  print_comparison(c.name, old_r, new_r, figure);
 
   AttentionLaunch f = a;
   f.k = CacheView{reinterpret_cast<char*>(k8), num_pages, c.page_size, c.heads_kv, d, c.page_size * row / 2, row / 2, d,
                   true};
   f.v = CacheView{reinterpret_cast<char*>(v8), num_pages, c.page_size, c.heads_kv, d, c.page_size * row / 2, row / 2, d,
                   true};
-  Result fp8_r = run(f, c, true, num_sms, workspace_bytes, reps, err);
-  double fp8_diff = 0;
-  for (size_t i = 0; i < new_r.out.size(); ++i) {
-    fp8_diff = std::max<double>(fp8_diff, std::abs(bf16_to_f32(new_r.out[i]) - bf16_to_f32(fp8_r.out[i])));
-  }
+  Result fp8_r = run(f, c, true, num_sms, workspace_bytes, reps);
   const std::string fp8_figure = prefill ? figure(fp8_r.ms)
                                          : fmt::format("{:7.1f} GB/s", bytes / 2 / (fp8_r.ms * 1e-3) / 1e9);
   fmt::print("  fp8: {:9.3f} ms  {}  [{}] err={}; {:.2f}x the bf16 cache, max |diff| = {:.4g}\n", fp8_r.ms,
-             fp8_figure, fp8_r.plan, fp8_r.err, new_r.ms / fp8_r.ms, fp8_diff);
+             fp8_figure, fp8_r.plan, fp8_r.err, new_r.ms / fp8_r.ms, max_abs_diff(new_r, fp8_r));
   std::fflush(stdout);
 }
 
@@ -256,7 +266,6 @@ void bench_latent_case(const std::string& name, int num_seqs, int q_len, int kv_
   fill_random(cache, unused_fp8, cache_elems, gen);
   uint16_t* q = mem.upload(random_bf16(static_cast<size_t>(n * heads * kRow), gen));
   const UniformLayout lay(num_seqs, q_len, kv_len, pages_per_seq, kPage, true, gen);
-  const auto &q_indptr = lay.q_indptr, &kv_indptr = lay.kv_indptr, &last_len = lay.last_len, &page_ids = lay.page_ids;
   const size_t workspace_bytes = size_t{64} << 20;
   AttentionLaunch a;
   a.type = ElemType::BF16;
@@ -265,24 +274,12 @@ void bench_latent_case(const std::string& name, int num_seqs, int q_len, int kv_
                    heads * kV * 2, kV * 2};
   a.k = CacheView{reinterpret_cast<char*>(cache), num_pages, kPage, 1, kRow, kPage * kRow * 2, kRow * 2, kRow * 2};
   a.v = CacheView{reinterpret_cast<char*>(cache), num_pages, kPage, 1, kV, kPage * kRow * 2, kRow * 2, kRow * 2};
-  a.q_indptr = mem.upload(q_indptr);
-  a.kv_indptr = mem.upload(kv_indptr);
-  a.page_ids = mem.upload(page_ids);
-  a.listed_pages = num_pages;
-  a.last_len = mem.upload(last_len);
-  a.num_seqs = num_seqs;
+  attach_layout(a, lay, num_seqs, num_pages, workspace_bytes, mem);
   a.group = heads;
   a.scale = 1.0f / std::sqrt(192.0f);
-  a.partial = mem.alloc<float>(workspace_bytes / sizeof(float));
-  uint32_t* err = mem.alloc<uint32_t>(1);
-  a.err = err;
   const Case c{name, num_seqs, q_len, kv_len, 1, heads, static_cast<int>(kRow), static_cast<int>(kPage)};
-  const Result old_r = run(a, c, false, num_sms, workspace_bytes, reps, err);
-  const Result new_r = run(a, c, true, num_sms, workspace_bytes, reps, err);
-  double max_diff = 0;
-  for (size_t i = 0; i < old_r.out.size(); ++i) {
-    max_diff = std::max<double>(max_diff, std::abs(bf16_to_f32(old_r.out[i]) - bf16_to_f32(new_r.out[i])));
-  }
+  const Result old_r = run(a, c, false, num_sms, workspace_bytes, reps);
+  const Result new_r = run(a, c, true, num_sms, workspace_bytes, reps);
   const double bytes = double(num_seqs) * kv_len * kRow * 2;
   // Causal prefill FLOPs: QK (576) and PV (512) over half the square, every head.
   const double flops = 2.0 * double(kRow + kV) * heads * double(q_len) * double(q_len) / 2.0 * num_seqs;
@@ -290,10 +287,7 @@ void bench_latent_case(const std::string& name, int num_seqs, int q_len, int kv_
     return q_len > 1 ? fmt::format("{:7.1f} TFLOP/s", flops / (ms * 1e-3) / 1e12)
                      : fmt::format("{:7.1f} GB/s", bytes / (ms * 1e-3) / 1e9);
   };
-  fmt::print("{}\n", name);
-  fmt::print("  old: {:9.3f} ms  {}  [{}] err={}\n", old_r.ms, figure(old_r.ms), old_r.plan, old_r.err);
-  fmt::print("  new: {:9.3f} ms  {}  [{}] err={}\n", new_r.ms, figure(new_r.ms), new_r.plan, new_r.err);
-  fmt::print("  speed-up {:.2f}x, max |old - new| = {:.4g}\n", old_r.ms / new_r.ms, max_diff);
+  print_comparison(name, old_r, new_r, figure);
   std::fflush(stdout);
 }
 
