@@ -88,9 +88,7 @@ EngineConfig finish_engine_flags(EngineFlags& f, const char* argv0) {
   DI_CHECK(device == "cpu" || device == "cuda", "unknown device '{}': expected cpu or cuda", device);
   c.device = device == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
   c.enable_prefix_caching = !f.no_prefix_caching;
-  if (const char* bi = std::getenv("DEEPINFER_BATCH_INVARIANT"); bi && std::string_view(bi) == "1") {
-    c.batch_invariant = true;
-  }
+  c = with_environment(std::move(c));
   if (!f.cost_model_path.empty()) {
     std::ifstream in(f.cost_model_path);
     DI_CHECK(in.good(), "cannot read cost model file '{}'", f.cost_model_path);

@@ -1,7 +1,8 @@
-// Engine: the step loop. Owns the model, the KV cache and its bookkeeping, the
-// scheduler, the runner and the sampler; takes requests as token ids with
-// sampling parameters and returns per-step outputs (new tokens and text).
-// Single-threaded: the caller drives step(); AsyncEngine/servers wrap it.
+// Engine: the step loop. Owns what build_engine() made (model, KV cache and
+// its manager, scheduler, runner) and the requests; takes requests as token
+// ids with sampling parameters and returns per-step outputs (new tokens and
+// text, from each request's OutputProcessor). Single-threaded: the caller
+// drives step(); AsyncEngine/servers wrap it.
 #pragma once
 
 #include <memory>
@@ -10,7 +11,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/engine_builder.h"
 #include "engine/engine_config.h"
+#include "engine/request_output.h"
 #include "model/model_config.h"
 #include "sched/request.h"
 #include "sched/scheduled_batch.h"
@@ -18,36 +21,7 @@
 
 namespace deepinfer {
 
-class Backend;
-class LoadedModel;
-class Tokenizer;
-class KvStorage;
-struct KvCacheSpec;
-class BlockPool;
-class PrefixCache;
-class Scheduler;
-class ModelRunner;
-class StreamingDetokenizer;
-namespace moe {
-class ExpertLoadMonitor;
-}
-
-struct TokenOutput {
-  int32_t token = -1;
-  float logprob = 0.0f;
-  int32_t rank = 0;
-  std::vector<TokenLogprob> top;
-};
-
-// What one step produced for one request.
-struct RequestOutput {
-  uint64_t request_id = 0;
-  std::vector<TokenOutput> new_tokens;
-  std::string new_text;
-  bool finished = false;
-  FinishReason finish_reason = FinishReason::None;
-  std::string stop_reason;  // the matched stop string, if any
-};
+struct StepPlan;
 
 struct EngineStats {
   size_t num_running = 0;
@@ -92,9 +66,9 @@ class Engine {
   explicit Engine(EngineConfig config);
   ~Engine();
 
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
-  const EngineConfig& config() const { return config_; }
-  int32_t max_model_len() const { return max_model_len_; }
+  const Tokenizer& tokenizer() const { return *parts_.tokenizer; }
+  const EngineConfig& config() const { return parts_.config; }
+  int32_t max_model_len() const { return parts_.max_model_len; }
   int32_t vocab_size() const;
   const ModelConfig& model_config() const;
 
@@ -104,12 +78,12 @@ class Engine {
   // Stops a request now, freeing its KV; its final output comes from the next step().
   void abort(uint64_t request_id);
 
-  // One scheduling step. With the pipelined loop (the default; config
+  // One scheduling step. With the pipelined step loop (the default; config
   // zero_overhead_scheduling) it launches step N and then finishes step N-1,
   // whose outputs it returns, so the device never waits for the host.
   std::vector<RequestOutput> step();
   bool has_unfinished() const { return !requests_.empty(); }
-  bool pipelined() const { return pipelined_; }
+  bool pipelined() const { return parts_.config.zero_overhead_scheduling; }
 
   // Summary of a request that finished in the last step() (valid until the next step).
   std::optional<RequestSummary> summary(uint64_t request_id) const;
@@ -122,40 +96,26 @@ class Engine {
   double time_prefill_step(int32_t num_new_tokens, int32_t num_cached_tokens);
 
  private:
-  struct Live;  // a request plus its detokenizer and stop-string state
-  // KV pages that fit in --gpu-memory-utilization of the device after the
-  // weights and activations.
-  int64_t plan_device_kv_pages(const KvCacheSpec& spec);
-  // WorkerStepState: a launched step waiting for its results.
+  struct Live;  // a request plus its output processor and device-side penalty state
+  // A launched step waiting for its results.
   struct InflightStep;
   InflightStep launch(const ScheduledBatch& batch);
   // Waits for the step's results and turns them into outputs; rows of
   // requests that finished, were aborted or were preempted meanwhile are dropped.
   void complete(const InflightStep& step, std::vector<RequestOutput>& outputs);
+  SampleResult sample_on_host(const Request& r, std::span<const float> logits);
   // The step that still uses a finishing request's KV blocks, if any.
   std::optional<uint64_t> newest_inflight_step() const;
-  void process_sample(Live& live, const SampleResult& result, RequestOutput& out);
   void finish(Live& live, FinishReason reason, RequestOutput& out);
 
-  EngineConfig config_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<LoadedModel> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<KvStorage> kv_;
-  std::unique_ptr<BlockPool> pool_;
-  std::unique_ptr<PrefixCache> prefix_cache_;
-  std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<ModelRunner> runner_;
+  EngineParts parts_;
   std::unique_ptr<Sampler> sampler_;
-  std::unique_ptr<moe::ExpertLoadMonitor> expert_load_;  // with --eplb-ep-size or --routing-trace
-  int32_t max_model_len_ = 0;
 
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Live>> requests_;
   std::vector<uint64_t> aborted_;
   std::unordered_map<uint64_t, RequestSummary> finished_summaries_;
   EngineStats stats_;
-  bool pipelined_ = true;
   uint64_t next_step_id_ = 1;
   std::unique_ptr<InflightStep> inflight_;  // the launched step not yet completed (pipelined loop)
 };

@@ -1,5 +1,7 @@
 // EngineConfig: every knob of an Engine, with the well-known flag names of
-// other engines noted. Filled by the CLI / server from flags and environment.
+// other engines noted. Filled by the CLI / server from flags
+// (tools/engine_flags.cpp) and the environment (with_environment(), the one
+// place that reads the engine's variables); the engine itself reads none.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,9 @@ struct EngineConfig {
   int32_t num_threads = 0;          // CPU backend threads (0 = all cores)
   int32_t max_model_len = 0;        // --max-model-len; 0 = min(model's context, 8192)
   int32_t max_num_seqs = 64;        // --max-num-seqs
-  int32_t max_num_batched_tokens = 512;  // --max-num-batched-tokens (fixed budget without a cost model)
+  // --max-num-batched-tokens (fixed budget without a cost model); 0 = the
+  // device's default (default_max_num_batched_tokens in engine_builder.h).
+  int32_t max_num_batched_tokens = 0;
   int32_t block_size = 16;          // --block-size (tokens per KV page)
   int64_t kv_cache_tokens = 0;      // 0 = sized from kv_cache_memory_bytes
   int64_t kv_cache_memory_bytes = 512ll << 20;  // --kv-cache-memory on the CPU
@@ -52,5 +56,9 @@ struct EngineConfig {
   // (ExpertLoadMonitor::trace_file), the format `deepinfer eplb-sim --trace` reads.
   std::string routing_trace_path;
 };
+
+// The configuration with the engine's environment switches applied:
+// DEEPINFER_BATCH_INVARIANT=1 and DEEPINFER_ZERO_OVERHEAD_SCHEDULING=0|1.
+EngineConfig with_environment(EngineConfig config);
 
 }  // namespace deepinfer

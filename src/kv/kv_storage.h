@@ -1,12 +1,16 @@
 // KvStorage: the backend memory holding every layer's K and V pages. Which
-// pages belong to which sequence is decided elsewhere (BlockPool, scheduler);
-// this class only owns the memory and hands out per-layer views.
+// pages belong to which sequence is decided elsewhere (KvCacheManager); this
+// class only owns the memory and hands out per-layer views. A block (page id)
+// holds one page for each of the layout's slots_per_block layer slots; layers
+// of different groups that share a slot share its memory, and the manager
+// never gives one block to two groups at once (kv_layout.h).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "backend/backend.h"
+#include "kv/kv_layout.h"
 
 namespace deepinfer {
 
@@ -22,24 +26,35 @@ struct KvCacheSpec {
   int32_t latent_v_dim = 0;
 
   size_t bytes_per_page() const;  // all layers, K and V
+  // One block of a layout: a page for each of `slots` layer slots, K and V.
+  size_t bytes_per_block(int32_t slots) const;
 };
 
 class KvStorage {
  public:
+  // The layout's layers must be the spec's; by default one group of all layers.
   KvStorage(Backend& backend, const KvCacheSpec& spec, int32_t num_pages);
+  KvStorage(Backend& backend, const KvCacheSpec& spec, int32_t num_pages, KvLayout layout);
 
   const KvCacheSpec& spec() const { return spec_; }
+  const KvLayout& layout() const { return layout_; }
+  // Which page table (group) a layer's attention reads.
+  int32_t group_of_layer(int32_t layer) const { return layout_.group_of_layer[static_cast<size_t>(layer)]; }
   // Pages handed out by the BlockPool: [0, num_pages()).
   int32_t num_pages() const { return num_pages_; }
   // One extra zero-filled page that padding rows of a fixed-size (graph) step
   // attend to and write nothing into; never owned by a sequence.
   int32_t padding_page() const { return num_pages_; }
   int32_t page_size() const { return spec_.page_size; }
+  // The view of a layer's slot: page ids index it like any other layer's.
   KvCacheLayer layer(int32_t index) const;
   size_t bytes() const { return buffer_.size(); }
 
  private:
+  KvCacheLayer slot_view(int32_t slot) const;
+
   KvCacheSpec spec_;
+  KvLayout layout_;
   int32_t num_pages_;
   Buffer buffer_;
 };

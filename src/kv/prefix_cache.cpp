@@ -49,20 +49,20 @@ std::span<const int32_t> PrefixCache::stored_tokens(int32_t block_id) const {
 }
 
 std::vector<int32_t> PrefixCache::lookup(std::span<const BlockHash> hashes, std::span<const int32_t> tokens,
-                                        std::string_view salt) const {
+                                        std::string_view salt, int32_t group) const {
   DI_CHECK(tokens.size() >= hashes.size() * static_cast<size_t>(block_size_),
            "PrefixCache::match: {} hashes but only {} tokens", hashes.size(), tokens.size());
   std::vector<int32_t> ids;
   uint64_t parent_uid = kRootUid;
   for (size_t i = 0; i < hashes.size(); ++i) {
-    auto it = by_hash_.find(hashes[i].value);
+    auto it = by_hash_.find(key(hashes[i], group));
     if (it == by_hash_.end()) break;
     const int32_t id = it->second;
     const Entry& e = entries_[static_cast<size_t>(id)];
     const std::string_view expected_extra = i == 0 ? salt : std::string_view{};
     const auto block = tokens.subspan(i * static_cast<size_t>(block_size_), static_cast<size_t>(block_size_));
     const auto stored = stored_tokens(id);
-    if (e.parent_uid != parent_uid || e.extra != expected_extra ||
+    if (e.group != group || e.parent_uid != parent_uid || e.extra != expected_extra ||
         !std::equal(block.begin(), block.end(), stored.begin())) {
       break;
     }
@@ -79,14 +79,14 @@ void PrefixCache::record_query(int64_t query_tokens, int64_t hit_tokens) {
 }
 
 std::vector<int32_t> PrefixCache::match(std::span<const BlockHash> hashes, std::span<const int32_t> tokens,
-                                        std::string_view salt) {
-  std::vector<int32_t> ids = lookup(hashes, tokens, salt);
+                                        std::string_view salt, int32_t group) {
+  std::vector<int32_t> ids = lookup(hashes, tokens, salt, group);
   record_query(static_cast<int64_t>(tokens.size()), static_cast<int64_t>(ids.size()) * block_size_);
   return ids;
 }
 
 bool PrefixCache::insert(BlockHash hash, int32_t block_id, std::span<const int32_t> block_tokens,
-                         int32_t parent_block_id, std::string_view salt) {
+                         int32_t parent_block_id, std::string_view salt, int32_t group) {
   DI_CHECK(block_id >= 0 && block_id < pool_.num_blocks(), "PrefixCache::insert: block id {} out of range",
            block_id);
   DI_CHECK(block_tokens.size() == static_cast<size_t>(block_size_),
@@ -94,8 +94,8 @@ bool PrefixCache::insert(BlockHash hash, int32_t block_id, std::span<const int32
            block_tokens.size(), block_size_);
   DI_CHECK(pool_.refcount(block_id) > 0, "PrefixCache::insert: block {} is not held by the caller", block_id);
   Entry& e = entries_[static_cast<size_t>(block_id)];
-  DI_CHECK(!e.cached || e.hash == hash, "PrefixCache::insert: block {} is already cached with another hash",
-           block_id);
+  DI_CHECK(!e.cached || (e.hash == hash && e.group == group),
+           "PrefixCache::insert: block {} is already cached with another hash or group", block_id);
   if (e.cached) return true;
 
   uint64_t parent_uid = kRootUid;
@@ -109,12 +109,12 @@ bool PrefixCache::insert(BlockHash hash, int32_t block_id, std::span<const int32
     extra = {};
   }
 
-  auto it = by_hash_.find(hash.value);
+  auto it = by_hash_.find(key(hash, group));
   if (it != by_hash_.end()) {
     const int32_t other = it->second;
     const Entry& o = entries_[static_cast<size_t>(other)];
     const auto stored = stored_tokens(other);
-    if (o.parent_uid == parent_uid && o.extra == extra &&
+    if (o.group == group && o.parent_uid == parent_uid && o.extra == extra &&
         std::equal(block_tokens.begin(), block_tokens.end(), stored.begin())) {
       return false;
     }
@@ -128,9 +128,10 @@ bool PrefixCache::insert(BlockHash hash, int32_t block_id, std::span<const int32
   e.uid = next_uid_++;
   e.parent_uid = parent_uid;
   e.extra.assign(extra);
+  e.group = group;
   std::copy(block_tokens.begin(), block_tokens.end(),
             tokens_.begin() + static_cast<ptrdiff_t>(block_id) * block_size_);
-  by_hash_.emplace(hash.value, block_id);
+  by_hash_.emplace(key(hash, group), block_id);
   return true;
 }
 
@@ -141,7 +142,7 @@ bool PrefixCache::is_cached(int32_t block_id) const {
 
 void PrefixCache::uncache(int32_t block_id) {
   Entry& e = entries_[static_cast<size_t>(block_id)];
-  by_hash_.erase(e.hash.value);
+  by_hash_.erase(key(e.hash, e.group));
   e.cached = false;
   e.extra.clear();
 }
@@ -169,8 +170,8 @@ void PrefixCache::check_integrity() const {
              id);
     const Entry& e = entries_[static_cast<size_t>(id)];
     DI_CHECK(e.cached, "PrefixCache integrity: hash {:#x} maps to block {} which is not cached", hash, id);
-    DI_CHECK(e.hash.value == hash, "PrefixCache integrity: hash {:#x} maps to block {} whose hash is {:#x}", hash, id,
-             e.hash.value);
+    DI_CHECK(key(e.hash, e.group) == hash, "PrefixCache integrity: key {:#x} maps to block {} whose key is {:#x}", hash,
+             id, key(e.hash, e.group));
   }
   size_t n_cached = 0;
   for (size_t id = 0; id < entries_.size(); ++id) {
@@ -183,7 +184,7 @@ void PrefixCache::check_integrity() const {
              e.parent_uid);
     DI_CHECK(e.parent_uid == kRootUid || e.extra.empty(),
              "PrefixCache integrity: block {} is not a first block but carries a salt", id);
-    auto it = by_hash_.find(e.hash.value);
+    auto it = by_hash_.find(key(e.hash, e.group));
     DI_CHECK(it != by_hash_.end() && it->second == static_cast<int32_t>(id),
              "PrefixCache integrity: cached block {} is not reachable through its hash {:#x}", id, e.hash.value);
   }

@@ -12,6 +12,10 @@
 // the cache entry it was computed after; match() requires all three to agree,
 // so a hash collision can cost a miss but never returns wrong KV.
 //
+// A model whose layers form several KV groups (kv_layout.h) caches each
+// group's blocks under the same hashes, told apart by the group index: a hit
+// only ever returns blocks of the group that asked.
+//
 // Cached blocks live in the BlockPool: a block referenced by a running sequence
 // is pinned; a released one stays cached in the pool's free queue (LRU) until
 // the pool hands it out again, at which point this cache, the pool's
@@ -60,11 +64,11 @@ class PrefixCache : public BlockReuseListener {
   // fewer hashes than full blocks to keep the tail uncached (prefill must compute
   // at least the last prompt token). The caller then refs the returned blocks.
   std::vector<int32_t> match(std::span<const BlockHash> hashes, std::span<const int32_t> tokens,
-                             std::string_view salt = {});
+                             std::string_view salt = {}, int32_t group = 0);
   // match() without counting the query in stats(): for admission attempts that
   // may be retried; call record_query() once the request is admitted.
   std::vector<int32_t> lookup(std::span<const BlockHash> hashes, std::span<const int32_t> tokens,
-                              std::string_view salt = {}) const;
+                              std::string_view salt = {}, int32_t group = 0) const;
   void record_query(int64_t query_tokens, int64_t hit_tokens);
 
   // Registers block_id, which the caller holds (refcount > 0) and has just
@@ -74,7 +78,7 @@ class PrefixCache : public BlockReuseListener {
   // identical block is already cached (the caller keeps its private copy).
   // Inserting over a different entry with the same hash replaces it.
   bool insert(BlockHash hash, int32_t block_id, std::span<const int32_t> block_tokens, int32_t parent_block_id,
-              std::string_view salt = {});
+              std::string_view salt = {}, int32_t group = 0);
 
   bool is_cached(int32_t block_id) const;
   int32_t num_cached_blocks() const { return static_cast<int32_t>(by_hash_.size()); }
@@ -100,7 +104,13 @@ class PrefixCache : public BlockReuseListener {
     uint64_t uid = 0;         // never reused, so a child can name its exact parent
     uint64_t parent_uid = 0;  // kRootUid for block 0
     std::string extra;        // salt for block 0, empty otherwise
+    int32_t group = 0;        // KV group whose layers the block holds
   };
+
+  // Map key of a block hash within a group (group 0 keys by the hash itself).
+  static uint64_t key(BlockHash hash, int32_t group) {
+    return hash.value ^ (static_cast<uint64_t>(group) * 0x9e37'79b9'7f4a'7c15ULL);
+  }
 
   std::span<const int32_t> stored_tokens(int32_t block_id) const;
   void uncache(int32_t block_id);

@@ -231,12 +231,13 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
     params.scale = scale;
     params.sliding_window = c.layer_window[i];
     params.sinks = l.sinks;
-    layers::attention_layer(backend_, l.attn, shape, rope, params, h, in, kv.layer(i), attn, delta);
+    layers::attention_layer(backend_, l.attn, shape, rope, params, h, in, in.kv_groups[kv.group_of_layer(i)],
+                            kv.layer(i), attn, delta);
     if (l.post_attn_norm.defined()) ops::rms_norm(backend_, delta, l.post_attn_norm, eps, off1, delta);
     ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, off1, h);
     if (l.moe.router.defined()) {
       const Tensor counts = in.expert_counts.defined() ? in.expert_counts.row(moe_index++) : Tensor();
-      layers::moe_layer(backend_, l.moe, route_, c.activation, h, moe, delta, in.slot_mapping, counts);
+      layers::moe_layer(backend_, l.moe, route_, c.activation, h, moe, delta, in.padding_mask(), counts);
     } else {
       layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp, delta);
     }

@@ -241,7 +241,8 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
     } else {
       ops::add_rms_norm(backend_, x, delta, l.attn_norm, eps, 0.0f, h);
     }
-    layers::mla_layer(backend_, l.mla, s, rope, params, h, in, kv.layer(i), mla, delta);
+    layers::mla_layer(backend_, l.mla, s, rope, params, h, in, in.kv_groups[kv.group_of_layer(i)], kv.layer(i), mla,
+                      delta);
     ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, 0.0f, h);
     if (!l.moe.router.defined()) {
       layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp_scratch(l.mlp), delta);
@@ -253,7 +254,7 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
     ops::linear(backend_, h, l.moe.router, Tensor(), router_logits);
     ops::moe_route(backend_, router_logits, l.route, expert_ids, expert_weights);
     if (in.expert_counts.defined()) {
-      ops::count_experts(backend_, expert_ids, in.slot_mapping, in.expert_counts.row(moe_index++));
+      ops::count_experts(backend_, expert_ids, in.padding_mask(), in.expert_counts.row(moe_index++));
     }
     ops::moe_experts(backend_, h, expert_ids, expert_weights, l.moe.experts, c.activation, shared, moe_ws, delta);
   }

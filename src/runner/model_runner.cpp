@@ -5,7 +5,6 @@
 
 #include "core/error.h"
 #include "ops/ops.h"
-#include "sched/request.h"
 
 namespace deepinfer {
 
@@ -36,7 +35,8 @@ std::vector<int32_t> graph_sizes_up_to(int32_t limit) {
 
 struct ModelRunner::Staged {
   Layout l;
-  int32_t tokens = 0, seqs = 0, rows = 0, pages = 0;
+  int32_t tokens = 0, seqs = 0, rows = 0;
+  std::vector<int32_t> pages;  // listed page-table entries per KV group
   int32_t max_q = 0, max_kv = 0;
   int64_t penalty_entries = -1;  // entries staged for apply_penalties; -1: no row has penalties
 };
@@ -50,8 +50,9 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLi
   // A page can appear in several sequences' tables (shared prefixes); padding
   // sequences list the padding page once each.
   max_kv_pages_ = kv.num_pages() * 2 + 2 * S;
+  num_groups_ = kv.layout().num_groups();
   sampled_ints_ = round_up(int64_t{kSlots} * max_rows_, 16);
-  staging_ints_ = layout(T, S, max_rows_).kv_pages + max_kv_pages_;
+  staging_ints_ = layout(T, S, max_rows_).groups.back().kv_pages + max_kv_pages_;
   const int64_t vocab = model.config().vocab_size;
   step_dev_ = Buffer(backend, static_cast<size_t>(sampled_ints_ + staging_ints_) * 4);
   token_ids_dev_ = Buffer(backend, static_cast<size_t>(T) * 4);
@@ -107,142 +108,167 @@ ModelRunner::Layout ModelRunner::layout(int32_t tokens, int32_t seqs, int32_t ro
   l.host_tokens = take(tokens, 4);
   l.gather = take(tokens, 4);
   l.positions = take(tokens, 4);
-  l.slots = take(tokens, 4);
   l.logit_rows = take(rows, 4);
   l.q_indptr = take(seqs + 1, 4);
-  l.kv_indptr = take(seqs + 1, 4);
-  l.last_len = take(seqs, 4);
-  l.start_pos = take(seqs, 4);
   l.params = take(rows * kParamInts, 4);
   l.penalty_params = take(rows * kPenaltyParamInts, 4);
-  l.kv_pages = take(0, 4);
+  l.groups.resize(static_cast<size_t>(num_groups_));
+  for (GroupLayout& g : l.groups) {
+    g.slots = take(tokens, 4);
+    g.kv_indptr = take(seqs + 1, 4);
+    g.last_len = take(seqs, 4);
+    g.start_pos = take(seqs, 4);
+  }
+  // Page lists last, each with room for a full table, so that a group's list
+  // starts at an address that depends only on the counts (graphs).
+  for (GroupLayout& g : l.groups) g.kv_pages = take(max_kv_pages_, 4);
   return l;
 }
 
-int32_t ModelRunner::graph_batch_size(const ScheduledBatch& batch) const {
-  if (graph_sizes_.empty()) return 0;
-  for (const ScheduledSeq& s : batch.seqs) {
-    if (s.num_tokens != 1 || !s.sample) return 0;
-  }
-  const auto n = static_cast<int32_t>(batch.seqs.size());
+int32_t ModelRunner::graph_batch_size(const StepPlan& plan) const {
+  if (graph_sizes_.empty() || !plan.decode_only()) return 0;
+  const auto n = static_cast<int32_t>(plan.seqs.size());
   auto it = std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), n);
   return it == graph_sizes_.end() ? 0 : *it;
 }
 
-ModelRunner::Staged ModelRunner::stage(int slot, const ScheduledBatch& batch, std::span<const RowSampling> rows,
-                                       int32_t padded) {
+void ModelRunner::stage_penalties(int slot, const StepPlan& plan, Staged& st) {
+  int64_t n_entries = 0;
+  bool penalised = false;
+  for (const PlannedRow& row : plan.rows) {
+    if (row.sampling.penalties == nullptr) continue;
+    penalised = true;
+    n_entries += static_cast<int64_t>(row.sampling.penalties->entries().size());
+  }
+  if (!penalised) return;
+  DI_CHECK(n_entries <= INT32_MAX, "step of {} penalty entries exceeds {}", n_entries, INT32_MAX);
+  ensure_penalty_capacity(slot, n_entries);
+  st.penalty_entries = 0;
+  auto* params = reinterpret_cast<PenaltyRowParams*>(slots_[slot].staging + st.l.penalty_params);
+  for (int32_t r = 0; r < plan.num_rows(); ++r) {
+    const PlannedRow& row = plan.rows[static_cast<size_t>(r)];
+    params[r] = PenaltyRowParams{};
+    if (row.sampling.penalties == nullptr) continue;
+    // The row's last input token, when it is still on the device, is the
+    // history entry the host does not know yet.
+    const PlannedSeq& seq = plan.seqs[static_cast<size_t>(row.seq)];
+    const int32_t t = seq.token_begin + row.query;
+    const int32_t pending = plan.tokens[static_cast<size_t>(t)].on_device() ? t : -1;
+    const auto entries = row.sampling.penalties->entries();
+    params[r] = row.sampling.penalties->row_params(row.sampling.params.position,
+                                                   static_cast<int32_t>(st.penalty_entries), pending);
+    std::copy(entries.begin(), entries.end(), slots_[slot].penalties_host + st.penalty_entries);
+    st.penalty_entries += static_cast<int64_t>(entries.size());
+  }
+}
+
+ModelRunner::Staged ModelRunner::stage(int slot, const StepPlan& plan, int32_t padded) {
   const int32_t ps = kv_.page_size();
-  const auto real_seqs = static_cast<int32_t>(batch.seqs.size());
+  DI_CHECK(plan.page_size == ps && static_cast<int32_t>(plan.groups.size()) == num_groups_,
+           "step plan for pages of {} in {} groups, but the KV cache has pages of {} in {} groups", plan.page_size,
+           plan.groups.size(), ps, num_groups_);
+  const auto real_seqs = static_cast<int32_t>(plan.seqs.size());
   Staged st;
   st.seqs = padded > 0 ? padded : real_seqs;
-  st.tokens = padded > 0 ? padded : batch.num_tokens;
-  st.rows = padded > 0 ? padded : static_cast<int32_t>(rows.size());
+  st.tokens = padded > 0 ? padded : plan.num_tokens();
+  st.rows = padded > 0 ? padded : plan.num_rows();
   st.l = layout(st.tokens, st.seqs, st.rows);
   const Layout& l = st.l;
   int32_t* base = slots_[slot].staging;
   int32_t* host_tokens = base + l.host_tokens;
   int32_t* gather = base + l.gather;
   int32_t* positions = base + l.positions;
-  int32_t* kv_slots = base + l.slots;
   int32_t* logit_rows = base + l.logit_rows;
   int32_t* q_indptr = base + l.q_indptr;
-  int32_t* kv_indptr = base + l.kv_indptr;
-  int32_t* last_len = base + l.last_len;
-  int32_t* start_pos = base + l.start_pos;
-  int32_t* pages = base + l.kv_pages;
   // Index of host token i in the device array the gather reads from.
   const int64_t host_source = sampled_ints_ + l.host_tokens;
-  int64_t n_entries = 0;
-  bool penalised = false;
-  for (const RowSampling& row : rows) {
-    if (row.penalties == nullptr) continue;
-    penalised = true;
-    n_entries += static_cast<int64_t>(row.penalties->entries().size());
-  }
-  if (penalised) {
-    DI_CHECK(n_entries <= INT32_MAX, "step of {} penalty entries exceeds {}", n_entries, INT32_MAX);
-    ensure_penalty_capacity(slot, n_entries);
-    st.penalty_entries = 0;
-  }
-  auto* penalty_params = reinterpret_cast<PenaltyRowParams*>(base + l.penalty_params);
 
-  int32_t t = 0, r = 0, np = 0;
-  q_indptr[0] = kv_indptr[0] = 0;
-  auto add_page = [&](int32_t page) {
-    DI_CHECK(np < max_kv_pages_, "step page table exceeds its {} entries", max_kv_pages_);
-    pages[np++] = page;
-  };
+  int32_t t = 0;
+  q_indptr[0] = 0;
   for (int32_t si = 0; si < real_seqs; ++si) {
-    const ScheduledSeq& s = batch.seqs[static_cast<size_t>(si)];
-    const Request& req = *s.request;
-    const int32_t kv_len = s.start + s.num_tokens;
-    const int32_t n_pages = (kv_len + ps - 1) / ps;
-    DI_CHECK(n_pages <= static_cast<int32_t>(req.block_ids.size()), "request {} needs {} KV pages but holds {}",
-             req.id(), n_pages, req.block_ids.size());
-    DI_CHECK(t + s.num_tokens <= st.tokens, "batch holds more tokens than its stated {}", st.tokens);
-    // Pages released by a sliding window are left out; the first listed page
-    // then starts at position kv_start_pos.
-    const int32_t first_page = std::min(req.num_released_blocks, n_pages - 1);
-    int32_t pending = -1;  // index of the sequence's in-flight token among the step's tokens
-    for (int32_t p = s.start; p < kv_len; ++p, ++t) {
-      if (p < req.num_tokens()) {
-        host_tokens[t] = req.token_at(p);
-        gather[t] = static_cast<int32_t>(host_source + t);
-      } else {
-        // The token the previous step sampled for this request, still on the device.
-        DI_CHECK(p == req.num_tokens() && req.num_inflight_tokens == 1 && req.inflight_slot >= 0 &&
-                     req.inflight_row >= 0 && req.inflight_row < max_rows_,
-                 "request {}: token {} is neither known nor in flight", req.id(), p);
+    const PlannedSeq& s = plan.seqs[static_cast<size_t>(si)];
+    DI_CHECK(s.token_begin == t && t + s.num_tokens <= st.tokens, "step plan: sequence {} has inconsistent tokens", si);
+    for (int32_t i = 0; i < s.num_tokens; ++i, ++t) {
+      const TokenSource& src = plan.tokens[static_cast<size_t>(t)];
+      if (src.on_device()) {
+        DI_CHECK(src.device.slot < kSlots && src.device.row >= 0 && src.device.row < max_rows_,
+                 "step plan: token {} names sampling row {} of slot {}", t, src.device.row, src.device.slot);
         host_tokens[t] = 0;
-        gather[t] = req.inflight_slot * max_rows_ + req.inflight_row;
-        pending = t;
+        gather[t] = src.device.slot * max_rows_ + src.device.row;
+      } else {
+        host_tokens[t] = src.id;
+        gather[t] = static_cast<int32_t>(host_source + t);
       }
-      positions[t] = p;
-      kv_slots[t] = req.block_ids[static_cast<size_t>(p / ps)] * ps + p % ps;
-    }
-    if (s.sample) {
-      DI_CHECK(r < static_cast<int32_t>(rows.size()), "more sampling sequences than the {} rows given", rows.size());
-      if (penalised) {
-        const RowSampling& row = rows[static_cast<size_t>(r)];
-        PenaltyRowParams& pp = penalty_params[r];
-        pp = PenaltyRowParams{};
-        if (row.penalties != nullptr) {
-          const auto entries = row.penalties->entries();
-          pp = row.penalties->row_params(row.params.position, static_cast<int32_t>(st.penalty_entries), pending);
-          std::copy(entries.begin(), entries.end(), slots_[slot].penalties_host + st.penalty_entries);
-          st.penalty_entries += static_cast<int64_t>(entries.size());
-        }
-      }
-      logit_rows[r++] = t - 1;
+      positions[t] = s.start + i;
     }
     q_indptr[si + 1] = t;
-    for (int32_t pg = first_page; pg < n_pages; ++pg) add_page(req.block_ids[static_cast<size_t>(pg)]);
-    kv_indptr[si + 1] = np;
-    last_len[si] = kv_len - (n_pages - 1) * ps;
-    start_pos[si] = first_page * ps;
     st.max_q = std::max(st.max_q, s.num_tokens);
-    st.max_kv = std::max(st.max_kv, kv_len);
+    st.max_kv = std::max(st.max_kv, s.kv_len());
   }
-  DI_CHECK(r == static_cast<int32_t>(rows.size()), "{} sampling rows given for {} sampling sequences", rows.size(), r);
+  DI_CHECK(t == plan.num_tokens(), "step plan lists {} tokens but its sequences hold {}", plan.num_tokens(), t);
+  for (int32_t r = 0; r < plan.num_rows(); ++r) {
+    const PlannedRow& row = plan.rows[static_cast<size_t>(r)];
+    DI_CHECK(row.seq >= 0 && row.seq < real_seqs, "step plan: row {} names sequence {}", r, row.seq);
+    const PlannedSeq& s = plan.seqs[static_cast<size_t>(row.seq)];
+    DI_CHECK(row.query >= 0 && row.query < s.num_tokens, "step plan: row {} names query token {} of {}", r, row.query,
+             s.num_tokens);
+    logit_rows[r] = s.token_begin + row.query;
+    std::memcpy(base + l.params + int64_t{r} * kParamInts, &row.sampling.params, sizeof(SamplingRowParams));
+  }
   // Padding sequences: one token each, attending to the zeroed padding page
   // and storing nothing (negative slot).
-  for (int32_t si = real_seqs; si < st.seqs; ++si, ++t) {
-    host_tokens[t] = 0;
-    gather[t] = static_cast<int32_t>(host_source + t);
-    positions[t] = 0;
-    kv_slots[t] = -1;
-    logit_rows[r++] = t;
-    q_indptr[si + 1] = t + 1;
-    add_page(kv_.padding_page());
-    kv_indptr[si + 1] = np;
-    last_len[si] = 1;
-    start_pos[si] = 0;
+  for (int32_t si = real_seqs; si < st.seqs; ++si) {
+    const int32_t pt = t + (si - real_seqs);
+    host_tokens[pt] = 0;
+    gather[pt] = static_cast<int32_t>(host_source + pt);
+    positions[pt] = 0;
+    logit_rows[plan.num_rows() + (si - real_seqs)] = pt;
+    q_indptr[si + 1] = pt + 1;
   }
-  DI_CHECK(t == st.tokens, "batch states {} tokens but its sequences hold {}", st.tokens, t);
-  for (size_t j = 0; j < rows.size(); ++j) {
-    std::memcpy(base + l.params + static_cast<int64_t>(j) * kParamInts, &rows[j].params, sizeof(SamplingRowParams));
+
+  st.pages.assign(static_cast<size_t>(num_groups_), 0);
+  for (int32_t g = 0; g < num_groups_; ++g) {
+    const GroupPages& gp = plan.groups[static_cast<size_t>(g)];
+    const GroupLayout& gl = l.groups[static_cast<size_t>(g)];
+    DI_CHECK(gp.indptr.size() == plan.seqs.size() + 1 && gp.first_pos.size() == plan.seqs.size(),
+             "step plan: group {} tables cover {} sequences of {}", g, gp.first_pos.size(), plan.seqs.size());
+    const auto listed = static_cast<int64_t>(gp.pages.size()) + (st.seqs - real_seqs);
+    DI_CHECK(listed <= max_kv_pages_, "step page table of {} entries exceeds its {}", listed, max_kv_pages_);
+    int32_t* kv_slots = base + gl.slots;
+    int32_t* kv_indptr = base + gl.kv_indptr;
+    int32_t* last_len = base + gl.last_len;
+    int32_t* start_pos = base + gl.start_pos;
+    int32_t* pages = base + gl.kv_pages;
+    std::copy(gp.pages.begin(), gp.pages.end(), pages);
+    kv_indptr[0] = 0;
+    for (int32_t si = 0; si < real_seqs; ++si) {
+      const PlannedSeq& s = plan.seqs[static_cast<size_t>(si)];
+      const int32_t begin = gp.indptr[static_cast<size_t>(si)], end = gp.indptr[static_cast<size_t>(si) + 1];
+      const int32_t first = gp.first_pos[static_cast<size_t>(si)];
+      const int32_t n_pages = end - begin;
+      DI_CHECK(begin >= 0 && end >= begin && end <= static_cast<int32_t>(gp.pages.size()) && first % ps == 0 &&
+                   first <= s.start && first + n_pages * ps >= s.kv_len() && first + (n_pages - 1) * ps < s.kv_len(),
+               "step plan: group {} pages of sequence {} do not cover positions {}..{}", g, si, s.start,
+               s.kv_len() - 1);
+      for (int32_t i = 0; i < s.num_tokens; ++i) {
+        const int32_t p = s.start + i;
+        kv_slots[s.token_begin + i] = pages[begin + (p - first) / ps] * ps + p % ps;
+      }
+      kv_indptr[si + 1] = end;
+      last_len[si] = s.kv_len() - first - (n_pages - 1) * ps;
+      start_pos[si] = first;
+    }
+    int32_t np = static_cast<int32_t>(gp.pages.size());
+    for (int32_t si = real_seqs; si < st.seqs; ++si) {
+      kv_slots[t + (si - real_seqs)] = -1;
+      pages[np++] = kv_.padding_page();
+      kv_indptr[si + 1] = np;
+      last_len[si] = 1;
+      start_pos[si] = 0;
+    }
+    st.pages[static_cast<size_t>(g)] = np;
   }
-  st.pages = np;
+  stage_penalties(slot, plan, st);
   return st;
 }
 
@@ -262,18 +288,23 @@ ForwardInputs ModelRunner::device_inputs(const Staged& st, int32_t graph_kv_len)
   in.num_tokens = st.tokens;
   in.token_ids = token_ids_dev_.view(DType::I32, {st.tokens});
   in.positions = view(l.positions, st.tokens);
-  in.slot_mapping = view(l.slots, st.tokens);
   in.logit_rows = view(l.logit_rows, st.rows);
-  AttentionMetadata& a = in.attention;
-  a.num_seqs = st.seqs;
-  // A graph is replayed for any context length: its plan must hold for the longest.
-  a.max_q_len = graph ? 1 : st.max_q;
-  a.max_kv_len = graph ? graph_kv_len : st.max_kv;
-  a.q_indptr = view(l.q_indptr, st.seqs + 1);
-  a.kv_indptr = view(l.kv_indptr, st.seqs + 1);
-  a.kv_page_indices = view(l.kv_pages, graph ? max_kv_pages_ : st.pages);
-  a.kv_last_page_len = view(l.last_len, st.seqs);
-  a.kv_start_pos = view(l.start_pos, st.seqs);
+  in.kv_groups.resize(static_cast<size_t>(num_groups_));
+  for (int32_t g = 0; g < num_groups_; ++g) {
+    const GroupLayout& gl = l.groups[static_cast<size_t>(g)];
+    KvGroupInputs& group = in.kv_groups[static_cast<size_t>(g)];
+    group.slot_mapping = view(gl.slots, st.tokens);
+    AttentionMetadata& a = group.attention;
+    a.num_seqs = st.seqs;
+    // A graph is replayed for any context length: its plan must hold for the longest.
+    a.max_q_len = graph ? 1 : st.max_q;
+    a.max_kv_len = graph ? graph_kv_len : st.max_kv;
+    a.q_indptr = view(l.q_indptr, st.seqs + 1);
+    a.kv_indptr = view(gl.kv_indptr, st.seqs + 1);
+    a.kv_page_indices = view(gl.kv_pages, graph ? max_kv_pages_ : st.pages[static_cast<size_t>(g)]);
+    a.kv_last_page_len = view(gl.last_len, st.seqs);
+    a.kv_start_pos = view(gl.start_pos, st.seqs);
+  }
   if (count_cells_ > 0) {
     in.expert_counts = counts_dev_.view(DType::I32, {moe_layers_, count_cells_ / moe_layers_});
   }
@@ -312,27 +343,37 @@ void ModelRunner::ensure_logits_capacity(int slot, int64_t rows) {
   s.logits_rows_capacity = want;
 }
 
-int ModelRunner::launch(const ScheduledBatch& batch, std::span<const RowSampling> rows) {
-  DI_CHECK(!batch.empty() && batch.num_tokens <= limits_.max_num_batched_tokens &&
-               static_cast<int32_t>(batch.seqs.size()) <= limits_.max_num_seqs,
-           "batch of {} tokens / {} sequences exceeds the runner's limits", batch.num_tokens, batch.seqs.size());
+int ModelRunner::launch(const StepPlan& plan) {
+  DI_CHECK(!plan.empty() && plan.num_tokens() <= limits_.max_num_batched_tokens &&
+               static_cast<int32_t>(plan.seqs.size()) <= limits_.max_num_seqs && plan.num_rows() <= max_rows_,
+           "step of {} tokens / {} sequences / {} rows exceeds the runner's limits", plan.num_tokens(),
+           plan.seqs.size(), plan.num_rows());
   const int slot = next_slot_;
   Slot& s = slots_[slot];
   DI_CHECK(!s.in_flight, "ModelRunner: more than {} steps in flight; wait() for the oldest first", kSlots);
-  const int32_t padded = graph_batch_size(batch);
-  const Staged st = stage(slot, batch, rows, padded);
+  const int32_t padded = graph_batch_size(plan);
+  const Staged st = stage(slot, plan, padded);
   const int64_t vocab = model_.config().vocab_size;
-  const auto n_rows = static_cast<int64_t>(rows.size());
+  const auto n_rows = static_cast<int64_t>(plan.num_rows());
   int64_t n_copied = 0;
-  for (const RowSampling& r : rows) n_copied += r.copy_logits ? 1 : 0;
+  for (const PlannedRow& r : plan.rows) n_copied += r.sampling.copy_logits ? 1 : 0;
   ensure_logits_capacity(slot, n_copied);
 
   s.start->record();
-  const int64_t used_ints = st.l.kv_pages + st.pages;
+  // The fixed-size inputs and the first group's pages in one copy; every
+  // further group's pages in one more.
+  const GroupLayout& first = st.l.groups.front();
+  const int64_t used_ints = first.kv_pages + st.pages.front();
   backend_.copy_async(step_dev_.view(DType::I32, {used_ints}, static_cast<size_t>(sampled_ints_) * 4),
                       Tensor(s.staging, DType::I32, {used_ints}));
+  for (int32_t g = 1; g < num_groups_; ++g) {
+    const int64_t at = st.l.groups[static_cast<size_t>(g)].kv_pages, n = st.pages[static_cast<size_t>(g)];
+    if (n == 0) continue;
+    backend_.copy_async(step_dev_.view(DType::I32, {n}, static_cast<size_t>(sampled_ints_ + at) * 4),
+                        Tensor(s.staging + at, DType::I32, {n}));
+  }
   // Input ids: host-known tokens and in-flight ones from earlier steps' samples.
-  const Tensor sources = step_dev_.view(DType::I32, {sampled_ints_ + used_ints, 1});
+  const Tensor sources = step_dev_.view(DType::I32, {sampled_ints_ + st.l.gather, 1});
   const Tensor gather_index =
       step_dev_.view(DType::I32, {st.tokens}, static_cast<size_t>(sampled_ints_ + st.l.gather) * 4);
   ops::gather_rows(backend_, sources, gather_index, token_ids_dev_.view(DType::I32, {st.tokens, 1}));
@@ -385,7 +426,7 @@ int ModelRunner::launch(const ScheduledBatch& batch, std::span<const RowSampling
     backend_.copy_async(Tensor(s.tokens_host, DType::I32, {n_rows}), sampled);
     int64_t k = 0;
     for (int64_t j = 0; j < n_rows; ++j) {
-      if (!rows[static_cast<size_t>(j)].copy_logits) continue;
+      if (!plan.rows[static_cast<size_t>(j)].sampling.copy_logits) continue;
       backend_.copy_async(Tensor(s.logits_host + k * vocab, DType::F32, {1, vocab}), logits.slice_rows(j, 1));
       ++k;
     }

@@ -1,5 +1,6 @@
-// ModelRunner: turns a scheduled batch into the model's inputs (flat token
-// ids, positions, KV slots, CSR page tables), runs the forward pass and the
+// ModelRunner: turns a StepPlan into the model's inputs (flat token ids,
+// positions, and per KV layer group the KV slots and CSR page tables), runs
+// the forward pass and the
 // device-side sampling, and brings the sampled tokens (and the logits rows the
 // host asked for) back — without waiting: launch() only enqueues work, wait()
 // blocks until a launched step's results are on the host.
@@ -8,8 +9,8 @@
 // build and launch step N+1 while step N still runs (Engine's pipelined loop).
 // A token sampled by step N that step N+1 consumes never visits the host on
 // the way: its row in step N's device-side sampled-token array is the source
-// of a device gather that fills step N+1's input ids (the Remap; see
-// Request::inflight_row).
+// of a device gather that fills step N+1's input ids (a TokenSource that
+// names the step's slot and row).
 //
 // Decode-only steps run as CUDA graphs captured per padded batch size when the
 // backend supports them; padding rows attend to the KV storage's padding page
@@ -35,7 +36,7 @@
 #include "kv/kv_storage.h"
 #include "model/model.h"
 #include "runner/penalty_state.h"
-#include "sched/scheduled_batch.h"
+#include "sched/step_plan.h"
 
 namespace deepinfer {
 
@@ -48,16 +49,6 @@ struct RunnerLimits {
   // device and bring the counts back with the step's results (EPLB load
   // statistics). Off: no buffer, no op, no copy.
   bool count_experts = false;
-};
-
-// How one sampling row (a sequence with `sample` set) of a step is sampled.
-struct RowSampling {
-  SamplingRowParams params;  // the device sampler's parameters for this row
-  bool copy_logits = false;  // the host needs the row's logits (host sampling, logprobs)
-  // Applied to the row's logits on the device before sampling (the copied
-  // logits then hold the processed values); null: none. Must stay alive and
-  // unchanged until launch() returns.
-  const PenaltyState* penalties = nullptr;
 };
 
 // A launched step's results, valid after wait() until the slot is reused.
@@ -84,10 +75,9 @@ class ModelRunner {
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
 
-  // Enqueues the step and returns its slot. rows: one per sequence with
-  // `sample`, in batch order. A sequence whose last token is in flight names
-  // its source with Request::inflight_slot/inflight_row.
-  int launch(const ScheduledBatch& batch, std::span<const RowSampling> rows);
+  // Enqueues the step and returns its slot. A token sampled by an earlier
+  // step names that step's slot and its row (StepResults::tokens index).
+  int launch(const StepPlan& plan);
   // Blocks until the step in `slot` has finished and its results are on the host.
   StepResults wait(int slot);
 
@@ -102,22 +92,26 @@ class ModelRunner {
   // memory, which mirrors the device-side input area byte for byte. They
   // depend only on the counts, so a padded graph batch always finds its
   // inputs at the same device addresses.
+  struct GroupLayout {
+    int64_t slots, kv_indptr, last_len, start_pos, kv_pages;
+  };
   struct Layout {
-    int64_t host_tokens, gather, positions, slots, logit_rows, q_indptr, kv_indptr, last_len, start_pos, params,
-        penalty_params, kv_pages;
+    int64_t host_tokens, gather, positions, logit_rows, q_indptr, params, penalty_params;
+    std::vector<GroupLayout> groups;  // page lists last, max_kv_pages_ apart
   };
   struct Staged;
   Layout layout(int32_t tokens, int32_t seqs, int32_t rows) const;
-  // Fills the slot's staging with the batch (padded to `padded` sequences of
+  // Fills the slot's staging with the plan (padded to `padded` sequences of
   // one token each for a graph; 0 = no padding).
-  Staged stage(int slot, const ScheduledBatch& batch, std::span<const RowSampling> rows, int32_t padded);
+  Staged stage(int slot, const StepPlan& plan, int32_t padded);
+  void stage_penalties(int slot, const StepPlan& plan, Staged& st);
   // graph_kv_len > 0: the inputs of a graph, whose attention plan must hold
   // for every context up to that length.
   ForwardInputs device_inputs(const Staged& staged, int32_t graph_kv_len) const;
   // Context-length bucket a decode graph is captured for (a few per batch
   // size, so short contexts do not pay for a plan sized for --max-model-len).
   int32_t graph_kv_bucket(int32_t max_kv_len) const;
-  int32_t graph_batch_size(const ScheduledBatch& batch) const;
+  int32_t graph_batch_size(const StepPlan& plan) const;
   void ensure_logits_capacity(int slot, int64_t rows);
   // Room for `entries` penalty entries in the slot's staging and on the device.
   void ensure_penalty_capacity(int slot, int64_t entries);
@@ -129,7 +123,8 @@ class ModelRunner {
   int32_t max_rows_ = 0;          // logit rows per step
   int64_t staging_ints_ = 0;      // capacity of one slot's staging, in int32s
   int64_t sampled_ints_ = 0;      // kSlots * max_rows_, rounded up
-  int32_t max_kv_pages_ = 0;      // page-table entries per step
+  int32_t max_kv_pages_ = 0;      // page-table entries per step and KV group
+  int32_t num_groups_ = 0;        // KV layer groups (KvStorage::layout)
 
   // Device: [kSlots * max_rows_ sampled tokens][step inputs (staging image)].
   Buffer step_dev_;

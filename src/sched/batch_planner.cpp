@@ -12,7 +12,7 @@ ScheduledBatch BatchPlanner::plan(const std::vector<Request*>& running) const {
   double time_left = config_.step_time_budget_s;
   auto add = [&](Request* r, int32_t q) {
     const int32_t start = r->num_computed_tokens;
-    batch.seqs.push_back({r, start, q, start + q == r->total_tokens()});
+    batch.seqs.push_back({r, start, q, start + q == r->total_tokens() ? 1 : 0});
     batch.num_tokens += q;
     budget -= q;
   };

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "deepinfer/sampling_params.h"
-#include "kv/prefix_cache.h"
+#include "kv/kv_cache_manager.h"
 
 namespace deepinfer {
 
@@ -22,6 +22,13 @@ std::string_view to_string(RequestState s);
 std::string_view to_string(FinishReason r);
 
 using Clock = std::chrono::steady_clock;
+
+// A token sampled on the device by an earlier step: the runner slot of that
+// step and the token's sampling row in it.
+struct DeviceToken {
+  int32_t slot = -1;
+  int32_t row = -1;
+};
 
 struct RequestTimings {
   Clock::time_point arrival{};
@@ -57,26 +64,19 @@ class Request {
     return state == RequestState::Finished || state == RequestState::Aborted;
   }
 
-  // KV cache bookkeeping (owned by the scheduler).
-  std::vector<int32_t> block_ids;  // pages in sequence order
-  int32_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
+  // Progress: tokens whose K/V are in the cache (the pages themselves are
+  // the KvCacheManager's).
+  int32_t num_computed_tokens = 0;
   int32_t num_cached_prompt_tokens = 0;  // prompt tokens served by the prefix cache (first admission)
-  std::vector<BlockHash> block_hashes;  // chained hashes of full blocks, extended as tokens arrive
-  int32_t num_registered_blocks = 0;    // leading blocks already offered to the prefix cache
-  // Leading blocks released because every layer's sliding window has moved past
-  // them; their block_ids entries are kReleasedBlock.
-  int32_t num_released_blocks = 0;
-  static constexpr int32_t kReleasedBlock = -1;
   int32_t num_preemptions = 0;
 
   // Asynchronous scheduling (Engine with the pipelined step loop). Tokens
-  // sampled by a step whose results the host has not read yet are "in
+  // sampled by steps whose results the host has not read yet are "in
   // flight": they count towards the sequence length for scheduling and KV
-  // capacity (total_tokens), and the runner takes their ids from the device
-  // (the previous step's sampling row inflight_row in ring slot inflight_slot).
-  int32_t num_inflight_tokens = 0;
-  int32_t inflight_slot = -1;
-  int32_t inflight_row = -1;
+  // capacity (total_tokens), and a later step takes their ids from the
+  // device (each one's source: the runner slot and sampling row that made it).
+  std::vector<DeviceToken> inflight;
+  int32_t num_inflight_tokens() const { return static_cast<int32_t>(inflight.size()); }
   // Bumped whenever the request loses its place (preemption): results of steps
   // launched before that carry the old value and are ignored when they arrive.
   uint32_t generation = 0;
@@ -89,10 +89,12 @@ class Request {
   // a request is never scheduled with a token in flight, because its next
   // input is only known after host sampling.
   bool host_sampling = false;
-  int32_t total_tokens() const { return num_tokens() + num_inflight_tokens; }
+  int32_t total_tokens() const { return num_tokens() + num_inflight_tokens(); }
   bool schedulable() const {
-    return num_inflight_tokens == 0 || (!host_sampling && (token_limit <= 0 || total_tokens() < token_limit));
+    return inflight.empty() || (!host_sampling && (token_limit <= 0 || total_tokens() < token_limit));
   }
+  // The token ids known on the host, as the KV cache manager reads them.
+  SequenceTokens tokens() const { return {prompt_ids_, output_ids_}; }
 
   RequestTimings timings;
 

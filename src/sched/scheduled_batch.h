@@ -1,4 +1,4 @@
-// Plain structs passed between the scheduling stages and the model runner.
+// Plain structs passed between the scheduling stages.
 #pragma once
 
 #include <cstdint>
@@ -9,13 +9,15 @@ namespace deepinfer {
 class Request;
 
 // One sequence's share of a step: tokens [start, start + num_tokens) of the
-// request's token list are computed; `sample` when the chunk reaches the last
-// known token, so the step yields the next token's logits.
+// request's token list (known or in flight) are computed, and the last
+// num_sample_rows of them yield next-token logits to sample: 1 when the chunk
+// reaches the end of the sequence, 0 for a prompt chunk that does not,
+// several when the step verifies draft tokens.
 struct ScheduledSeq {
   Request* request = nullptr;
   int32_t start = 0;
   int32_t num_tokens = 0;
-  bool sample = false;
+  int32_t num_sample_rows = 0;
 };
 
 struct ScheduledBatch {

@@ -1,5 +1,5 @@
 // Test support: last-position logits of one prompt, run straight through
-// ModelRunner (one sequence, one step, no scheduler), for tests
+// ModelRunner from a hand-made StepPlan (one sequence, one step, no scheduler), for tests
 // that compare a model's logits with reference data.
 #pragma once
 
@@ -9,24 +9,39 @@
 #include "kv/kv_storage.h"
 #include "model/model_loader.h"
 #include "runner/model_runner.h"
-#include "sched/request.h"
+#include "sched/step_plan.h"
 
 namespace deepinfer::testing {
 
+// A one-sequence plan over pages 0, 1, ...: tokens [start, start + len) of
+// `tokens`, with a greedy sampling row (logits copied) for the last one when
+// `sample`.
+inline StepPlan single_sequence_plan(const std::vector<int32_t>& tokens, int32_t start, int32_t len, int32_t page,
+                                     bool sample) {
+  StepPlan plan;
+  plan.page_size = page;
+  plan.seqs.push_back({1, start, len, 0, 0, sample ? 1 : 0});
+  for (int32_t i = start; i < start + len; ++i) plan.tokens.push_back(TokenSource::host(tokens[static_cast<size_t>(i)]));
+  if (sample) {
+    PlannedRow row{0, len - 1, {}};
+    row.sampling.params.temperature = 0.0f;
+    row.sampling.copy_logits = true;
+    plan.rows.push_back(row);
+  }
+  GroupPages& g = plan.groups.emplace_back();
+  const int32_t pages = (start + len + page - 1) / page;
+  for (int32_t i = 0; i < pages; ++i) g.pages.push_back(i);
+  g.indptr.push_back(pages);
+  g.first_pos.push_back(0);
+  return plan;
+}
+
 inline std::vector<float> prompt_logits(LoadedModel& loaded, Backend& backend, const std::vector<int32_t>& tokens) {
   const int32_t page = 16;
-  const int32_t pages = static_cast<int32_t>(tokens.size()) / page + 1;
-  KvStorage kv(backend, loaded.model().kv_spec(page, DType::F32), pages);
-  ModelRunner runner(loaded.model(), backend, kv, {static_cast<int32_t>(tokens.size()), 1});
-  Request r(1, tokens, SamplingParams{}, 0);
-  for (int32_t i = 0; i < pages; ++i) r.block_ids.push_back(i);
-  ScheduledBatch batch;
-  batch.seqs.push_back({&r, 0, static_cast<int32_t>(tokens.size()), true});
-  batch.num_tokens = static_cast<int32_t>(tokens.size());
-  RowSampling row;
-  row.params.temperature = 0.0f;
-  row.copy_logits = true;
-  const StepResults res = runner.wait(runner.launch(batch, std::span(&row, 1)));
+  const auto n = static_cast<int32_t>(tokens.size());
+  KvStorage kv(backend, loaded.model().kv_spec(page, DType::F32), n / page + 1);
+  ModelRunner runner(loaded.model(), backend, kv, {n, 1});
+  const StepResults res = runner.wait(runner.launch(single_sequence_plan(tokens, 0, n, page, true)));
   return std::vector<float>(res.logits.begin(), res.logits.end());
 }
 

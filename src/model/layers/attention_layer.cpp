@@ -6,7 +6,7 @@ namespace deepinfer::layers {
 
 void attention_layer(Backend& backend, const AttentionWeights& w, const AttentionShape& shape,
                      const RopeParams& rope, const AttentionParams& params, const Tensor& h,
-                     const ForwardInputs& inputs, const KvCacheLayer& cache,
+                     const ForwardInputs& inputs, const KvGroupInputs& kv_in, const KvCacheLayer& cache,
                      const AttentionScratch& scratch, Tensor out) {
   const int64_t d = shape.head_dim;
   const int64_t q_dim = shape.n_heads_q * d, kv_dim = shape.n_heads_kv * d;
@@ -26,10 +26,10 @@ void attention_layer(Backend& backend, const AttentionWeights& w, const Attentio
   }
   // Per-head q/k norms (over [n, heads, head_dim] views) go with RoPE.
   const QkNorm qk_norm{w.q_norm, w.k_norm, shape.rms_eps, shape.norm_weight_offset};
-  ops::rope_store_kv(backend, q, k, v, inputs.positions, rope, inputs.slot_mapping, cache,
+  ops::rope_store_kv(backend, q, k, v, inputs.positions, rope, kv_in.slot_mapping, cache,
                      w.q_norm.defined() ? &qk_norm : nullptr);
   Tensor attn = scratch.out.split_last(shape.n_heads_q, d);
-  ops::attention(backend, q, cache, inputs.attention, params, attn);
+  ops::attention(backend, q, cache, kv_in.attention, params, attn);
   ops::linear(backend, scratch.out, w.wo, w.bo, out);
 }
 

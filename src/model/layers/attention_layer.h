@@ -39,7 +39,7 @@ struct AttentionScratch {
 // out[n, hidden] = attention(h[n, hidden]).
 void attention_layer(Backend& backend, const AttentionWeights& w, const AttentionShape& shape,
                      const RopeParams& rope, const AttentionParams& params, const Tensor& h,
-                     const ForwardInputs& inputs, const KvCacheLayer& cache,
+                     const ForwardInputs& inputs, const KvGroupInputs& kv_in, const KvCacheLayer& cache,
                      const AttentionScratch& scratch, Tensor out);
 
 }  // namespace deepinfer::layers

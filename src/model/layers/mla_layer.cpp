@@ -29,7 +29,7 @@ std::vector<uint8_t> absorbed_key_weights(const Tensor& kv_b, const MlaShape& s)
 }
 
 void mla_layer(Backend& backend, const MlaWeights& w, const MlaShape& s, const RopeParams& rope,
-               const AttentionParams& params, const Tensor& h, const ForwardInputs& inputs, const KvCacheLayer& cache,
+               const AttentionParams& params, const Tensor& h, const ForwardInputs& inputs, const KvGroupInputs& kv_in, const KvCacheLayer& cache,
                const MlaScratch& scratch, Tensor out) {
   const int64_t heads = s.n_heads, lora = s.kv_lora_rank, nope = s.nope_dim, rot = s.rope_dim, vd = s.v_dim;
   const int64_t qk = nope + rot, row = lora + rot;
@@ -53,10 +53,10 @@ void mla_layer(Backend& backend, const MlaWeights& w, const MlaShape& s, const R
   const Tensor k_row = scratch.kv_a.split_last(1, row);  // [n, 1, row]; rows may be strided (scratch.in)
   const Tensor q_heads = scratch.q.split_last(heads, qk);
   ops::mla_rope_store_kv(backend, q_heads.narrow(2, nope, rot), q_att.narrow(2, lora, rot), k_row, lora, w.kv_a_norm,
-                         s.rms_eps, inputs.positions, rope, inputs.slot_mapping, cache);
+                         s.rms_eps, inputs.positions, rope, kv_in.slot_mapping, cache);
   ops::linear_batched(backend, q_heads.narrow(2, 0, nope), w.w_uk_t, q_att.narrow(2, 0, lora));
   const Tensor o_lat = scratch.o_lat.reshape({scratch.o_lat.size(0), heads, lora});
-  ops::attention(backend, q_att, cache, inputs.attention, params, o_lat);
+  ops::attention(backend, q_att, cache, kv_in.attention, params, o_lat);
 
   // W_UV of head i: rows [nope, nope + vd) of its block of kv_b_proj.
   ops::linear_batched(backend, o_lat, w.wkv_b.reshape({heads, nope + vd, lora}).narrow(1, nope, vd),

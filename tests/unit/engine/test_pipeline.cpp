@@ -214,7 +214,7 @@ TEST(Pipeline, ResultsArriveOneStepLaterAndTheDeviceTimelineIsRecorded) {
 TEST(Pipeline, EnvironmentSwitchesItOff) {
   REQUIRE_SMOLLM2();
   ::setenv("DEEPINFER_ZERO_OVERHEAD_SCHEDULING", "0", 1);
-  Engine engine(config(true, 1024));
+  Engine engine(with_environment(config(true, 1024)));
   ::unsetenv("DEEPINFER_ZERO_OVERHEAD_SCHEDULING");
   EXPECT_FALSE(engine.pipelined());
   engine.add_request(engine.tokenizer().encode("Water boils at", true), params(2));

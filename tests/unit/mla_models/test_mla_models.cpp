@@ -167,21 +167,13 @@ TEST(MlaModels, ChunkedPrefillAndDecodeMatchOneShot) {
     const int32_t page = 16, pages = static_cast<int32_t>(tokens.size()) / page + 1;
     KvStorage kv(*backend, loaded->model().kv_spec(page, DType::F32), pages);
     ModelRunner runner(loaded->model(), *backend, kv, {16, 1});
-    Request r(1, tokens, SamplingParams{}, 0);
-    for (int32_t i = 0; i < pages; ++i) r.block_ids.push_back(i);
     const int32_t n = static_cast<int32_t>(tokens.size());
     std::vector<float> last;
     for (int32_t start = 0; start < n;) {
       // Chunks of 16 and 7, then the last token alone as a decode step.
       const int32_t len = start + 1 == n ? 1 : std::min(start == 32 ? 7 : 16, n - 1 - start);
-      ScheduledBatch batch;
       const bool sample = start + len == n;
-      batch.seqs.push_back({&r, start, len, sample});
-      batch.num_tokens = len;
-      RowSampling row;
-      row.params.temperature = 0.0f;
-      row.copy_logits = true;
-      const StepResults res = runner.wait(runner.launch(batch, std::span(&row, sample ? 1 : 0)));
+      const StepResults res = runner.wait(runner.launch(testing::single_sequence_plan(tokens, start, len, page, sample)));
       if (sample) last.assign(res.logits.begin(), res.logits.end());
       start += len;
     }

@@ -35,7 +35,7 @@
 #include "kv/kv_storage.h"
 #include "model/model_loader.h"
 #include "runner/model_runner.h"
-#include "sched/request.h"
+#include "../../support/prompt_logits.h"
 
 namespace deepinfer {
 namespace {
@@ -109,20 +109,12 @@ std::vector<std::vector<float>> decode_logits(LoadedModel& loaded, Backend& back
   const int32_t pages = n / page + 1;
   KvStorage kv(backend, loaded.model().kv_spec(page, backend.activation_dtype()), pages);
   ModelRunner runner(loaded.model(), backend, kv, {16, 1});
-  Request r(1, tokens, SamplingParams{}, 0);
-  for (int32_t i = 0; i < pages; ++i) r.block_ids.push_back(i);
   const int32_t prefill = n - std::min(3, n);
   std::vector<std::vector<float>> out;
   for (int32_t start = 0; start < n;) {
     const bool decode = start >= prefill;
     const int32_t len = decode ? 1 : std::min(16, prefill - start);
-    ScheduledBatch batch;
-    batch.seqs.push_back({&r, start, len, decode});
-    batch.num_tokens = len;
-    RowSampling row;
-    row.params.temperature = 0.0f;
-    row.copy_logits = true;
-    const StepResults res = runner.wait(runner.launch(batch, std::span(&row, decode ? 1 : 0)));
+    const StepResults res = runner.wait(runner.launch(testing::single_sequence_plan(tokens, start, len, page, decode)));
     if (decode) out.emplace_back(res.logits.begin(), res.logits.end());
     start += len;
   }

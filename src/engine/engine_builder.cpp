@@ -1,0 +1,185 @@
+#include "engine/engine_builder.h"
+
+#include <chrono>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "kv/kv_cache_manager.h"
+#include "kv/kv_storage.h"
+#include "model/model_loader.h"
+#include "moe/expert_load_monitor.h"
+#include "runner/model_runner.h"
+#include "sched/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer {
+
+EngineParts::EngineParts() = default;
+EngineParts::EngineParts(EngineParts&&) noexcept = default;
+EngineParts& EngineParts::operator=(EngineParts&&) noexcept = default;
+EngineParts::~EngineParts() = default;
+
+int32_t default_max_num_batched_tokens(DeviceType device) { return device == DeviceType::CPU ? 512 : 8192; }
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// KV blocks that fit in --gpu-memory-utilization of the device after the
+// weights and activations.
+int64_t plan_device_kv_blocks(const EngineConfig& config, Backend& backend, LoadedModel& model, size_t block_bytes) {
+  DI_CHECK(config.gpu_memory_utilization > 0.0 && config.gpu_memory_utilization < 1.0,
+           "--gpu-memory-utilization {} must be in (0, 1)", config.gpu_memory_utilization);
+  // Activations first (the runner's reservation is then a no-op), so the
+  // free memory measured below is what weights and activations left.
+  const int32_t max_rows = std::min(config.max_num_batched_tokens, config.max_num_seqs);
+  model.model().reserve(config.max_num_batched_tokens, max_rows);
+  const DeviceMemoryInfo mem = *backend.memory_info();
+  const auto total = static_cast<double>(mem.total_bytes);
+  const double in_use = total - static_cast<double>(mem.free_bytes);  // weights, activations, other processes
+  // Still to come besides the cache: the runner's logits and step inputs, and
+  // room for CUDA graphs and library workspaces.
+  const double logits = double(max_rows) * model.config().vocab_size * 4.0;
+  const double runner_inputs = 64.0 * (config.max_num_batched_tokens + 4.0 * config.max_num_seqs);
+  constexpr double kGraphsAndLibraries = 512.0 * 1048576.0;
+  const double budget = config.gpu_memory_utilization * total - in_use - logits - runner_inputs - kGraphsAndLibraries;
+  const double per_block = static_cast<double>(block_bytes) + 8.0;  // + two page-table entries per block
+  const auto blocks = static_cast<int64_t>(budget / per_block) - 1;  // - the padding block
+  log_info("engine: device memory {:.1f} GiB, {:.1f} GiB in use after loading (weights {:.2f} GiB); "
+           "--gpu-memory-utilization {:.2f} leaves {:.2f} GiB for the KV cache",
+           total / 1073741824.0, in_use / 1073741824.0, model.model().weight_bytes() / 1073741824.0,
+           config.gpu_memory_utilization, std::max(budget, 0.0) / 1073741824.0);
+  DI_CHECK(blocks >= 2,
+           "not enough device memory for a KV cache: {:.2f} GiB of {:.2f} GiB are in use after loading the model; "
+           "raise --gpu-memory-utilization or lower --max-num-batched-tokens / --max-num-seqs",
+           in_use / 1073741824.0, total / 1073741824.0);
+  return std::min<int64_t>(blocks, (int64_t{1} << 30) - 2);
+}
+
+void build_kv_cache(EngineParts& p) {
+  const EngineConfig& config = p.config;
+  const ModelConfig& mc = p.model->config();
+  DI_CHECK(config.kv_cache_dtype == "auto" || config.kv_cache_dtype == "fp8" || config.kv_cache_dtype == "fp8_e4m3",
+           "--kv-cache-dtype must be auto, fp8 or fp8_e4m3, got '{}'", config.kv_cache_dtype);
+  const DType kv_dtype = config.kv_cache_dtype == "auto" ? p.backend->activation_dtype() : DType::F8E4M3;
+  const KvCacheSpec spec = p.model->model().kv_spec(config.block_size, kv_dtype);
+  KvLayout layout = KvLayout::from_windows(mc.layer_window);
+  const size_t block_bytes = spec.bytes_per_block(layout.slots_per_block);
+  int64_t blocks = 0;
+  if (config.kv_cache_tokens > 0) {
+    // A token budget counts positions of every layer: the bytes of that many
+    // tokens in the classic layout, whatever the groups then make of them.
+    const int64_t bytes = (config.kv_cache_tokens + config.block_size - 1) / config.block_size *
+                          static_cast<int64_t>(spec.bytes_per_page());
+    blocks = bytes / static_cast<int64_t>(block_bytes);
+  } else if (p.backend->memory_info()) {
+    blocks = plan_device_kv_blocks(config, *p.backend, *p.model, block_bytes);
+  } else {
+    blocks = config.kv_cache_memory_bytes / static_cast<int64_t>(block_bytes);
+  }
+  DI_CHECK(blocks >= 2 && blocks < (int64_t{1} << 30), "KV cache of {} blocks is out of range", blocks);
+  p.kv = std::make_unique<KvStorage>(*p.backend, spec, static_cast<int32_t>(blocks), layout);
+  KvManagerConfig kc;
+  kc.block_size = config.block_size;
+  kc.max_step_tokens = config.max_num_batched_tokens;
+  kc.enable_prefix_caching = config.enable_prefix_caching;
+  p.kv_manager = std::make_unique<KvCacheManager>(std::move(layout), static_cast<int32_t>(blocks), kc);
+  const KvLayout& l = p.kv_manager->layout();
+  int32_t windowed = 0;
+  for (const KvGroup& g : l.groups) windowed += g.window > 0;
+  const double per_seq = static_cast<double>(p.kv_manager->blocks_when_decoding(p.max_model_len));
+  log_info("engine: KV cache ({}) {:.1f} MiB in {} blocks of {} tokens x {} layers; {} layer group(s), {} windowed; "
+           "{:.1f} KiB per token at {} tokens",
+           dtype_name(kv_dtype), p.kv->bytes() / 1048576.0, blocks, config.block_size, l.slots_per_block,
+           l.num_groups(), windowed, per_seq * static_cast<double>(block_bytes) / p.max_model_len / 1024.0,
+           p.max_model_len);
+  log_info("engine: max concurrency at {} tokens: {:.1f}x", p.max_model_len, static_cast<double>(blocks) / per_seq);
+}
+
+void build_expert_load(EngineParts& p, RunnerLimits& limits) {
+  const EngineConfig& config = p.config;
+  if (config.eplb_ep_size == 0 && config.routing_trace_path.empty()) return;
+  const ModelConfig& mc = p.model->config();
+  std::vector<int32_t> moe_layers;
+  for (int32_t i = 0; i < mc.n_layers; ++i) {
+    if (mc.is_moe(i)) moe_layers.push_back(i);
+  }
+  DI_CHECK(!moe_layers.empty() && mc.moe.n_experts > 0,
+           "--eplb-ep-size and --routing-trace need a mixture-of-experts model; {} has no MoE layer", mc.arch);
+  moe::ExpertLoadMonitorOptions eo;
+  eo.num_ranks = config.eplb_ep_size;
+  eo.schedule = {config.eplb_window_steps, config.eplb_interval_steps, config.eplb_redundant_slots};
+  eo.trace_path = config.routing_trace_path;
+  p.expert_load = std::make_unique<moe::ExpertLoadMonitor>(moe_layers, mc.moe.n_experts, eo);
+  limits.count_experts = true;
+  if (p.expert_load->balancing()) {
+    log_info("engine: EPLB statistics for {} MoE layers x {} experts, simulating {} ranks: window {} steps, "
+             "re-placement every {} steps, {} redundant slot(s) per rank",
+             moe_layers.size(), mc.moe.n_experts, eo.num_ranks, eo.schedule.window_steps,
+             eo.schedule.interval_steps, eo.schedule.redundant_slots_per_rank);
+  }
+  if (!eo.trace_path.empty()) {
+    log_info("engine: routing trace of {} MoE layers to {} (one file per layer)", moe_layers.size(),
+             moe::ExpertLoadMonitor::trace_file(eo.trace_path, moe_layers.front()));
+  }
+}
+
+}  // namespace
+
+EngineParts build_engine(EngineConfig config) {
+  EngineParts p;
+  if (config.max_num_batched_tokens == 0) config.max_num_batched_tokens = default_max_num_batched_tokens(config.device);
+  DI_CHECK(config.block_size > 0 && config.block_size <= 1024, "--block-size {} out of range", config.block_size);
+  DI_CHECK(config.max_num_seqs > 0, "--max-num-seqs must be positive");
+  DI_CHECK(config.max_num_batched_tokens > 0, "--max-num-batched-tokens must be positive");
+  p.config = std::move(config);
+  const EngineConfig& c = p.config;
+  BackendOptions options;
+  options.num_threads = c.num_threads;
+  options.batch_invariant = c.batch_invariant;
+  p.backend = create_backend(c.device, options);
+  log_info("engine: backend {}", p.backend->name());
+  p.model = LoadedModel::open(c.model_path, *p.backend);
+  const ModelConfig& mc = p.model->config();
+
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!c.tokenizer_path.empty()) {
+    p.tokenizer = Tokenizer::from_file(c.tokenizer_path);
+  } else if (p.model->gguf()) {
+    p.tokenizer = Tokenizer::from_gguf(*p.model->gguf());
+  } else {
+    p.tokenizer = Tokenizer::from_file(c.model_path);
+  }
+  log_info("engine: tokenizer with {} tokens loaded in {:.2f} s", p.tokenizer->vocab_size(), seconds_since(t0));
+
+  p.max_model_len = c.max_model_len > 0 ? c.max_model_len : std::min(mc.max_position, 8192);
+  DI_CHECK(p.max_model_len > 1, "--max-model-len must be at least 2");
+  DI_CHECK(mc.max_position <= 0 || p.max_model_len <= mc.max_position,
+           "--max-model-len {} exceeds the model's context length {}", p.max_model_len, mc.max_position);
+  log_info("engine: per-step token budget {} (--max-num-batched-tokens{}), up to {} sequences",
+           c.max_num_batched_tokens, c.cost_model ? ", chunks sized by the cost model" : "", c.max_num_seqs);
+
+  build_kv_cache(p);
+  SchedulerConfig sc;
+  sc.capacity.max_num_seqs = c.max_num_seqs;
+  sc.planner.max_num_batched_tokens = c.max_num_batched_tokens;
+  sc.planner.cost_model = c.cost_model;
+  sc.planner.step_time_budget_s = c.step_time_budget_s;
+  p.scheduler = std::make_unique<Scheduler>(sc, *p.kv_manager);
+
+  RunnerLimits limits;
+  limits.max_num_batched_tokens = c.max_num_batched_tokens;
+  limits.max_num_seqs = c.max_num_seqs;
+  limits.max_model_len = p.max_model_len;
+  limits.use_graphs = !c.enforce_eager;
+  build_expert_load(p, limits);
+  p.runner = std::make_unique<ModelRunner>(p.model->model(), *p.backend, *p.kv, limits);
+  log_info("engine: {} step loop{}", c.zero_overhead_scheduling ? "pipelined (zero-overhead)" : "synchronous",
+           p.backend->supports_graphs() && limits.use_graphs ? ", CUDA graphs for decode" : "");
+  return p;
+}
+
+}  // namespace deepinfer

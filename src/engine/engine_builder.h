@@ -1,0 +1,51 @@
+// Builds what an Engine runs on from its configuration: backend, model,
+// tokenizer, the KV cache (sized for the device and laid out by layer group),
+// the scheduler, the runner and the expert-load monitor. Resolves the
+// settings left to the device (the per-step token budget) and logs every
+// phase with its figures.
+#pragma once
+
+#include <memory>
+
+#include "engine/engine_config.h"
+
+namespace deepinfer {
+
+class Backend;
+class LoadedModel;
+class Tokenizer;
+class KvStorage;
+class KvCacheManager;
+class Scheduler;
+class ModelRunner;
+namespace moe {
+class ExpertLoadMonitor;
+}
+
+struct EngineParts {
+  EngineConfig config;  // with the device-dependent defaults resolved
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<LoadedModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<KvStorage> kv;
+  std::unique_ptr<KvCacheManager> kv_manager;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<moe::ExpertLoadMonitor> expert_load;  // with --eplb-ep-size or --routing-trace
+  int32_t max_model_len = 0;
+
+  EngineParts();
+  EngineParts(EngineParts&&) noexcept;
+  EngineParts& operator=(EngineParts&&) noexcept;
+  ~EngineParts();
+};
+
+// Per-step token budget when --max-num-batched-tokens is not given: a CPU
+// step's time grows with its tokens from the first, so a small budget keeps
+// decodes responsive; a GPU step costs about the same up to thousands of
+// tokens, so a large budget lets prefill chunks ride along with decodes.
+int32_t default_max_num_batched_tokens(DeviceType device);
+
+EngineParts build_engine(EngineConfig config);
+
+}  // namespace deepinfer

@@ -1,0 +1,250 @@
+#include "kv/kv_cache_manager.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+std::vector<int32_t> SequenceTokens::first(int32_t n) const {
+  std::vector<int32_t> out;
+  out.reserve(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) out.push_back(at(i));
+  return out;
+}
+
+KvCacheManager::KvCacheManager(KvLayout layout, int32_t num_blocks, KvManagerConfig config)
+    : layout_(std::move(layout)), config_(config), pool_(num_blocks) {
+  DI_CHECK(config_.block_size > 0, "KV cache: block size must be positive, got {}", config_.block_size);
+  DI_CHECK(config_.max_step_tokens > 0, "KV cache: the per-step token budget must be positive, got {}",
+           config_.max_step_tokens);
+  DI_CHECK(layout_.num_groups() > 0, "KV cache: the layout has no layer group");
+  if (config_.enable_prefix_caching) prefix_cache_.emplace(pool_, config_.block_size);
+}
+
+int32_t KvCacheManager::first_needed_block(int32_t position, int32_t window) const {
+  if (window <= 0) return 0;
+  return std::max(position - window + 1, 0) / config_.block_size;
+}
+
+int32_t KvCacheManager::table_end(const KvGroup& g, int32_t num_computed, int32_t num_new,
+                                  int32_t num_lookahead) const {
+  const int32_t step = g.window > 0 ? std::min(num_new, config_.max_step_tokens) : num_new;
+  return blocks_for(num_computed + step + num_lookahead);
+}
+
+const SequenceKv& KvCacheManager::tables(uint64_t seq) const {
+  auto it = seqs_.find(seq);
+  DI_CHECK(it != seqs_.end(), "KV cache: sequence {} holds no pages", seq);
+  return it->second;
+}
+
+std::optional<int32_t> KvCacheManager::admit(uint64_t seq, std::span<const int32_t> tokens, std::string_view salt,
+                                             int32_t reserve_blocks) {
+  DI_CHECK(!seqs_.contains(seq), "KV cache: sequence {} is already admitted", seq);
+  DI_CHECK(!tokens.empty(), "KV cache: sequence {} has no tokens", seq);
+  const auto total = static_cast<int32_t>(tokens.size());
+  const int32_t bs = config_.block_size;
+  const int32_t n_groups = layout_.num_groups();
+  SequenceKv s;
+  s.groups.resize(static_cast<size_t>(n_groups));
+  std::vector<std::vector<int32_t>> hits(static_cast<size_t>(n_groups));
+  int32_t hit_blocks = 0;
+  if (prefix_cache_) {
+    s.block_hashes = PrefixCache::compute_block_hashes(tokens, bs, salt);
+    // At least the last token must be computed to produce logits.
+    hit_blocks = std::min<int32_t>(static_cast<int32_t>(s.block_hashes.size()), (total - 1) / bs);
+    for (int32_t g = 0; g < n_groups && hit_blocks > 0; ++g) {
+      hits[g] = prefix_cache_->lookup(std::span(s.block_hashes).first(static_cast<size_t>(hit_blocks)), tokens, salt, g);
+      hit_blocks = std::min(hit_blocks, static_cast<int32_t>(hits[g].size()));
+    }
+  }
+  const int32_t cached = hit_blocks * bs;
+  // Blocks with refcount 0 that a hit is about to ref count as free in the pool.
+  int64_t free_after_refs = pool_.num_free();
+  int64_t need = 0;
+  for (int32_t g = 0; g < n_groups; ++g) {
+    const KvGroup& group = layout_.groups[static_cast<size_t>(g)];
+    const int32_t first_held = std::min(first_needed_block(cached, group.window), hit_blocks);
+    for (int32_t i = first_held; i < hit_blocks; ++i) free_after_refs -= pool_.refcount(hits[g][i]) == 0;
+    need += std::max(table_end(group, cached, total - cached, 0) - hit_blocks, 0);
+  }
+  if (need + reserve_blocks > free_after_refs) return std::nullopt;
+  if (prefix_cache_) prefix_cache_->record_query(total, cached);
+  for (int32_t g = 0; g < n_groups; ++g) {
+    const KvGroup& group = layout_.groups[static_cast<size_t>(g)];
+    GroupTable& t = s.groups[static_cast<size_t>(g)];
+    t.blocks.assign(hits[g].begin(), hits[g].begin() + hit_blocks);
+    t.num_released = std::min(first_needed_block(cached, group.window), hit_blocks);
+    for (int32_t i = t.num_released; i < hit_blocks; ++i) pool_.ref(t.blocks[static_cast<size_t>(i)]);
+    const int32_t grow = table_end(group, cached, total - cached, 0) - hit_blocks;
+    if (grow > 0) {
+      auto fresh = pool_.allocate(grow);
+      DI_CHECK(fresh.has_value(), "KV cache: {} blocks counted free but not allocatable", grow);
+      t.blocks.insert(t.blocks.end(), fresh->begin(), fresh->end());
+    }
+  }
+  s.num_registered_blocks = hit_blocks;
+  seqs_.emplace(seq, std::move(s));
+  return cached;
+}
+
+bool KvCacheManager::allocate_slots(uint64_t seq, int32_t num_computed, int32_t num_new, int32_t num_lookahead) {
+  DI_CHECK(num_computed >= 0 && num_new >= 0 && num_lookahead >= 0,
+           "KV cache: negative slot request ({} computed, {} new, {} lookahead)", num_computed, num_new, num_lookahead);
+  auto it = seqs_.find(seq);
+  DI_CHECK(it != seqs_.end(), "KV cache: sequence {} holds no pages", seq);
+  SequenceKv& s = it->second;
+  int64_t need = 0;
+  for (int32_t g = 0; g < layout_.num_groups(); ++g) {
+    const int32_t end = table_end(layout_.groups[static_cast<size_t>(g)], num_computed, num_new, num_lookahead);
+    need += std::max(end - static_cast<int32_t>(s.groups[static_cast<size_t>(g)].blocks.size()), 0);
+  }
+  if (need > pool_.num_free()) return false;
+  for (int32_t g = 0; g < layout_.num_groups(); ++g) {
+    GroupTable& t = s.groups[static_cast<size_t>(g)];
+    const int32_t grow =
+        table_end(layout_.groups[static_cast<size_t>(g)], num_computed, num_new, num_lookahead) -
+        static_cast<int32_t>(t.blocks.size());
+    if (grow <= 0) continue;
+    auto fresh = pool_.allocate(grow);
+    DI_CHECK(fresh.has_value(), "KV cache: {} blocks counted free but not allocatable", grow);
+    t.blocks.insert(t.blocks.end(), fresh->begin(), fresh->end());
+  }
+  return true;
+}
+
+void KvCacheManager::register_full_blocks(SequenceKv& s, const SequenceTokens& tokens, int32_t num_computed,
+                                          std::string_view salt) {
+  const int32_t bs = config_.block_size;
+  // Only blocks whose token ids are all known on the host (none in flight).
+  const int32_t known = std::min(num_computed, tokens.size());
+  int32_t full = known / bs;
+  for (const GroupTable& t : s.groups) full = std::min(full, static_cast<int32_t>(t.blocks.size()));
+  if (full <= s.num_registered_blocks) return;
+  if (static_cast<int32_t>(s.block_hashes.size()) < full) {
+    const std::vector<int32_t> ids = tokens.first(full * bs);
+    s.block_hashes = PrefixCache::compute_block_hashes(ids, bs, salt);
+  }
+  std::vector<int32_t> block_tokens(static_cast<size_t>(bs));
+  for (int32_t i = s.num_registered_blocks; i < full; ++i) {
+    for (int32_t j = 0; j < bs; ++j) block_tokens[static_cast<size_t>(j)] = tokens.at(i * bs + j);
+    for (int32_t g = 0; g < layout_.num_groups(); ++g) {
+      const GroupTable& t = s.groups[static_cast<size_t>(g)];
+      // A block no longer held, or one whose predecessor is not, cannot be
+      // named safely: its chain is broken for this sequence.
+      if (i < t.num_released || (i > 0 && i - 1 < t.num_released)) continue;
+      const int32_t block = t.blocks[static_cast<size_t>(i)];
+      if (prefix_cache_->is_cached(block)) continue;
+      const int32_t parent = i == 0 ? PrefixCache::kNoParent : t.blocks[static_cast<size_t>(i - 1)];
+      prefix_cache_->insert(s.block_hashes[static_cast<size_t>(i)], block, block_tokens, parent, salt, g);
+    }
+  }
+  s.num_registered_blocks = full;
+}
+
+void KvCacheManager::commit(uint64_t seq, const SequenceTokens& tokens, int32_t num_computed, std::string_view salt) {
+  auto it = seqs_.find(seq);
+  DI_CHECK(it != seqs_.end(), "KV cache: sequence {} holds no pages", seq);
+  SequenceKv& s = it->second;
+  if (prefix_cache_) register_full_blocks(s, tokens, num_computed, salt);
+  for (int32_t g = 0; g < layout_.num_groups(); ++g) {
+    const int32_t window = layout_.groups[static_cast<size_t>(g)].window;
+    if (window <= 0) continue;
+    GroupTable& t = s.groups[static_cast<size_t>(g)];
+    // The next query sits at position num_computed.
+    const int32_t dead = std::min(first_needed_block(num_computed, window), static_cast<int32_t>(t.blocks.size()));
+    for (int32_t b = t.num_released; b < dead; ++b) pool_.release(t.blocks[static_cast<size_t>(b)]);
+    t.num_released = std::max(t.num_released, dead);
+  }
+}
+
+std::vector<int32_t> KvCacheManager::detach(SequenceKv& s) const {
+  std::vector<int32_t> reversed;
+  for (GroupTable& t : s.groups) {
+    for (auto b = static_cast<int32_t>(t.blocks.size()) - 1; b >= t.num_released; --b) {
+      reversed.push_back(t.blocks[static_cast<size_t>(b)]);
+    }
+    t.blocks.clear();
+    t.num_released = 0;
+  }
+  return reversed;
+}
+
+void KvCacheManager::free(uint64_t seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  pool_.release(detach(it->second));
+  seqs_.erase(it);
+}
+
+void KvCacheManager::free_after_step(uint64_t seq, uint64_t step) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  std::vector<int32_t> blocks = detach(it->second);
+  seqs_.erase(it);
+  if (!blocks.empty()) deferred_.push_back({step, std::move(blocks)});
+}
+
+void KvCacheManager::release_deferred(uint64_t completed_step) {
+  auto keep = std::stable_partition(deferred_.begin(), deferred_.end(),
+                                    [&](const DeferredBlocks& d) { return d.step > completed_step; });
+  for (auto it = keep; it != deferred_.end(); ++it) pool_.release(it->blocks);
+  deferred_.erase(keep, deferred_.end());
+}
+
+size_t KvCacheManager::num_deferred_blocks() const {
+  size_t n = 0;
+  for (const DeferredBlocks& d : deferred_) n += d.blocks.size();
+  return n;
+}
+
+int64_t KvCacheManager::blocks_when_decoding(int32_t num_tokens) const {
+  int64_t n = 0;
+  for (const KvGroup& g : layout_.groups) {
+    const int32_t all = blocks_for(num_tokens);
+    // A query sees `window` positions, itself included: (window - 1) before
+    // it, which may start mid-block.
+    n += g.window > 0 ? std::min(all, blocks_for(g.window - 1) + 1) : all;
+  }
+  return n;
+}
+
+int64_t KvCacheManager::max_blocks(int32_t num_tokens) const {
+  int64_t n = 0;
+  for (const KvGroup& g : layout_.groups) {
+    const int32_t all = blocks_for(num_tokens);
+    n += g.window > 0 ? std::min(all, blocks_for(g.window - 1 + config_.max_step_tokens) + 1) : all;
+  }
+  return n;
+}
+
+void KvCacheManager::check_integrity() const {
+  pool_.check_integrity();
+  if (prefix_cache_) prefix_cache_->check_integrity();
+  std::vector<int32_t> holders(static_cast<size_t>(pool_.num_blocks()), 0);
+  auto count = [&](int32_t b, uint64_t seq) {
+    DI_CHECK(b >= 0 && b < pool_.num_blocks(), "KV cache integrity: sequence {} names block {} of {}", seq, b,
+             pool_.num_blocks());
+    ++holders[static_cast<size_t>(b)];
+  };
+  for (const auto& [seq, s] : seqs_) {
+    DI_CHECK(s.groups.size() == layout_.groups.size(), "KV cache integrity: sequence {} has {} tables for {} groups",
+             seq, s.groups.size(), layout_.groups.size());
+    for (const GroupTable& t : s.groups) {
+      DI_CHECK(t.num_released >= 0 && t.num_released <= static_cast<int32_t>(t.blocks.size()),
+               "KV cache integrity: sequence {} released {} of {} blocks", seq, t.num_released, t.blocks.size());
+      for (size_t b = static_cast<size_t>(t.num_released); b < t.blocks.size(); ++b) count(t.blocks[b], seq);
+    }
+  }
+  for (const DeferredBlocks& d : deferred_) {
+    for (int32_t b : d.blocks) count(b, 0);
+  }
+  for (int32_t b = 0; b < pool_.num_blocks(); ++b) {
+    DI_CHECK(pool_.refcount(b) == holders[static_cast<size_t>(b)],
+             "KV cache integrity: block {} has refcount {} but {} holders", b, pool_.refcount(b),
+             holders[static_cast<size_t>(b)]);
+  }
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,85 @@
+#include "sched/step_plan_builder.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+bool StepPlan::decode_only() const {
+  return std::all_of(seqs.begin(), seqs.end(), [](const PlannedSeq& s) { return s.num_tokens == 1 && s.num_rows == 1; });
+}
+
+RowSampling sampling_row(const Request& r, int32_t offset) {
+  const SamplingParams& p = r.params();
+  RowSampling rs;
+  rs.params.temperature = p.temperature;
+  rs.params.top_p = p.top_p;
+  rs.params.min_p = p.min_p;
+  rs.params.top_k = p.top_k;
+  rs.params.seed = r.seed();
+  // Index of the sampled token within the output: the RNG stream is keyed on
+  // it, so a token's draw does not depend on how steps were cut.
+  rs.params.position = r.num_output_tokens() + r.num_inflight_tokens() + offset;
+  rs.copy_logits = r.host_sampling || p.logprobs.has_value();
+  return rs;
+}
+
+StepPlan build_step_plan(const ScheduledBatch& batch, const KvCacheManager& kv, const RowSamplingFn& sampling) {
+  const KvLayout& layout = kv.layout();
+  const int32_t ps = kv.block_size();
+  StepPlan plan;
+  plan.page_size = ps;
+  plan.groups.resize(static_cast<size_t>(layout.num_groups()));
+  plan.seqs.reserve(batch.seqs.size());
+  plan.tokens.reserve(static_cast<size_t>(batch.num_tokens));
+  for (const ScheduledSeq& s : batch.seqs) {
+    const Request& r = *s.request;
+    DI_CHECK(s.num_tokens > 0 && s.start >= 0 && s.num_sample_rows >= 0 && s.num_sample_rows <= s.num_tokens,
+             "request {}: invalid share of a step ({} tokens from {}, {} rows)", r.id(), s.num_tokens, s.start,
+             s.num_sample_rows);
+    PlannedSeq ps_seq;
+    ps_seq.request_id = r.id();
+    ps_seq.start = s.start;
+    ps_seq.num_tokens = s.num_tokens;
+    ps_seq.token_begin = plan.num_tokens();
+    ps_seq.row_begin = plan.num_rows();
+    ps_seq.num_rows = s.num_sample_rows;
+    const int32_t kv_len = ps_seq.kv_len();
+    DI_CHECK(kv_len <= r.total_tokens(), "request {}: step reaches position {} of a sequence of {} tokens", r.id(),
+             kv_len - 1, r.total_tokens());
+    for (int32_t p = s.start; p < kv_len; ++p) {
+      if (p < r.num_tokens()) {
+        plan.tokens.push_back(TokenSource::host(r.token_at(p)));
+      } else {
+        const auto k = static_cast<size_t>(p - r.num_tokens());
+        DI_CHECK(k < r.inflight.size() && r.inflight[k].slot >= 0 && r.inflight[k].row >= 0,
+                 "request {}: token {} is neither known nor in flight", r.id(), p);
+        plan.tokens.push_back(TokenSource::sampled(r.inflight[k]));
+      }
+    }
+    const auto seq_index = static_cast<int32_t>(plan.seqs.size());
+    for (int32_t j = 0; j < s.num_sample_rows; ++j) {
+      plan.rows.push_back({seq_index, s.num_tokens - s.num_sample_rows + j, sampling(r, j)});
+    }
+    const SequenceKv& tables = kv.tables(r.id());
+    const int32_t n_pages = (kv_len + ps - 1) / ps;
+    for (int32_t g = 0; g < layout.num_groups(); ++g) {
+      const GroupTable& t = tables.groups[static_cast<size_t>(g)];
+      const int32_t window = layout.groups[static_cast<size_t>(g)].window;
+      DI_CHECK(n_pages <= static_cast<int32_t>(t.blocks.size()), "request {}: needs {} KV pages in group {} but holds {}",
+               r.id(), n_pages, g, t.blocks.size());
+      const int32_t first_read = window > 0 ? std::max(s.start - window + 1, 0) : 0;
+      DI_CHECK(t.num_released * ps <= first_read, "request {}: group {} released position {} that the step still reads",
+               r.id(), g, first_read);
+      GroupPages& gp = plan.groups[static_cast<size_t>(g)];
+      gp.pages.insert(gp.pages.end(), t.blocks.begin() + t.num_released, t.blocks.begin() + n_pages);
+      gp.indptr.push_back(static_cast<int32_t>(gp.pages.size()));
+      gp.first_pos.push_back(t.num_released * ps);
+    }
+    plan.seqs.push_back(ps_seq);
+  }
+  return plan;
+}
+
+}  // namespace deepinfer
