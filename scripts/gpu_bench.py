@@ -125,7 +125,7 @@ def torch_compile_decode_b1(model_dir, prompt_len, gen):
     return ms, t_compile
 
 
-def deepinfer_batch(exe, model, workdir, n_req, prompt_len, gen, vocab, timeout, kv_dtype="auto"):
+def deepinfer_batch(exe, model, workdir, n_req, prompt_len, gen, vocab, timeout, kv_dtype="auto", budget="8192"):
     g = torch.Generator().manual_seed(5)
     path = os.path.join(workdir, "batch.jsonl")
     with open(path, "w") as f:
@@ -135,10 +135,11 @@ def deepinfer_batch(exe, model, workdir, n_req, prompt_len, gen, vocab, timeout,
                                 "temperature": 0}) + "\n")
     out = os.path.join(workdir, "batch_out.jsonl")
     kv_gb = 90
-    r, wall = run_generate(exe, model, ["--input", path, "--output", out, "--max-num-seqs", str(n_req),
-                                        "--max-num-batched-tokens", "8192", "--max-model-len", "4096",
-                                        "--kv-cache-memory", str(kv_gb << 30), "--no-enable-prefix-caching",
-                                        "--kv-cache-dtype", kv_dtype],
+    # budget "default": no --max-num-batched-tokens, the engine picks the device's.
+    budget_flags = [] if budget == "default" else ["--max-num-batched-tokens", str(budget)]
+    r, wall = run_generate(exe, model, ["--input", path, "--output", out, "--max-num-seqs", str(n_req)] + budget_flags +
+                           ["--max-model-len", "4096", "--kv-cache-memory", str(kv_gb << 30),
+                            "--no-enable-prefix-caching", "--kv-cache-dtype", kv_dtype],
                            timeout)
     m = re.search(r"([0-9.]+) generated tok/s", r.stderr)
     return (float(m.group(1)) if m else n_req * gen / wall), wall
@@ -193,6 +194,8 @@ def main():
     ap.add_argument("--batch-gen", type=int, default=1000)
     ap.add_argument("--batch-timeout", type=int, default=240)
     ap.add_argument("--batch-kv-dtypes", default="auto,fp8", help="--kv-cache-dtype values of the batch runs")
+    ap.add_argument("--batch-budgets", default="8192",
+                    help="--max-num-batched-tokens values of the bf16-KV batch runs; 'default' passes none")
     ap.add_argument("--workdir", default="/tmp/deepinfer_bench", help="inputs and outputs of the runs")
     ap.add_argument("--peer-timeout", type=int, default=300)
     ap.add_argument("--pipeline-timeout", type=int, default=240)
@@ -281,19 +284,21 @@ def main():
             res["pipeline_error"] = str(e)[-2000:]
             print("[bench] pipeline failed:", str(e)[-1500:], flush=True)
         save()
-    for kv_dtype in ([] if "batch" in skip else args.batch_kv_dtypes.split(",")):
-        suffix = "" if kv_dtype == "auto" else "_kv_" + kv_dtype
+    runs = [] if "batch" in skip else [(kv, b) for kv in args.batch_kv_dtypes.split(",")
+                                         for b in (args.batch_budgets.split(",") if kv == "auto" else ["8192"])]
+    for kv_dtype, budget in runs:
+        suffix = ("" if kv_dtype == "auto" else "_kv_" + kv_dtype) + ("" if budget == "8192" else "_budget_" + budget)
         try:
             tps, wall = deepinfer_batch(args.deepinfer, args.model, args.workdir, args.batch_requests, args.batch_prompt,
-                                        args.batch_gen, cfg["vocab_size"], args.batch_timeout, kv_dtype)
+                                        args.batch_gen, cfg["vocab_size"], args.batch_timeout, kv_dtype, budget)
             res.update(batch_requests=args.batch_requests, batch_prompt=args.batch_prompt, batch_gen=args.batch_gen)
             res["batch_output_tok_s" + suffix] = tps
             res["batch_wall_s" + suffix] = wall
-            print(f"[bench] {args.batch_requests} requests x {args.batch_prompt}/{args.batch_gen}, KV {kv_dtype}: "
-                  f"{tps:.0f} output tok/s ({wall:.0f} s)", flush=True)
+            print(f"[bench] {args.batch_requests} requests x {args.batch_prompt}/{args.batch_gen}, KV {kv_dtype}, "
+                  f"token budget {budget}: {tps:.0f} output tok/s ({wall:.0f} s)", flush=True)
         except Exception as e:
             res["batch_error" + suffix] = str(e)[-2000:]
-            print(f"[bench] batch (KV {kv_dtype}) failed:", str(e)[-1500:], flush=True)
+            print(f"[bench] batch (KV {kv_dtype}, budget {budget}) failed:", str(e)[-1500:], flush=True)
         save()
     with open(os.path.join(args.workdir, "bench.md"), "w") as f:
         f.write("| figure | value |\n|---|---|\n")

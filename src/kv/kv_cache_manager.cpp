@@ -55,7 +55,8 @@ std::optional<int32_t> KvCacheManager::admit(uint64_t seq, std::span<const int32
     // At least the last token must be computed to produce logits.
     hit_blocks = std::min<int32_t>(static_cast<int32_t>(s.block_hashes.size()), (total - 1) / bs);
     for (int32_t g = 0; g < n_groups && hit_blocks > 0; ++g) {
-      hits[g] = prefix_cache_->lookup(std::span(s.block_hashes).first(static_cast<size_t>(hit_blocks)), tokens, salt, g);
+      const auto usable = std::span(s.block_hashes).first(static_cast<size_t>(hit_blocks));
+      hits[g] = prefix_cache_->lookup(usable, tokens, salt, g);
       hit_blocks = std::min(hit_blocks, static_cast<int32_t>(hits[g].size()));
     }
   }
@@ -95,6 +96,10 @@ bool KvCacheManager::allocate_slots(uint64_t seq, int32_t num_computed, int32_t 
   auto it = seqs_.find(seq);
   DI_CHECK(it != seqs_.end(), "KV cache: sequence {} holds no pages", seq);
   SequenceKv& s = it->second;
+  // Pages a window has already passed are never allocated.
+  for (int32_t g = 0; g < layout_.num_groups(); ++g) {
+    release_passed(s.groups[static_cast<size_t>(g)], layout_.groups[static_cast<size_t>(g)].window, num_computed);
+  }
   int64_t need = 0;
   for (int32_t g = 0; g < layout_.num_groups(); ++g) {
     const int32_t end = table_end(layout_.groups[static_cast<size_t>(g)], num_computed, num_new, num_lookahead);
@@ -149,14 +154,18 @@ void KvCacheManager::commit(uint64_t seq, const SequenceTokens& tokens, int32_t 
   SequenceKv& s = it->second;
   if (prefix_cache_) register_full_blocks(s, tokens, num_computed, salt);
   for (int32_t g = 0; g < layout_.num_groups(); ++g) {
-    const int32_t window = layout_.groups[static_cast<size_t>(g)].window;
-    if (window <= 0) continue;
-    GroupTable& t = s.groups[static_cast<size_t>(g)];
-    // The next query sits at position num_computed.
-    const int32_t dead = std::min(first_needed_block(num_computed, window), static_cast<int32_t>(t.blocks.size()));
-    for (int32_t b = t.num_released; b < dead; ++b) pool_.release(t.blocks[static_cast<size_t>(b)]);
-    t.num_released = std::max(t.num_released, dead);
+    release_passed(s.groups[static_cast<size_t>(g)], layout_.groups[static_cast<size_t>(g)].window, num_computed);
   }
+}
+
+void KvCacheManager::release_passed(GroupTable& t, int32_t window, int32_t num_computed) {
+  if (window <= 0) return;
+  // The next query sits at position num_computed.
+  const int32_t dead = first_needed_block(num_computed, window);
+  const int32_t held_end = std::min(dead, static_cast<int32_t>(t.blocks.size()));
+  for (int32_t b = t.num_released; b < held_end; ++b) pool_.release(t.blocks[static_cast<size_t>(b)]);
+  if (static_cast<int32_t>(t.blocks.size()) < dead) t.blocks.resize(static_cast<size_t>(dead), GroupTable::kNoBlock);
+  t.num_released = std::max(t.num_released, dead);
 }
 
 std::vector<int32_t> KvCacheManager::detach(SequenceKv& s) const {

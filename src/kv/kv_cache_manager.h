@@ -53,8 +53,10 @@ struct SequenceTokens {
 // One group's pages of one sequence: blocks[i] holds positions
 // [i * block_size, (i + 1) * block_size). The first num_released entries are
 // no longer held (a window passed them, or a prefix hit did not need them);
-// their ids are kept only as the prefix-cache parents of later blocks.
+// their ids are kept only as the prefix-cache parents of later blocks, or are
+// kNoBlock where a window passed positions before they were allocated.
 struct GroupTable {
+  static constexpr int32_t kNoBlock = -1;
   std::vector<int32_t> blocks;
   int32_t num_released = 0;
   int32_t num_held() const { return static_cast<int32_t>(blocks.size()) - num_released; }
@@ -124,6 +126,9 @@ class KvCacheManager {
   // Blocks group g's table should span once num_new tokens after num_computed (+ lookahead) have slots.
   int32_t table_end(const KvGroup& g, int32_t num_computed, int32_t num_new, int32_t num_lookahead) const;
   void register_full_blocks(SequenceKv& s, const SequenceTokens& tokens, int32_t num_computed, std::string_view salt);
+  // Releases the pages of a windowed group that no query from num_computed on
+  // reads; positions never allocated get kNoBlock entries.
+  void release_passed(GroupTable& t, int32_t window, int32_t num_computed);
   // Held blocks, each group's last block first, so shared prefixes are evicted last.
   std::vector<int32_t> detach(SequenceKv& s) const;
 

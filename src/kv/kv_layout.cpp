@@ -32,7 +32,8 @@ KvLayout KvLayout::from_windows(std::span<const int32_t> layer_window) {
       KvGroup g;
       g.window = k.window;
       const size_t last = std::min(k.layers.size(), first + static_cast<size_t>(out.slots_per_block));
-      g.layers.assign(k.layers.begin() + static_cast<ptrdiff_t>(first), k.layers.begin() + static_cast<ptrdiff_t>(last));
+      g.layers.assign(k.layers.begin() + static_cast<ptrdiff_t>(first),
+                      k.layers.begin() + static_cast<ptrdiff_t>(last));
       for (size_t s = 0; s < g.layers.size(); ++s) {
         out.group_of_layer[static_cast<size_t>(g.layers[s])] = out.num_groups();
         out.slot_of_layer[static_cast<size_t>(g.layers[s])] = static_cast<int32_t>(s);

@@ -27,7 +27,8 @@ KvStorage::KvStorage(Backend& backend, const KvCacheSpec& spec, int32_t num_page
            layout_.slots_per_block, spec.n_layers);
   DI_CHECK(spec.latent_v_dim >= 0 && spec.latent_v_dim <= spec.head_dim,
            "KV cache: latent value size {} must be in [0, head size {}]", spec.latent_v_dim, spec.head_dim);
-  buffer_ = Buffer(backend, spec.bytes_per_block(layout_.slots_per_block) * (static_cast<size_t>(num_pages) + 1));
+  const size_t block_bytes = spec.bytes_per_block(layout_.slots_per_block);
+  buffer_ = Buffer(backend, block_bytes * (static_cast<size_t>(num_pages) + 1));
   const size_t page_bytes = static_cast<size_t>(spec.page_size) * row_bytes(spec.dtype, int64_t{spec.n_heads_kv} * spec.head_dim);
   std::vector<char> zeros(page_bytes, 0);
   const Tensor zero_page(zeros.data(), spec.dtype, {1, spec.page_size, spec.n_heads_kv, spec.head_dim});
@@ -45,7 +46,8 @@ KvCacheLayer KvStorage::layer(int32_t index) const {
 
 KvCacheLayer KvStorage::slot_view(int32_t index) const {
   const size_t tensors = spec_.latent_v_dim > 0 ? 1 : 2;
-  const size_t part = buffer_.size() / tensors / static_cast<size_t>(layout_.slots_per_block);  // one slot's K (or V) bytes
+  // One slot's K (or V) bytes.
+  const size_t part = buffer_.size() / tensors / static_cast<size_t>(layout_.slots_per_block);
   std::initializer_list<int64_t> shape = {num_pages_ + 1, spec_.page_size, spec_.n_heads_kv,
                                           spec_.head_dim};
   KvCacheLayer l;

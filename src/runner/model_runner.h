@@ -6,7 +6,7 @@
 // blocks until a launched step's results are on the host.
 //
 // Steps rotate through kSlots slots of pinned staging memory, so the host can
-// build and launch step N+1 while step N still runs (Engine's pipelined loop).
+// build and launch step N+1 while step N still runs (the Engine's pipelined step loop).
 // A token sampled by step N that step N+1 consumes never visits the host on
 // the way: its row in step N's device-side sampled-token array is the source
 // of a device gather that fills step N+1's input ids (a TokenSource that

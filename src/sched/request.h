@@ -70,7 +70,7 @@ class Request {
   int32_t num_cached_prompt_tokens = 0;  // prompt tokens served by the prefix cache (first admission)
   int32_t num_preemptions = 0;
 
-  // Asynchronous scheduling (Engine with the pipelined step loop). Tokens
+  // The pipelined step loop (Engine). Tokens
   // sampled by steps whose results the host has not read yet are "in
   // flight": they count towards the sequence length for scheduling and KV
   // capacity (total_tokens), and a later step takes their ids from the

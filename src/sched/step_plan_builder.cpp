@@ -7,7 +7,8 @@
 namespace deepinfer {
 
 bool StepPlan::decode_only() const {
-  return std::all_of(seqs.begin(), seqs.end(), [](const PlannedSeq& s) { return s.num_tokens == 1 && s.num_rows == 1; });
+  return std::all_of(seqs.begin(), seqs.end(),
+                     [](const PlannedSeq& s) { return s.num_tokens == 1 && s.num_rows == 1; });
 }
 
 RowSampling sampling_row(const Request& r, int32_t offset) {
@@ -67,8 +68,8 @@ StepPlan build_step_plan(const ScheduledBatch& batch, const KvCacheManager& kv, 
     for (int32_t g = 0; g < layout.num_groups(); ++g) {
       const GroupTable& t = tables.groups[static_cast<size_t>(g)];
       const int32_t window = layout.groups[static_cast<size_t>(g)].window;
-      DI_CHECK(n_pages <= static_cast<int32_t>(t.blocks.size()), "request {}: needs {} KV pages in group {} but holds {}",
-               r.id(), n_pages, g, t.blocks.size());
+      DI_CHECK(n_pages <= static_cast<int32_t>(t.blocks.size()),
+               "request {}: needs {} KV pages in group {} but holds {}", r.id(), n_pages, g, t.blocks.size());
       const int32_t first_read = window > 0 ? std::max(s.start - window + 1, 0) : 0;
       DI_CHECK(t.num_released * ps <= first_read, "request {}: group {} released position {} that the step still reads",
                r.id(), g, first_read);

@@ -21,7 +21,9 @@ inline StepPlan single_sequence_plan(const std::vector<int32_t>& tokens, int32_t
   StepPlan plan;
   plan.page_size = page;
   plan.seqs.push_back({1, start, len, 0, 0, sample ? 1 : 0});
-  for (int32_t i = start; i < start + len; ++i) plan.tokens.push_back(TokenSource::host(tokens[static_cast<size_t>(i)]));
+  for (int32_t i = start; i < start + len; ++i) {
+    plan.tokens.push_back(TokenSource::host(tokens[static_cast<size_t>(i)]));
+  }
   if (sample) {
     PlannedRow row{0, len - 1, {}};
     row.sampling.params.temperature = 0.0f;

@@ -29,8 +29,8 @@ std::vector<uint8_t> absorbed_key_weights(const Tensor& kv_b, const MlaShape& s)
 }
 
 void mla_layer(Backend& backend, const MlaWeights& w, const MlaShape& s, const RopeParams& rope,
-               const AttentionParams& params, const Tensor& h, const ForwardInputs& inputs, const KvGroupInputs& kv_in, const KvCacheLayer& cache,
-               const MlaScratch& scratch, Tensor out) {
+               const AttentionParams& params, const Tensor& h, const ForwardInputs& inputs,
+               const KvGroupInputs& kv_in, const KvCacheLayer& cache, const MlaScratch& scratch, Tensor out) {
   const int64_t heads = s.n_heads, lora = s.kv_lora_rank, nope = s.nope_dim, rot = s.rope_dim, vd = s.v_dim;
   const int64_t qk = nope + rot, row = lora + rot;
   const Tensor none;

@@ -66,7 +66,7 @@ std::vector<uint8_t> absorbed_key_weights(const Tensor& kv_b, const MlaShape& sh
 // out[n, hidden] = mla(h[n, hidden]); writes this step's rows into cache
 // (a latent cache: v a view of k's first kv_lora_rank channels).
 void mla_layer(Backend& backend, const MlaWeights& w, const MlaShape& shape, const RopeParams& rope,
-               const AttentionParams& params, const Tensor& h, const ForwardInputs& inputs, const KvGroupInputs& kv_in, const KvCacheLayer& cache,
-               const MlaScratch& scratch, Tensor out);
+               const AttentionParams& params, const Tensor& h, const ForwardInputs& inputs,
+               const KvGroupInputs& kv_in, const KvCacheLayer& cache, const MlaScratch& scratch, Tensor out);
 
 }  // namespace deepinfer::layers

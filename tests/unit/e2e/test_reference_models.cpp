@@ -159,5 +159,51 @@ TEST_P(ReferenceModel, GreedyContinuationWithFp8KvCache) { expect_greedy_matches
 
 INSTANTIATE_TEST_SUITE_P(Models, ReferenceModel, ::testing::Values("smollm2", "gemma3"));
 
+// Gemma 3's windowed layers (window 512) keep only the window's pages: a
+// prompt well past the window, prefilled in chunks that release pages as
+// they go, continues greedily exactly as a one-shot forward that keeps every
+// page in every layer (test support's prompt_logits).
+TEST(ReferenceModelWindow, GemmaPastTheWindowMatchesTheFullCache) {
+  std::ifstream f(kRoot + "/tests/data/e2e/gemma3.json");
+  ASSERT_TRUE(f.good());
+  const nlohmann::json ref = nlohmann::json::parse(f);
+  const std::string model_path = kRoot + "/models/" + ref["model_file"].get<std::string>();
+  if (!std::filesystem::exists(model_path)) GTEST_SKIP() << "model not fetched: run ./build.sh";
+  std::vector<int32_t> prompt;
+  for (const auto& p : ref["prompts"]) {
+    const auto t = p["tokens"].get<std::vector<int32_t>>();
+    prompt.insert(prompt.end(), t.begin() + (prompt.empty() ? 0 : 1), t.end());  // one BOS
+  }
+  while (prompt.size() < 700) prompt.insert(prompt.end(), prompt.begin() + 1, prompt.begin() + 200);
+  prompt.resize(700);
+
+  EngineConfig c;
+  c.model_path = model_path;
+  c.max_model_len = 1024;
+  c.max_num_batched_tokens = 128;  // six prefill chunks, each releasing what the window passed
+  c.kv_cache_tokens = 4096;
+  Engine engine(c);
+  constexpr int32_t kTokens = 4;
+  engine.add_request(prompt, testing::greedy_params(kTokens));
+  std::vector<int32_t> got;
+  while (engine.has_unfinished()) {
+    for (const auto& o : engine.step()) {
+      for (const auto& t : o.new_tokens) got.push_back(t.token);
+    }
+  }
+  engine.check_integrity();
+  ASSERT_EQ(got.size(), static_cast<size_t>(kTokens));
+
+  auto backend = create_backend(DeviceType::CPU);
+  auto loaded = LoadedModel::open(model_path, *backend);
+  std::vector<int32_t> seq = prompt;
+  for (int32_t i = 0; i < kTokens; ++i) {
+    const std::vector<float> logits = prompt_logits(*loaded, *backend, seq);
+    const int32_t want = argmax(logits.data(), logits.size());
+    EXPECT_EQ(got[static_cast<size_t>(i)], want) << "token " << i << " of the continuation";
+    seq.push_back(want);
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer

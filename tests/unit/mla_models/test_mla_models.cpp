@@ -173,7 +173,8 @@ TEST(MlaModels, ChunkedPrefillAndDecodeMatchOneShot) {
       // Chunks of 16 and 7, then the last token alone as a decode step.
       const int32_t len = start + 1 == n ? 1 : std::min(start == 32 ? 7 : 16, n - 1 - start);
       const bool sample = start + len == n;
-      const StepResults res = runner.wait(runner.launch(testing::single_sequence_plan(tokens, start, len, page, sample)));
+      const StepPlan plan = testing::single_sequence_plan(tokens, start, len, page, sample);
+      const StepResults res = runner.wait(runner.launch(plan));
       if (sample) last.assign(res.logits.begin(), res.logits.end());
       start += len;
     }
