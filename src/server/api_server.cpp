@@ -25,11 +25,6 @@ const std::vector<double> kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.
 const std::vector<double> kLatencyBuckets = {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
                                              30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 
-ojson error_body(Api api, int status, const std::string& message, const std::string& type, const std::string& param) {
-  if (api == Api::Messages) return {{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
-  return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? ojson() : ojson(param)}, {"code", status}}}};
-}
-
 bool equal_constant_time(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   unsigned char diff = 0;

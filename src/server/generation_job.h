@@ -1,8 +1,9 @@
 // GenerationJob: one API request in flight. It submits the request's samples to
 // the AsyncEngine, receives their outputs on the connection's strand, parses
-// them (reasoning, tool calls) and answers in the API's own format: one JSON
-// body, or server-sent events (OpenAI chunks / Responses events / Anthropic
-// events). A client that disconnects aborts all of the job's samples.
+// them (reasoning, tool calls) and records metrics; the request's
+// ResponseEncoder writes the answer in the API's own format (one JSON body, or
+// server-sent events). A client that disconnects aborts all of the job's
+// samples.
 #pragma once
 
 #include <memory>
@@ -13,6 +14,7 @@
 #include "server/http_server.h"
 #include "server/output_parser.h"
 #include "server/protocol.h"
+#include "server/response_encoder.h"
 
 namespace deepinfer {
 class Tokenizer;
@@ -56,42 +58,29 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void start();
 
  private:
-  struct Choice;
+  // Per sample, what only the job reads: its parser and when its last token came.
+  struct SampleProgress {
+    OutputParser parser;
+    Clock::time_point last_token{};
+  };
   void on_event(size_t index, EngineEvent ev);
+  void record_token_gap(SampleProgress& progress, const EngineEvent& ev);
+  void record_finish(const SampleOutput& sample, const EngineEvent& ev);
   void on_all_finished();
   void abort_all();
-  void emit_stream_start();
-  void emit_stream_delta(size_t index, const ParsedDelta& delta, const std::vector<TokenOutput>& tokens);
-  void emit_stream_finish(size_t index);
   void send_error(int status, const std::string& message, const std::string& type);
-  void sse(const std::string& event, const nlohmann::ordered_json& data);
-  nlohmann::ordered_json usage_json() const;
-  nlohmann::ordered_json final_body() const;
-  nlohmann::ordered_json chat_logprobs(const std::vector<TokenOutput>& tokens) const;
-  nlohmann::ordered_json completion_logprobs(const std::vector<TokenOutput>& tokens, size_t text_offset) const;
-  std::string token_text(int32_t id) const;
 
   JobContext ctx_;
   GenerationRequest request_;
   std::vector<std::vector<int32_t>> prompts_;
-  std::vector<std::string> prompt_texts_;
   std::shared_ptr<ResponseChannel> channel_;
-  std::vector<Choice> choices_;
+  EventStream events_;
+  std::unique_ptr<ResponseEncoder> encoder_;
+  std::vector<SampleOutput> samples_;
+  std::vector<SampleProgress> progress_;
   std::vector<uint64_t> engine_ids_;
-  std::string id_;
-  int64_t created_ = 0;
   size_t remaining_ = 0;
   bool failed_ = false;
-  int32_t cached_tokens_ = 0;
-  int64_t sequence_ = 0;  // Responses event numbering
-  // Anthropic / Responses streaming: the open content block.
-  int32_t block_index_ = -1;
-  std::string block_type_;
-  std::string message_item_id_;
-  std::string streamed_text_;
-  int32_t output_index_ = 0;
 };
-
-std::string random_id(const std::string& prefix);
 
 }  // namespace deepinfer::server

@@ -13,6 +13,11 @@ using ojson = nlohmann::ordered_json;
 
 std::string dump_json(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
+ojson error_body(Api api, int status, const std::string& message, const std::string& type, const std::string& param) {
+  if (api == Api::Messages) return {{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
+  return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? ojson() : ojson(param)}, {"code", status}}}};
+}
+
 ojson parse_json_body(std::string_view body, int32_t max_depth) {
   // Bound nesting before the recursive parser sees the text.
   int32_t depth = 0;

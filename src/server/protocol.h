@@ -71,4 +71,9 @@ void check_prompt_length(const SamplingParams& params, size_t prompt_len, int32_
 // JSON text that never throws on invalid UTF-8 (it is replaced).
 std::string dump_json(const nlohmann::ordered_json& j);
 
+// An error as the API answers it: Anthropic's {"type": "error", "error": {...}}
+// for messages, OpenAI's {"error": {message, type, param, code}} otherwise.
+nlohmann::ordered_json error_body(Api api, int status, const std::string& message, const std::string& type,
+                                  const std::string& param = {});
+
 }  // namespace deepinfer::server

@@ -19,6 +19,24 @@ API_KEY = "test-key"
 MODEL_NAME = "smollm2"
 
 
+def tool_call_shots(*cities):
+    """A conversation that makes the 135M model call get_weather: on its own it
+    rarely does, but after a few earlier turns that called it in its template's
+    format (Hermes <tool_call> tags, written here as plain assistant text) it
+    answers the last question with the same call, once per city, greedily.
+    Plain user/assistant text, so the chat, Responses and Anthropic APIs all take it."""
+    def call(city):
+        return '<tool_call>\n{"name": "get_weather", "arguments": {"city": "%s"}}\n</tool_call>' % city
+    shots = [("Paris", "Rome"), ("Berlin", "Madrid")] if len(cities) == 2 else [("Paris",), ("Rome",), ("Berlin",)]
+    messages = []
+    for shot in shots:
+        messages += [{"role": "user", "content": f"Weather in {' and '.join(shot)}?"},
+                     {"role": "assistant", "content": "\n".join(call(c) for c in shot)},
+                     {"role": "user", "content": "sunny"},
+                     {"role": "assistant", "content": "Sunny."}]
+    return messages + [{"role": "user", "content": f"Weather in {' and '.join(cities)}?"}]
+
+
 def binary():
     path = pathlib.Path(os.environ.get("DEEPINFER_BIN", ROOT / "build" / "deepinfer"))
     if not path.exists():

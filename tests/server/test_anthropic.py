@@ -3,7 +3,7 @@ import anthropic
 import httpx
 import pytest
 
-from conftest import API_KEY, MODEL_NAME
+from conftest import API_KEY, MODEL_NAME, tool_call_shots
 
 MESSAGES = [{"role": "user", "content": "Name a colour."}]
 
@@ -44,6 +44,22 @@ def test_tools_and_tool_results(anthropic_client):
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]}]
     m = anthropic_client.messages.create(model=MODEL_NAME, max_tokens=4, messages=msgs, tools=tools)
     assert m.stop_reason in ("end_turn", "max_tokens", "tool_use")
+
+
+def test_tool_use(anthropic_client):
+    tools = [{"name": "get_weather", "description": "Weather in a city",
+              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+    kw = dict(model=MODEL_NAME, max_tokens=40, messages=tool_call_shots("London"), tools=tools,
+              extra_body={"temperature": 0})
+    m = anthropic_client.messages.create(**kw)
+    assert m.stop_reason == "tool_use"
+    assert [(b.type, b.name, b.input) for b in m.content] == [("tool_use", "get_weather", {"city": "London"})]
+    assert m.content[0].id.startswith("toolu_")
+    # The SDK rebuilds the input from the streamed input_json_delta events.
+    with anthropic_client.messages.stream(**kw) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "tool_use"
+    assert [(b.type, b.name, b.input) for b in final.content] == [("tool_use", "get_weather", {"city": "London"})]
 
 
 def test_count_tokens(anthropic_client):

@@ -5,7 +5,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import API_KEY, MODEL_NAME
+from conftest import API_KEY, MODEL_NAME, tool_call_shots
 
 MESSAGES = [{"role": "user", "content": "Name a colour."}]
 
@@ -74,6 +74,19 @@ def test_completions(openai_client):
     assert "The capital of France is" + text == c.text
 
 
+def test_completions_stream_echo_logprobs(openai_client):
+    kw = dict(model=MODEL_NAME, prompt="The capital of France is", max_tokens=4, temperature=0, logprobs=2, echo=True)
+    whole = openai_client.completions.create(**kw).choices[0]
+    chunks = [ch.choices[0] for ch in openai_client.completions.create(**kw, stream=True)]
+    # The prompt comes once, before the first generated text.
+    assert chunks[0].text.startswith("The capital of France is")
+    assert "".join(c.text for c in chunks) == whole.text
+    streamed = [c.logprobs for c in chunks if c.logprobs]
+    assert [t for lp in streamed for t in lp.tokens] == whole.logprobs.tokens
+    assert [v for lp in streamed for v in lp.token_logprobs] == whole.logprobs.token_logprobs
+    assert all(1 <= len(top) <= 2 for lp in streamed for top in lp.top_logprobs)
+
+
 def test_responses(openai_client):
     r = openai_client.responses.create(model=MODEL_NAME, input="Name a colour.", max_output_tokens=6, temperature=0)
     assert r.object == "response"
@@ -118,6 +131,41 @@ def test_tools_request_shape(openai_client):
         openai_client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, tools=TOOLS, max_tokens=4,
                                               tool_choice={"type": "function", "function": {"name": "nope"}})
     assert e.value.body["param"] == "tool_choice"
+
+
+WEATHER_LONDON = ("get_weather", {"city": "London"})
+
+
+def test_chat_tool_calls(openai_client):
+    kw = dict(model=MODEL_NAME, messages=tool_call_shots("London"), tools=TOOLS, max_tokens=40, temperature=0)
+    c = openai_client.chat.completions.create(**kw).choices[0]
+    assert c.finish_reason == "tool_calls"
+    assert c.message.content is None
+    assert [(t.function.name, json.loads(t.function.arguments)) for t in c.message.tool_calls] == [WEATHER_LONDON]
+    assert c.message.tool_calls[0].id.startswith("call_")
+    chunks = [ch.choices[0] for ch in openai_client.chat.completions.create(**kw, stream=True) if ch.choices]
+    calls = [t for ch in chunks for t in ch.delta.tool_calls or []]
+    assert [(t.index, t.function.name, json.loads(t.function.arguments)) for t in calls] == [(0, *WEATHER_LONDON)]
+    assert [ch.finish_reason for ch in chunks if ch.finish_reason] == ["tool_calls"]
+
+
+def test_responses_tool_calls(openai_client):
+    tools = [{"type": "function", **TOOLS[0]["function"]}]
+    kw = dict(model=MODEL_NAME, input=tool_call_shots("London", "Oslo"), tools=tools, max_output_tokens=70,
+              temperature=0)
+    expected = [WEATHER_LONDON, ("get_weather", {"city": "Oslo"})]
+    r = openai_client.responses.create(**kw)
+    assert [(o.name, json.loads(o.arguments)) for o in r.output if o.type == "function_call"] == expected
+    events = list(openai_client.responses.create(**kw, stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    added = [e.item for e in events if e.type == "response.output_item.added" and e.item.type == "function_call"]
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert [(i.name, json.loads(i.arguments)) for i in added] == expected
+    assert [json.loads(e.arguments) for e in done] == [args for _, args in expected]
+    # The completed response names the calls as the stream did.
+    final = events[-1].response
+    assert events[-1].type == "response.completed"
+    assert [o.call_id for o in final.output if o.type == "function_call"] == [i.call_id for i in added]
 
 
 @pytest.mark.parametrize("kwargs,param", [
