@@ -32,7 +32,7 @@ void Tokenizer::assemble(Parts&& parts) {
   DI_CHECK(size <= parts.vocab.size() + parts.added.size() + 1024,
            "tokenizer: ids are far sparser than the vocabulary ({} ids for {} tokens)", size,
            parts.vocab.size() + parts.added.size());
-  id_to_token_ = parts.vocab;
+  id_to_token_ = parts.vocab.tokens();
   id_to_token_.resize(size);
   special_.assign(size, 0);
   added_.assign(size, 0);
