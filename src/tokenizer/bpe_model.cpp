@@ -42,7 +42,7 @@ void BpeModel::set_byte_level_input() {
     for (size_t id = 0; id < vocab_.size(); ++id) {
       if (!vocab_[id].empty() && !byte_level_decode(vocab_[id], raw[id])) raw[id].clear();
     }
-    raw_vocab_ = Vocab(std::move(raw));
+    raw_vocab_ = Vocab(std::vector<std::string_view>(raw.begin(), raw.end()));
   }
 }
 

@@ -42,6 +42,7 @@ class BpeModel {
   // Appends the ids of one word.
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
 
+  const Vocab& vocab() const { return vocab_; }
   std::optional<int32_t> find(std::string_view token) const { return vocab_.find(token); }
 
  private:

@@ -1,5 +1,6 @@
 // Tokenizer::from_gguf: the vocabulary stored in a GGUF file's tokenizer.* metadata.
 #include <algorithm>
+#include <deque>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -144,19 +145,20 @@ std::string restore_sentencepiece_spaces(std::string_view text) {
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& gguf) {
   const std::string model(gguf.get_string("tokenizer.ggml.model"));
   DI_CHECK(model == "gpt2" || model == "llama", "tokenizer: GGUF tokenizer model '{}' is not supported (gpt2, llama)", model);
-  auto token_views = gguf.get_string_array("tokenizer.ggml.tokens");
-  const size_t n = token_views.size();
+  std::vector<std::string_view> tokens = gguf.get_string_array("tokenizer.ggml.tokens");
+  const size_t n = tokens.size();
   DI_CHECK(n > 0, "tokenizer: GGUF vocabulary is empty");
   std::vector<int32_t> types = optional_array<int32_t>(gguf, "tokenizer.ggml.token_type", &GgufFile::get_i32_array, n, 1);
 
   Parts parts;
-  std::vector<std::string> tokens(token_views.begin(), token_views.end());
+  std::deque<std::string> restored;  // texts that tokens[] views instead of the file's
   for (size_t i = 0; i < n; ++i) {
     if (types[i] == kTypeControl || types[i] == kTypeUserDefined) {
       if (tokens[i].empty()) continue;
       // Restore the SentencePiece form of user-defined tokens so they match what the
       // normalizer produces, as in tokenizer.json.
-      if (model == "llama" && types[i] == kTypeUserDefined) tokens[i] = restore_sentencepiece_spaces(tokens[i]);
+      if (model == "llama" && types[i] == kTypeUserDefined)
+        tokens[i] = restored.emplace_back(restore_sentencepiece_spaces(tokens[i]));
       tok::AddedToken t;
       t.id = static_cast<int32_t>(i);
       t.content = tokens[i];
@@ -164,7 +166,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& gguf) {
       parts.added.push_back(std::move(t));
     }
   }
-  parts.vocab = tok::Vocab(std::move(tokens));
+  parts.vocab = tok::Vocab(tokens);
   auto bos = optional_id(gguf, "tokenizer.ggml.bos_token_id", n);
   auto eos = optional_id(gguf, "tokenizer.ggml.eos_token_id", n);
   auto unk = optional_id(gguf, "tokenizer.ggml.unknown_token_id", n);

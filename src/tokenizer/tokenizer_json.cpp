@@ -32,14 +32,14 @@ void parse_model(const json& model, Tokenizer::Parts& parts) {
   int64_t max_id = -1;
   for (const auto& [token, id] : vocab.items()) max_id = std::max<int64_t>(max_id, checked_id(id, "model.vocab"));
   DI_CHECK(max_id < static_cast<int64_t>(vocab.size()) * 2 + 1024, "tokenizer: vocabulary ids are too sparse");
-  std::vector<std::string> tokens(static_cast<size_t>(max_id + 1));
+  std::vector<std::string_view> tokens(static_cast<size_t>(max_id + 1));  // views of vocab's keys
   for (const auto& [token, id] : vocab.items()) {
     DI_CHECK(!token.empty(), "tokenizer: empty token in model.vocab");
     int32_t i = id.get<int32_t>();
     DI_CHECK(tokens[i].empty(), "tokenizer: id {} appears twice in model.vocab", i);
     tokens[i] = token;
   }
-  parts.vocab = tok::Vocab(std::move(tokens));
+  parts.vocab = tok::Vocab(tokens);
 
   auto& opt = parts.options;
   opt.continuing_subword_prefix = json_opt_string(model, "continuing_subword_prefix", "");
