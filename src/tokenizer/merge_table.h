@@ -22,8 +22,8 @@ class MergeTable {
       : slots_(std::bit_ceil(std::max<size_t>(16, n + n / 2)), Slot{kEmpty, {0, 0}}),
         shift_(64 - std::countr_zero(slots_.size())) {}
 
-  // At most n distinct pairs (more would never find an empty slot). Ids are >= 0,
-  // so no pair has the empty slot's key.
+  // Callers insert at most the n distinct pairs the table was sized for (it does
+  // not grow). Ids are >= 0, so no pair has the empty slot's key.
   void insert_or_assign(int32_t a, int32_t b, Value v) {
     const uint64_t key = pair_key(a, b);
     for (size_t i = slot_of(key);; i = (i + 1) & (slots_.size() - 1)) {

@@ -1,5 +1,5 @@
 // The flat tables behind the tokenizer: tok::Vocab (text <-> id) and tok::MergeTable
-// (pair of ids -> rank and merged id), at sizes that make their probe chains long.
+// (pair of ids -> rank and merged id), with enough entries that probes collide.
 #include <gtest/gtest.h>
 
 #include <string>
