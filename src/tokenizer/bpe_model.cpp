@@ -9,20 +9,15 @@
 
 namespace deepinfer::tok {
 
-BpeModel::BpeModel(std::vector<std::string> vocab, const std::vector<BpeMerge>& merges, BpeOptions options)
-    : vocab_(std::move(vocab)), options_(std::move(options)) {
-  index_.reserve(vocab_.size());
-  for (size_t id = 0; id < vocab_.size(); ++id) {
-    if (!vocab_[id].empty()) index_.emplace(vocab_[id], static_cast<int32_t>(id));
-  }
-  merges_.reserve(merges.size());
+BpeModel::BpeModel(Vocab vocab, const std::vector<BpeMerge>& merges, BpeOptions options)
+    : vocab_(std::move(vocab)), merges_(merges.size()), options_(std::move(options)) {
   const auto n = static_cast<int32_t>(vocab_.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& m = merges[rank];
     DI_CHECK(m.left >= 0 && m.left < n && m.right >= 0 && m.right < n && m.merged >= 0 && m.merged < n,
              "tokenizer: merge {} refers to an id outside the vocabulary", rank);
     // A repeated pair keeps its last rank, as tokenizers' map construction does.
-    merges_[pair_key(m.left, m.right)] = MergeValue{static_cast<int32_t>(rank), m.merged};
+    merges_.insert_or_assign(m.left, m.right, {static_cast<int32_t>(rank), m.merged});
   }
   if (options_.unk_id) {
     DI_CHECK(*options_.unk_id >= 0 && *options_.unk_id < n, "tokenizer: unknown-token id {} out of range", *options_.unk_id);
@@ -43,26 +38,12 @@ void BpeModel::set_byte_level_input() {
     byte_level_ids_[b] = id ? *id : -1;
   }
   if (options_.ignore_merges) {
-    raw_tokens_.assign(vocab_.size(), std::string());
-    raw_index_.reserve(index_.size());
+    std::vector<std::string> raw(vocab_.size());
     for (size_t id = 0; id < vocab_.size(); ++id) {
-      if (!vocab_[id].empty() && !byte_level_decode(vocab_[id], raw_tokens_[id])) raw_tokens_[id].clear();
+      if (!vocab_[id].empty() && !byte_level_decode(vocab_[id], raw[id])) raw[id].clear();
     }
-    for (size_t id = 0; id < vocab_.size(); ++id) {
-      if (!raw_tokens_[id].empty()) raw_index_.emplace(raw_tokens_[id], static_cast<int32_t>(id));
-    }
+    raw_vocab_ = Vocab(std::vector<std::string_view>(raw.begin(), raw.end()));
   }
-}
-
-std::optional<int32_t> BpeModel::find(std::string_view token) const {
-  auto it = index_.find(token);
-  if (it == index_.end()) return std::nullopt;
-  return it->second;
-}
-
-const BpeModel::MergeValue* BpeModel::find_merge(int32_t a, int32_t b) const {
-  auto it = merges_.find(pair_key(a, b));
-  return it == merges_.end() ? nullptr : &it->second;
 }
 
 void BpeModel::initial_symbols(std::string_view word, std::vector<Symbol>& symbols) const {
@@ -176,9 +157,8 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
   if (word.empty()) return;
   if (options_.ignore_merges) {
     if (byte_level_input_) {
-      auto it = raw_index_.find(word);
-      if (it != raw_index_.end()) {
-        out.push_back(it->second);
+      if (auto id = raw_vocab_.find(word)) {
+        out.push_back(*id);
         return;
       }
     } else if (auto id = find(word)) {

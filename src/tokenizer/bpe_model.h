@@ -12,6 +12,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenizer/merge_table.h"
+#include "tokenizer/vocab.h"
+
 namespace deepinfer::tok {
 
 struct BpeOptions {
@@ -30,7 +33,7 @@ struct BpeMerge {
 class BpeModel {
  public:
   // vocab[id] is the token text ("" for ids the model does not define).
-  BpeModel(std::vector<std::string> vocab, const std::vector<BpeMerge>& merges, BpeOptions options);
+  BpeModel(Vocab vocab, const std::vector<BpeMerge>& merges, BpeOptions options);
 
   // Words arrive as raw bytes and every byte is looked up as its GPT-2 byte-level
   // character (set when the ByteLevel pre-tokenizer's mapping is deferred to here).
@@ -39,8 +42,8 @@ class BpeModel {
   // Appends the ids of one word.
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
 
-  const std::vector<std::string>& vocab() const { return vocab_; }
-  std::optional<int32_t> find(std::string_view token) const;
+  const Vocab& vocab() const { return vocab_; }
+  std::optional<int32_t> find(std::string_view token) const { return vocab_.find(token); }
 
  private:
   struct Symbol {
@@ -48,26 +51,18 @@ class BpeModel {
     int32_t prev, next;
     bool alive;
   };
-  struct MergeValue {
-    int32_t rank, merged;
-  };
-  static uint64_t pair_key(int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-  }
-  const MergeValue* find_merge(int32_t a, int32_t b) const;
+  const MergeTable::Value* find_merge(int32_t a, int32_t b) const { return merges_.find(a, b); }
   void initial_symbols(std::string_view word, std::vector<Symbol>& symbols) const;
   void merge_symbols(std::vector<Symbol>& symbols) const;
 
-  std::vector<std::string> vocab_;
-  std::unordered_map<std::string_view, int32_t> index_;
-  std::unordered_map<uint64_t, MergeValue> merges_;
+  Vocab vocab_;
+  MergeTable merges_;
   BpeOptions options_;
   std::array<int32_t, 256> byte_fallback_ids_{};  // <0xXX> tokens, -1 if missing
 
   bool byte_level_input_ = false;
-  std::array<int32_t, 256> byte_level_ids_{};           // id of each byte's byte-level character
-  std::vector<std::string> raw_tokens_;                       // raw bytes of each token (ignore_merges)
-  std::unordered_map<std::string_view, int32_t> raw_index_;  // views of raw_tokens_ -> id
+  std::array<int32_t, 256> byte_level_ids_{};  // id of each byte's byte-level character
+  Vocab raw_vocab_;                            // raw bytes of each token (ignore_merges)
 
   // Results for short words: most text repeats a small set of words.
   static constexpr size_t kMaxCachedWordBytes = 48;

@@ -32,24 +32,23 @@ void Tokenizer::assemble(Parts&& parts) {
   DI_CHECK(size <= parts.vocab.size() + parts.added.size() + 1024,
            "tokenizer: ids are far sparser than the vocabulary ({} ids for {} tokens)", size,
            parts.vocab.size() + parts.added.size());
-  id_to_token_ = parts.vocab;
+  model_ = std::make_unique<tok::BpeModel>(std::move(parts.vocab), parts.merges, parts.options);
+  const tok::Vocab& vocab = model_->vocab();
   id_to_token_.resize(size);
+  for (size_t id = 0; id < vocab.size(); ++id) id_to_token_[id] = vocab[id];
   special_.assign(size, 0);
   added_.assign(size, 0);
 
   raw_matcher_ = std::make_unique<tok::AddedTokenMatcher>();
   normalized_matcher_ = std::make_unique<tok::AddedTokenMatcher>();
   for (const auto& a : parts.added) {
-    id_to_token_[a.id] = a.content;
     special_[a.id] = a.special;
     added_[a.id] = 1;
-    added_index_[a.content] = a.id;
+    id_to_token_[a.id] = added_index_.insert_or_assign(a.content, a.id).first->first;
     // Special tokens are never normalized in tokenizers (normalized=false is forced for them
     // only by some front ends, so honour the flag as written).
     (a.normalized && normalizer_ ? normalized_matcher_ : raw_matcher_)->add(a);
   }
-
-  model_ = std::make_unique<tok::BpeModel>(std::move(parts.vocab), parts.merges, parts.options);
   if (pre_tokenizer_ && pre_tokenizer_->defer_byte_mapping()) model_->set_byte_level_input();
   for (int32_t id : prefix_ids_) DI_CHECK(id >= 0 && static_cast<size_t>(id) < size, "tokenizer: template id {} out of range", id);
   for (int32_t id : suffix_ids_) DI_CHECK(id >= 0 && static_cast<size_t>(id) < size, "tokenizer: template id {} out of range", id);
@@ -125,7 +124,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
     if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size()) continue;
     if (skip_special_tokens && special_[id]) continue;
     if (id_to_token_[id].empty()) continue;
-    tokens.push_back(id_to_token_[id]);
+    tokens.emplace_back(id_to_token_[id]);
   }
   std::string text;
   if (decoder_) {

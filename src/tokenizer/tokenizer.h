@@ -87,7 +87,8 @@ class Tokenizer {
   std::unique_ptr<tok::AddedTokenMatcher> raw_matcher_;         // added tokens matched before normalization
   std::unique_ptr<tok::AddedTokenMatcher> normalized_matcher_;  // ... and after it
 
-  std::vector<std::string> id_to_token_;
+  // Views of model_'s vocabulary and of added_index_'s keys (map nodes never move).
+  std::vector<std::string_view> id_to_token_;
   std::unordered_map<std::string, int32_t> added_index_;
   std::vector<uint8_t> special_;
   std::vector<uint8_t> added_;

@@ -1,12 +1,12 @@
 // Tokenizer::from_gguf: the vocabulary stored in a GGUF file's tokenizer.* metadata.
 #include <algorithm>
+#include <deque>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/logging.h"
 #include "loader/gguf.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/regex.h"
 #include "tokenizer/tokenizer_parts.h"
 #include "tokenizer/utf8.h"
 
@@ -80,34 +80,40 @@ std::optional<int32_t> optional_id(const GgufFile& gguf, const char* key, size_t
 // SentencePiece converter orders it (score, then longer left piece, then longer
 // right piece), so GGUF and tokenizer.json vocabularies tokenize alike.
 // User-defined pieces have score 0 in SentencePiece (GGUF writes -1000 for them).
-std::vector<tok::BpeMerge> merges_from_scores(const std::vector<std::string>& vocab, const std::vector<float>& scores,
+// Gemma 3's 262k tokens have 1.1M splits and 515k merges, so this is the bulk of
+// loading such a vocabulary: one flat-index lookup per split (the right piece is
+// looked up only when the left one is a token) and character counts kept as running
+// sums instead of recounting both pieces at every split.
+std::vector<tok::BpeMerge> merges_from_scores(const tok::Vocab& vocab, const std::vector<float>& scores,
                                               const std::vector<int32_t>& types) {
-  std::unordered_map<std::string_view, int32_t> index;
-  index.reserve(vocab.size());
-  for (size_t i = 0; i < vocab.size(); ++i) index.emplace(vocab[i], static_cast<int32_t>(i));
   struct Ranked {
     tok::BpeMerge merge;
     float score;
     uint32_t left_chars, right_chars;
   };
+  // Characters as counted for the ordering: bytes that do not continue a sequence.
   auto chars = [](std::string_view s) {
     uint32_t n = 0;
     for (unsigned char c : s) n += (c & 0xC0) != 0x80;
     return n;
   };
   std::vector<Ranked> ranked;
+  ranked.reserve(vocab.size() * 2);  // about two merges per token in the vocabularies seen
   for (size_t id = 0; id < vocab.size(); ++id) {
     if (types[id] != kTypeNormal && types[id] != kTypeUnused && types[id] != kTypeUserDefined) continue;
     const float score = types[id] == kTypeUserDefined ? 0.0f : scores[id];
     std::string_view text = vocab[id];
-    size_t pos = 0;
+    const uint32_t total_chars = chars(text);
+    uint32_t left_chars = 0;
+    size_t pos = 0, counted = 0;
     tok::utf8_next(text, pos);
     while (pos < text.size()) {
-      auto left = index.find(text.substr(0, pos));
-      auto right = index.find(text.substr(pos));
-      if (left != index.end() && right != index.end()) {
-        ranked.push_back({{left->second, right->second, static_cast<int32_t>(id)}, score,
-                          chars(text.substr(0, pos)), chars(text.substr(pos))});
+      left_chars += chars(text.substr(counted, pos - counted));
+      counted = pos;
+      if (auto left = vocab.find(text.substr(0, pos))) {
+        if (auto right = vocab.find(text.substr(pos))) {
+          ranked.push_back({{*left, *right, static_cast<int32_t>(id)}, score, left_chars, total_chars - left_chars});
+        }
       }
       tok::utf8_next(text, pos);
     }
@@ -123,44 +129,50 @@ std::vector<tok::BpeMerge> merges_from_scores(const std::vector<std::string>& vo
   return merges;
 }
 
+// llama.cpp stores SentencePiece user-defined tokens with " " for "\u2581".
+std::string restore_sentencepiece_spaces(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == ' ') out += "\u2581";
+    else out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& gguf) {
   const std::string model(gguf.get_string("tokenizer.ggml.model"));
   DI_CHECK(model == "gpt2" || model == "llama", "tokenizer: GGUF tokenizer model '{}' is not supported (gpt2, llama)", model);
-  auto token_views = gguf.get_string_array("tokenizer.ggml.tokens");
-  const size_t n = token_views.size();
+  std::vector<std::string_view> tokens = gguf.get_string_array("tokenizer.ggml.tokens");
+  const size_t n = tokens.size();
   DI_CHECK(n > 0, "tokenizer: GGUF vocabulary is empty");
   std::vector<int32_t> types = optional_array<int32_t>(gguf, "tokenizer.ggml.token_type", &GgufFile::get_i32_array, n, 1);
 
   Parts parts;
-  parts.vocab.reserve(n);
-  for (auto v : token_views) parts.vocab.emplace_back(v);
+  std::deque<std::string> restored;  // texts that tokens[] views instead of the file's
   for (size_t i = 0; i < n; ++i) {
     if (types[i] == kTypeControl || types[i] == kTypeUserDefined) {
-      if (parts.vocab[i].empty()) continue;
+      if (tokens[i].empty()) continue;
+      // Restore the SentencePiece form of user-defined tokens so they match what the
+      // normalizer produces, as in tokenizer.json.
+      if (model == "llama" && types[i] == kTypeUserDefined)
+        tokens[i] = restored.emplace_back(restore_sentencepiece_spaces(tokens[i]));
       tok::AddedToken t;
       t.id = static_cast<int32_t>(i);
-      t.content = parts.vocab[i];
-      // llama.cpp stores SentencePiece user-defined tokens with " " for "\u2581"; restore
-      // the SentencePiece form so they match what the normalizer produces, as in tokenizer.json.
-      if (model == "llama" && types[i] == kTypeUserDefined) {
-        t.content = tok::Regex(" ", true).replace_all(t.content, "\u2581");
-        parts.vocab[i] = t.content;
-      }
+      t.content = tokens[i];
       t.special = types[i] == kTypeControl;
       parts.added.push_back(std::move(t));
     }
   }
+  parts.vocab = tok::Vocab(tokens);
   auto bos = optional_id(gguf, "tokenizer.ggml.bos_token_id", n);
   auto eos = optional_id(gguf, "tokenizer.ggml.eos_token_id", n);
   auto unk = optional_id(gguf, "tokenizer.ggml.unknown_token_id", n);
 
   bool add_bos_default = false;
   if (model == "gpt2") {
-    std::unordered_map<std::string_view, int32_t> index;
-    index.reserve(n);
-    for (size_t i = 0; i < n; ++i) index.emplace(parts.vocab[i], static_cast<int32_t>(i));
     auto merges = gguf.get_string_array("tokenizer.ggml.merges");
     parts.merges.reserve(merges.size());
     std::string joined;
@@ -168,14 +180,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& gguf) {
       std::string_view m = merges[rank];
       size_t space = m.find(' ');
       DI_CHECK(space != std::string_view::npos, "tokenizer: GGUF merge {} is not 'a b'", rank);
-      auto a = index.find(m.substr(0, space));
-      auto b = index.find(m.substr(space + 1));
+      auto a = parts.vocab.find(m.substr(0, space));
+      auto b = parts.vocab.find(m.substr(space + 1));
       joined.assign(m.substr(0, space));
       joined += m.substr(space + 1);
-      auto c = index.find(joined);
-      DI_CHECK(a != index.end() && b != index.end() && c != index.end(),
-               "tokenizer: GGUF merge {} ('{}') uses tokens outside the vocabulary", rank, m);
-      parts.merges.push_back({a->second, b->second, c->second});
+      auto c = parts.vocab.find(joined);
+      DI_CHECK(a && b && c, "tokenizer: GGUF merge {} ('{}') uses tokens outside the vocabulary", rank, m);
+      parts.merges.push_back({*a, *b, *c});
     }
     parts.pre_tokenizer = tok::make_pre_tokenizer(byte_level_pre_tokenizer(gguf.find_string("tokenizer.ggml.pre").value_or("default")));
     parts.decoder = tok::make_decoder(json{{"type", "ByteLevel"}});

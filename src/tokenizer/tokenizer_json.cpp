@@ -32,17 +32,14 @@ void parse_model(const json& model, Tokenizer::Parts& parts) {
   int64_t max_id = -1;
   for (const auto& [token, id] : vocab.items()) max_id = std::max<int64_t>(max_id, checked_id(id, "model.vocab"));
   DI_CHECK(max_id < static_cast<int64_t>(vocab.size()) * 2 + 1024, "tokenizer: vocabulary ids are too sparse");
-  parts.vocab.assign(static_cast<size_t>(max_id + 1), std::string());
-  std::unordered_map<std::string_view, int32_t> index;
-  index.reserve(vocab.size());
+  std::vector<std::string_view> tokens(static_cast<size_t>(max_id + 1));  // views of vocab's keys
   for (const auto& [token, id] : vocab.items()) {
     DI_CHECK(!token.empty(), "tokenizer: empty token in model.vocab");
     int32_t i = id.get<int32_t>();
-    DI_CHECK(parts.vocab[i].empty(), "tokenizer: id {} appears twice in model.vocab", i);
-    parts.vocab[i] = token;
+    DI_CHECK(tokens[i].empty(), "tokenizer: id {} appears twice in model.vocab", i);
+    tokens[i] = token;
   }
-  for (size_t i = 0; i < parts.vocab.size(); ++i)
-    if (!parts.vocab[i].empty()) index.emplace(parts.vocab[i], static_cast<int32_t>(i));
+  parts.vocab = tok::Vocab(tokens);
 
   auto& opt = parts.options;
   opt.continuing_subword_prefix = json_opt_string(model, "continuing_subword_prefix", "");
@@ -52,15 +49,14 @@ void parse_model(const json& model, Tokenizer::Parts& parts) {
   opt.ignore_merges = json_bool(model, "ignore_merges", false);
   std::string unk = json_opt_string(model, "unk_token", "");
   if (!unk.empty()) {
-    auto it = index.find(unk);
-    DI_CHECK(it != index.end(), "tokenizer: unk_token '{}' is not in the vocabulary", unk);
-    opt.unk_id = it->second;
+    opt.unk_id = parts.vocab.find(unk);
+    DI_CHECK(opt.unk_id.has_value(), "tokenizer: unk_token '{}' is not in the vocabulary", unk);
   }
 
   auto lookup = [&](std::string_view token, size_t rank) {
-    auto it = index.find(token);
-    DI_CHECK(it != index.end(), "tokenizer: merge {} uses '{}', which is not in the vocabulary", rank, token);
-    return it->second;
+    auto id = parts.vocab.find(token);
+    DI_CHECK(id.has_value(), "tokenizer: merge {} uses '{}', which is not in the vocabulary", rank, token);
+    return *id;
   };
   const json& merges = model.contains("merges") ? model["merges"] : json::array();
   DI_CHECK(merges.is_array(), "tokenizer: model.merges is not an array");

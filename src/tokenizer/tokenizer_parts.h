@@ -12,11 +12,12 @@
 #include "tokenizer/normalizer.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab.h"
 
 namespace deepinfer {
 
 struct Tokenizer::Parts {
-  std::vector<std::string> vocab;  // model vocabulary by id
+  tok::Vocab vocab;  // model vocabulary by id, indexed once and handed to the model
   std::vector<tok::BpeMerge> merges;
   tok::BpeOptions options;
   std::vector<tok::AddedToken> added;
