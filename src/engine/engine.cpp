@@ -146,9 +146,10 @@ Engine::InflightStep Engine::launch(const ScheduledBatch& batch) {
   });
   step.slot = parts_.runner->launch(plan);
   stats_.logits_rows_copied += copied;
-  for (const PlannedRow& row : plan.rows) {
-    Request& r = *requests_.at(plan.seqs[static_cast<size_t>(row.seq)].request_id)->request;
-    r.inflight.push_back({step.slot, static_cast<int32_t>(&row - plan.rows.data())});
+  // Rows are numbered in batch order: the tokens each request has in flight.
+  int32_t row = 0;
+  for (const ScheduledSeq& s : batch.seqs) {
+    for (int32_t j = 0; j < s.num_sample_rows; ++j) s.request->inflight.push_back({step.slot, row++});
   }
   parts_.scheduler->commit(batch);
   ++stats_.steps;

@@ -6,10 +6,10 @@
 
 namespace deepinfer {
 
-std::vector<int32_t> SequenceTokens::first(int32_t n) const {
+std::vector<int32_t> SequenceTokens::slice(int32_t begin, int32_t end) const {
   std::vector<int32_t> out;
-  out.reserve(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) out.push_back(at(i));
+  out.reserve(static_cast<size_t>(end - begin));
+  for (int32_t i = begin; i < end; ++i) out.push_back(at(i));
   return out;
 }
 
@@ -61,29 +61,26 @@ std::optional<int32_t> KvCacheManager::admit(uint64_t seq, std::span<const int32
     }
   }
   const int32_t cached = hit_blocks * bs;
-  // Blocks with refcount 0 that a hit is about to ref count as free in the pool.
+  // Each group keeps the hit blocks its first query still reads; blocks with
+  // refcount 0 that it is about to ref count as free in the pool.
+  std::vector<int32_t> first_held(static_cast<size_t>(n_groups)), ends(static_cast<size_t>(n_groups));
   int64_t free_after_refs = pool_.num_free();
   int64_t need = 0;
   for (int32_t g = 0; g < n_groups; ++g) {
     const KvGroup& group = layout_.groups[static_cast<size_t>(g)];
-    const int32_t first_held = std::min(first_needed_block(cached, group.window), hit_blocks);
-    for (int32_t i = first_held; i < hit_blocks; ++i) free_after_refs -= pool_.refcount(hits[g][i]) == 0;
-    need += std::max(table_end(group, cached, total - cached, 0) - hit_blocks, 0);
+    first_held[g] = std::min(first_needed_block(cached, group.window), hit_blocks);
+    ends[g] = table_end(group, cached, total - cached, 0);
+    for (int32_t i = first_held[g]; i < hit_blocks; ++i) free_after_refs -= pool_.refcount(hits[g][i]) == 0;
+    need += std::max(ends[g] - hit_blocks, 0);
   }
   if (need + reserve_blocks > free_after_refs) return std::nullopt;
   if (prefix_cache_) prefix_cache_->record_query(total, cached);
   for (int32_t g = 0; g < n_groups; ++g) {
-    const KvGroup& group = layout_.groups[static_cast<size_t>(g)];
     GroupTable& t = s.groups[static_cast<size_t>(g)];
     t.blocks.assign(hits[g].begin(), hits[g].begin() + hit_blocks);
-    t.num_released = std::min(first_needed_block(cached, group.window), hit_blocks);
+    t.num_released = first_held[g];
     for (int32_t i = t.num_released; i < hit_blocks; ++i) pool_.ref(t.blocks[static_cast<size_t>(i)]);
-    const int32_t grow = table_end(group, cached, total - cached, 0) - hit_blocks;
-    if (grow > 0) {
-      auto fresh = pool_.allocate(grow);
-      DI_CHECK(fresh.has_value(), "KV cache: {} blocks counted free but not allocatable", grow);
-      t.blocks.insert(t.blocks.end(), fresh->begin(), fresh->end());
-    }
+    grow_table(t, ends[g]);
   }
   s.num_registered_blocks = hit_blocks;
   seqs_.emplace(seq, std::move(s));
@@ -107,16 +104,18 @@ bool KvCacheManager::allocate_slots(uint64_t seq, int32_t num_computed, int32_t 
   }
   if (need > pool_.num_free()) return false;
   for (int32_t g = 0; g < layout_.num_groups(); ++g) {
-    GroupTable& t = s.groups[static_cast<size_t>(g)];
-    const int32_t grow =
-        table_end(layout_.groups[static_cast<size_t>(g)], num_computed, num_new, num_lookahead) -
-        static_cast<int32_t>(t.blocks.size());
-    if (grow <= 0) continue;
-    auto fresh = pool_.allocate(grow);
-    DI_CHECK(fresh.has_value(), "KV cache: {} blocks counted free but not allocatable", grow);
-    t.blocks.insert(t.blocks.end(), fresh->begin(), fresh->end());
+    grow_table(s.groups[static_cast<size_t>(g)],
+               table_end(layout_.groups[static_cast<size_t>(g)], num_computed, num_new, num_lookahead));
   }
   return true;
+}
+
+void KvCacheManager::grow_table(GroupTable& t, int32_t end) {
+  const int32_t grow = end - static_cast<int32_t>(t.blocks.size());
+  if (grow <= 0) return;
+  auto fresh = pool_.allocate(grow);
+  DI_CHECK(fresh.has_value(), "KV cache: {} blocks counted free but not allocatable", grow);
+  t.blocks.insert(t.blocks.end(), fresh->begin(), fresh->end());
 }
 
 void KvCacheManager::register_full_blocks(SequenceKv& s, const SequenceTokens& tokens, int32_t num_computed,
@@ -127,13 +126,17 @@ void KvCacheManager::register_full_blocks(SequenceKv& s, const SequenceTokens& t
   int32_t full = known / bs;
   for (const GroupTable& t : s.groups) full = std::min(full, static_cast<int32_t>(t.blocks.size()));
   if (full <= s.num_registered_blocks) return;
-  if (static_cast<int32_t>(s.block_hashes.size()) < full) {
-    const std::vector<int32_t> ids = tokens.first(full * bs);
-    s.block_hashes = PrefixCache::compute_block_hashes(ids, bs, salt);
+  // The tokens of the blocks to register; hashes only for blocks not hashed yet.
+  const int32_t from = s.num_registered_blocks;
+  const std::vector<int32_t> ids = tokens.slice(from * bs, full * bs);
+  const auto hashed = static_cast<int32_t>(s.block_hashes.size());
+  DI_CHECK(hashed >= from, "KV cache: {} blocks registered but only {} hashed", from, hashed);
+  if (hashed < full) {
+    PrefixCache::extend_block_hashes(s.block_hashes, std::span(ids).subspan(static_cast<size_t>(hashed - from) * bs),
+                                     bs, salt);
   }
-  std::vector<int32_t> block_tokens(static_cast<size_t>(bs));
-  for (int32_t i = s.num_registered_blocks; i < full; ++i) {
-    for (int32_t j = 0; j < bs; ++j) block_tokens[static_cast<size_t>(j)] = tokens.at(i * bs + j);
+  for (int32_t i = from; i < full; ++i) {
+    const auto block_tokens = std::span(ids).subspan(static_cast<size_t>(i - from) * bs, static_cast<size_t>(bs));
     for (int32_t g = 0; g < layout_.num_groups(); ++g) {
       const GroupTable& t = s.groups[static_cast<size_t>(g)];
       // A block no longer held, or one whose predecessor is not, cannot be
@@ -208,24 +211,21 @@ size_t KvCacheManager::num_deferred_blocks() const {
   return n;
 }
 
-int64_t KvCacheManager::blocks_when_decoding(int32_t num_tokens) const {
+int64_t KvCacheManager::blocks_held(int32_t num_tokens, int32_t new_tokens) const {
+  const int32_t all = blocks_for(num_tokens);
   int64_t n = 0;
   for (const KvGroup& g : layout_.groups) {
-    const int32_t all = blocks_for(num_tokens);
     // A query sees `window` positions, itself included: (window - 1) before
-    // it, which may start mid-block.
-    n += g.window > 0 ? std::min(all, blocks_for(g.window - 1) + 1) : all;
+    // the step's first new token, which may start mid-block.
+    n += g.window > 0 ? std::min(all, blocks_for(g.window - 1 + new_tokens) + 1) : all;
   }
   return n;
 }
 
+int64_t KvCacheManager::blocks_when_decoding(int32_t num_tokens) const { return blocks_held(num_tokens, 0); }
+
 int64_t KvCacheManager::max_blocks(int32_t num_tokens) const {
-  int64_t n = 0;
-  for (const KvGroup& g : layout_.groups) {
-    const int32_t all = blocks_for(num_tokens);
-    n += g.window > 0 ? std::min(all, blocks_for(g.window - 1 + config_.max_step_tokens) + 1) : all;
-  }
-  return n;
+  return blocks_held(num_tokens, config_.max_step_tokens);
 }
 
 void KvCacheManager::check_integrity() const {

@@ -47,7 +47,7 @@ struct SequenceTokens {
     return i < static_cast<int32_t>(prompt.size()) ? prompt[static_cast<size_t>(i)]
                                                    : output[static_cast<size_t>(i) - prompt.size()];
   }
-  std::vector<int32_t> first(int32_t n) const;
+  std::vector<int32_t> slice(int32_t begin, int32_t end) const;  // tokens [begin, end)
 };
 
 // One group's pages of one sequence: blocks[i] holds positions
@@ -129,6 +129,10 @@ class KvCacheManager {
   // Releases the pages of a windowed group that no query from num_computed on
   // reads; positions never allocated get kNoBlock entries.
   void release_passed(GroupTable& t, int32_t window, int32_t num_computed);
+  // Appends fresh blocks until the table spans `end`; the caller checked they are free.
+  void grow_table(GroupTable& t, int32_t end);
+  // Blocks a sequence of num_tokens holds while a step computes new_tokens of it.
+  int64_t blocks_held(int32_t num_tokens, int32_t new_tokens) const;
   // Held blocks, each group's last block first, so shared prefixes are evicted last.
   std::vector<int32_t> detach(SequenceKv& s) const;
 

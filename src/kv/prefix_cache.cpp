@@ -31,16 +31,22 @@ PrefixCache::~PrefixCache() { pool_.set_reuse_listener(nullptr); }
 
 std::vector<BlockHash> PrefixCache::compute_block_hashes(std::span<const int32_t> tokens, int32_t block_size,
                                                          std::string_view salt) {
-  DI_CHECK(block_size > 0, "PrefixCache: block size must be positive, got {}", block_size);
-  const size_t n_blocks = tokens.size() / static_cast<size_t>(block_size);
-  std::vector<BlockHash> hashes(n_blocks);
-  uint64_t seed = root_seed(salt);
-  for (size_t i = 0; i < n_blocks; ++i) {
-    const int32_t* block = tokens.data() + i * static_cast<size_t>(block_size);
-    seed = XXH3_64bits_withSeed(block, static_cast<size_t>(block_size) * sizeof(int32_t), seed);
-    hashes[i].value = seed;
-  }
+  std::vector<BlockHash> hashes;
+  extend_block_hashes(hashes, tokens, block_size, salt);
   return hashes;
+}
+
+void PrefixCache::extend_block_hashes(std::vector<BlockHash>& hashes, std::span<const int32_t> more_tokens,
+                                      int32_t block_size, std::string_view salt) {
+  DI_CHECK(block_size > 0, "PrefixCache: block size must be positive, got {}", block_size);
+  const size_t n_blocks = more_tokens.size() / static_cast<size_t>(block_size);
+  uint64_t seed = hashes.empty() ? root_seed(salt) : hashes.back().value;
+  hashes.reserve(hashes.size() + n_blocks);
+  for (size_t i = 0; i < n_blocks; ++i) {
+    const int32_t* block = more_tokens.data() + i * static_cast<size_t>(block_size);
+    seed = XXH3_64bits_withSeed(block, static_cast<size_t>(block_size) * sizeof(int32_t), seed);
+    hashes.push_back({seed});
+  }
 }
 
 std::span<const int32_t> PrefixCache::stored_tokens(int32_t block_id) const {

@@ -58,6 +58,10 @@ class PrefixCache : public BlockReuseListener {
   // not hashed).
   static std::vector<BlockHash> compute_block_hashes(std::span<const int32_t> tokens, int32_t block_size,
                                                      std::string_view salt = {});
+  // Appends the hashes of the full blocks of more_tokens, the tokens that
+  // follow the blocks `hashes` already covers (the chain continues from them).
+  static void extend_block_hashes(std::vector<BlockHash>& hashes, std::span<const int32_t> more_tokens,
+                                  int32_t block_size, std::string_view salt = {});
 
   // Ids of the cached blocks holding the longest prefix of blocks 0..k-1,
   // k <= hashes.size(); `tokens` holds at least hashes.size() full blocks. Pass
