@@ -210,6 +210,17 @@ class Backend {
   // the CPU, bf16 on GPUs). Logits are always f32.
   virtual DType activation_dtype() const { return DType::F32; }
 
+  // --- What shapes how a model stores its weights (asked instead of the
+  // device type).
+  // The kernels read weights where they lie in host memory and in their
+  // stored form (GGUF blocks included): a mapped file is used as it is, with
+  // no upload and no dequantisation.
+  virtual bool reads_host_weights() const { return false; }
+  // Projections that read the same input (q/k/v, gate/up) run as one stacked
+  // matrix: one launch and one pass over the input per step instead of
+  // several, which matters where decode steps are short and launch-bound.
+  virtual bool stacks_projections() const { return false; }
+
   // Memory.
   virtual void* allocate(size_t bytes) = 0;
   virtual void deallocate(void* ptr) = 0;

@@ -179,10 +179,10 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
   const int64_t q_dim = int64_t{c.n_heads_q} * c.head_dim, kv_dim = int64_t{c.n_heads_kv} * c.head_dim;
   layers::AttentionScratch attn;
   layers::MlpScratch mlp;
-  if (backend_.device().type != DeviceType::CPU) {
-    // Device backends fuse the projections (WeightStore::fused_matrix); a
-    // layer that could not be fused writes into column ranges of the same
-    // buffers. Same bytes as the separate buffers.
+  if (backend_.stacks_projections()) {
+    // The projections are stacked (WeightStore::fused_matrix); a layer that
+    // could not be stacked writes into column ranges of the same buffers.
+    // Same bytes as the separate buffers.
     const int64_t F = c.intermediate_size;
     attn.qkv = act_view(n, q_dim + 2 * kv_dim, off);
     attn.q = attn.qkv.narrow(1, 0, q_dim);

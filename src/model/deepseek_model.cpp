@@ -76,7 +76,7 @@ void DeepseekModel::load_mla(Layer& l, WeightLoader& load, const std::string& p)
   const int64_t H = c.hidden_size, q_dim = s.q_dim(), lora = s.kv_lora_rank;
   layers::MlaWeights& w = l.mla;
   // The two projections of the layer input: q (or q_a) and kv_a, stacked
-  // into w_in where the store can (device backends).
+  // into w_in where the backend stacks projections.
   const bool q_lora = s.q_lora_rank > 0;
   const int64_t q_in = q_lora ? s.q_lora_rank : q_dim;
   const Tensor h_q = load.host_matrix(p + (q_lora ? "attn_q_a.weight" : "attn_q.weight"), q_in, H);
@@ -192,7 +192,7 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
   Tensor delta = work_view(act, n, c.hidden_size, off);
   layers::MlaScratch mla;
   // The input projections' outputs, q (or q_a) then kv_a, side by side: one
-  // buffer that device backends' stacked matrix (MlaWeights::w_in) writes at
+  // buffer that a stacked matrix (MlaWeights::w_in) writes at
   // once; separate matrices write their column ranges.
   const bool q_lora = s.q_lora_rank > 0;
   const int64_t q_in = q_lora ? s.q_lora_rank : s.q_dim();

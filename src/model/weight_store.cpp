@@ -49,7 +49,7 @@ std::vector<char> dequantize_rows(const Tensor& host, DType to) {
 }
 
 size_t WeightStore::stored_bytes(const Tensor& host) const {
-  if (backend_.device().type == DeviceType::CPU || !is_quantized(host.dtype())) return host.nbytes();
+  if (backend_.reads_host_weights() || !is_quantized(host.dtype())) return host.nbytes();
   const int64_t cols = host.size(host.ndim() - 1);  // quantised tensors have rows
   return cols == 0 ? 0 : static_cast<size_t>(host.numel() / cols) * row_bytes(backend_.activation_dtype(), cols);
 }
@@ -62,7 +62,7 @@ Tensor WeightStore::dequantized_view(const Tensor& host, std::vector<char>& scra
 }
 
 Tensor WeightStore::matrix(const Tensor& host) {
-  if (backend_.device().type == DeviceType::CPU) {
+  if (backend_.reads_host_weights()) {
     DI_CHECK(host.is_contiguous(), "weight {} is not contiguous", host.describe());
     bytes_mapped_ += host.nbytes();
     return host;
@@ -87,7 +87,7 @@ Tensor WeightStore::matrix(const Tensor& host) {
 }
 
 Tensor WeightStore::fused_matrix(std::initializer_list<Tensor> parts) {
-  if (backend_.device().type == DeviceType::CPU || parts.size() < 2) return Tensor();
+  if (!backend_.stacks_projections() || parts.size() < 2) return Tensor();
   // Quantised parts are dequantised first, as matrix() would store them.
   std::vector<std::vector<char>> dequantized(parts.size());
   std::vector<Tensor> ready;
@@ -114,7 +114,7 @@ Tensor WeightStore::fused_matrix(std::initializer_list<Tensor> parts) {
 }
 
 Tensor WeightStore::expert_stack(const Tensor& host) {
-  if (backend_.device().type == DeviceType::CPU) {
+  if (backend_.reads_host_weights()) {
     bytes_mapped_ += host.nbytes();
     return host;
   }

@@ -15,16 +15,18 @@ class WeightStore {
  public:
   explicit WeightStore(Backend& backend) : backend_(backend) {}
 
-  // A weight matrix on the backend: in its stored dtype (quantised or float),
-  // or, quantised for a device backend, dequantised to the activation dtype.
+  // A weight matrix on the backend: the file's own view where the backend
+  // reads host weights (Backend::reads_host_weights), else a copy in backend
+  // memory, quantised blocks dequantised to the activation dtype.
   Tensor matrix(const Tensor& host);
   // Matrices with equal columns and dtype stacked along their rows into one
-  // device matrix (fused QKV / gate-up projections), so one product reads
-  // them all. Returns an undefined tensor on the CPU, where weights stay
-  // zero-copy views of the file, or when the parts cannot be fused.
+  // matrix (fused QKV / gate-up projections), so one product reads them all.
+  // Returns an undefined tensor where the backend does not stack projections
+  // (Backend::stacks_projections) or when the parts cannot be fused.
   Tensor fused_matrix(std::initializer_list<Tensor> parts);
-  // A stack of expert matrices [experts, rows, cols]; on the CPU any view of
-  // the file (e.g. half of a fused gate_up stack), elsewhere a contiguous one.
+  // A stack of expert matrices [experts, rows, cols]; where the backend reads
+  // host weights any view of the file (e.g. half of a fused gate_up stack),
+  // elsewhere a contiguous copy.
   Tensor expert_stack(const Tensor& host);
   // A vector converted to f32 (from f32/f16/bf16), on the backend.
   Tensor f32_vector(const Tensor& host);

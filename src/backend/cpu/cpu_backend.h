@@ -47,6 +47,7 @@ class CpuBackend final : public Backend {
 
   Device device() const override { return Device::cpu(); }
   std::string name() const override { return "cpu"; }
+  bool reads_host_weights() const override { return true; }
   int num_threads() const { return pool_.num_threads(); }
 
   void* allocate(size_t bytes) override;

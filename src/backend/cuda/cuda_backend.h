@@ -47,6 +47,7 @@ class CudaBackend final : public Backend {
   void copy_async(Tensor dst, const Tensor& src) override;
   std::unique_ptr<DeviceEvent> create_event() override;
   bool supports_graphs() const override { return true; }
+  bool stacks_projections() const override { return true; }
   void begin_capture() override;
   std::unique_ptr<OpGraph> end_capture() override;
   std::optional<DeviceMemoryInfo> memory_info() const override;
