@@ -346,7 +346,7 @@ class Backend {
   // CPU, by synchronize() on a device).
   virtual void sample(const Tensor& logits, const Tensor& params, Tensor tokens) = 0;
 
-  // The host Sampler's logits processing before sampling, in its order, on
+  // vLLM's logits processing before sampling, in its order, on
   // rows of logits f32[rows, vocab] (outer stride free), in place: per entry,
   // -inf if masked (kPenaltyMinTokensMask with the row's mask_min_tokens),
   // + bias (kPenaltyHasBias), then with count = output_count (+1 for the

@@ -163,7 +163,6 @@ SampleResult Engine::sample_on_host(const Request& r, std::span<const float> log
   srow.output_ids = r.output_ids();
   srow.seed = r.seed();
   srow.position = r.num_output_tokens();
-  srow.eos_masked = r.num_output_tokens() < r.params().min_tokens;
   srow.eos_ids = parts_.tokenizer->eos_ids();
   return sampler_->sample_row(logits, srow);
 }

@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "core/error.h"
+#include "ops/ops.h"
+#include "runner/penalty_state.h"
 
 namespace deepinfer {
 
@@ -15,22 +17,23 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 static_assert(SamplingParams::kGreedyTemperature == kSamplingGreedyTemperature,
               "the backends' greedy threshold is the public one");
 
-bool needs_processing(const SamplingRow& row) {
-  const SamplingParams& p = *row.params;
-  return row.eos_masked || !p.logit_bias.empty() || p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
-         p.presence_penalty != 0.0f || row.processor != nullptr;
+// A host struct as the u8[1, sizeof(T)] record tensor the ops take.
+template <typename T>
+Tensor record(T& value) {
+  return Tensor(&value, DType::U8, {1, static_cast<int64_t>(sizeof(T))});
 }
 
 }  // namespace
 
 Sampler::Sampler(int32_t vocab_size) : vocab_size_(vocab_size) {
   DI_CHECK(vocab_size > 0, "Sampler: vocabulary size must be positive, got {}", vocab_size);
-  const auto v = static_cast<size_t>(vocab_size);
-  work_.resize(v);
-  weights_.resize(v);
-  candidates_.resize(v);
-  counts_.assign(v, 0);
+  BackendOptions one_thread;
+  one_thread.num_threads = 1;
+  host_ = create_backend(DeviceType::CPU, one_thread);
+  work_.resize(static_cast<size_t>(vocab_size));
 }
+
+Sampler::~Sampler() = default;
 
 void Sampler::sample(std::span<const float> logits, std::span<const SamplingRow> rows, std::span<SampleResult> out) {
   const auto v = static_cast<size_t>(vocab_size_);
@@ -45,33 +48,34 @@ SampleResult Sampler::sample_row(std::span<const float> logits, const SamplingRo
   DI_CHECK(logits.size() == static_cast<size_t>(vocab_size_), "Sampler: row of {} logits, vocabulary is {}",
            logits.size(), vocab_size_);
   const SamplingParams& p = *row.params;
-  std::span<const float> view = logits;
-  if (!p.greedy() || needs_processing(row)) {
-    std::transform(logits.begin(), logits.end(), work_.begin(),
-                   [](float x) { return std::isnan(x) ? kNegInf : x; });
-    const std::span<float> work(work_);
-    if (row.eos_masked) {
-      if (!p.ignore_eos) mask_tokens(work, row.eos_ids);
-      mask_tokens(work, p.stop_token_ids);
+  // The processing edits a copy; NaN never wins a greedy choice and has no
+  // weight in a draw, as -inf.
+  std::transform(logits.begin(), logits.end(), work_.begin(), [](float x) { return std::isnan(x) ? kNegInf : x; });
+  const Tensor work(work_.data(), DType::F32, {1, vocab_size_});
+  if (PenaltyState::needed(p)) {
+    for (const auto ids : {row.prompt_ids, row.output_ids}) {
+      for (int32_t id : ids) {
+        DI_CHECK(id >= 0 && id < vocab_size_, "sampler: history token id {} outside the vocabulary [0, {})", id,
+                 vocab_size_);
+      }
     }
-    if (!p.logit_bias.empty()) apply_logit_bias(work, p.logit_bias);
-    apply_penalties(work, p, row.prompt_ids, row.output_ids, counts_);
-    if (row.processor != nullptr) row.processor->apply(row, work);
-    view = work;
+    const PenaltyState history(p, row.prompt_ids, row.eos_ids, row.output_ids);
+    PenaltyRowParams params = history.row_params(row.position, 0, -1);
+    const auto entries = history.entries();
+    const Tensor entry_records(const_cast<PenaltyEntry*>(entries.data()), DType::U8,
+                               {static_cast<int64_t>(entries.size()), static_cast<int64_t>(sizeof(PenaltyEntry))});
+    ops::apply_penalties(*host_, work, record(params), entry_records, Tensor());
   }
+  if (row.processor != nullptr) row.processor->apply(row, work_);
 
+  SamplingRowParams params{.temperature = p.temperature,
+                           .top_p = p.top_p,
+                           .min_p = p.min_p,
+                           .top_k = p.top_k,
+                           .seed = row.seed,
+                           .position = row.position};
   SampleResult result;
-  if (p.greedy()) {
-    result.token = argmax(view);
-  } else {
-    const SamplingRowParams row_params{.temperature = p.temperature,
-                                       .top_p = p.top_p,
-                                       .min_p = p.min_p,
-                                       .top_k = p.top_k,
-                                       .seed = row.seed,
-                                       .position = row.position};
-    result.token = cpu::sample_filtered(view, row_params, weights_, candidates_);
-  }
+  ops::sample(*host_, work, record(params), Tensor(&result.token, DType::I32, {1}));
   DI_CHECK(result.token >= 0, "Sampler: no token can be sampled (every logit is -inf or NaN)");
   if (p.logprobs) compute_logprobs(logits, result.token, *p.logprobs, result);
   return result;

@@ -1,28 +1,31 @@
-// Sampler: turns rows of logits into tokens on the CPU.
+// Sampler: turns rows of logits into tokens on the host, with the backend
+// ops every device runs (ops::apply_penalties, ops::sample) on a CPU backend
+// of its own, so a host-sampled row is processed and drawn by exactly the
+// arithmetic of a device-sampled one.
 //
 // Per row, in vLLM's order: min_tokens mask (EOS + stop_token_ids), logit_bias,
-// repetition / frequency / presence penalties, the row's own LogitsProcessor
-// (grammar mask, ...), then greedy argmax (temperature ~0, lowest index wins
-// ties) or temperature, top-k, top-p, min-p and a draw from a counter-based RNG
-// keyed on (seed, position). Each row is computed alone, in a fixed order, so a
-// row's token never depends on the other rows of the batch.
+// repetition / frequency / presence penalties (a PenaltyState of the row's
+// history), the row's own LogitsProcessor (grammar mask, ...), then greedy
+// argmax (temperature ~0, lowest index wins ties) or temperature, top-k, top-p,
+// min-p and a draw from a counter-based RNG keyed on (seed, position). Each
+// row is computed alone, so a row's token never depends on the other rows of
+// the batch.
 //
 // Logprobs are those of the raw model logits (log-softmax before any
 // processing), as vLLM returns by default.
 //
-// The engine samples most rows on the device instead (ModelRunner): the
-// min_tokens mask, logit_bias and penalties there are ops::apply_penalties
-// with this Sampler's arithmetic (backend/cpu/cpu_penalties.h), bit for bit.
-// Rows come here when the host needs their raw logits anyway: logprobs
-// together with that processing, or a LogitsProcessor.
+// The engine samples most rows on the device instead (ModelRunner); rows come
+// here when the host needs their raw logits anyway: logprobs together with
+// penalties, or a LogitsProcessor.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
-#include "backend/cpu/cpu_sampling.h"
+#include "backend/backend.h"
 #include "deepinfer/sampling_params.h"
 #include "runner/logits_processors.h"
 
@@ -35,8 +38,7 @@ struct SamplingRow {
   // Request-level seed: params.seed if given, else derived by the engine from
   // the request id (rng::derive_seed); n > 1 children get distinct seeds.
   uint64_t seed = 0;
-  int64_t position = 0;  // index of the token being sampled within the output
-  bool eos_masked = false;  // min_tokens not reached yet
+  int64_t position = 0;  // index of the token being sampled within the output (min_tokens counts it)
   std::span<const int32_t> eos_ids;
   LogitsProcessor* processor = nullptr;  // optional, request-specific
 };
@@ -62,6 +64,7 @@ struct SampleResult {
 class Sampler {
  public:
   explicit Sampler(int32_t vocab_size);
+  ~Sampler();
 
   // logits: f32[rows.size(), vocab_size], row-major; out: rows.size() results.
   void sample(std::span<const float> logits, std::span<const SamplingRow> rows, std::span<SampleResult> out);
@@ -75,15 +78,9 @@ class Sampler {
 
  private:
   int32_t vocab_size_;
+  std::unique_ptr<Backend> host_;  // a one-thread CPU backend the ops run on
   // Scratch reused across calls so steady-state sampling does not allocate.
   std::vector<float> work_;
-  std::vector<float> weights_;
-  std::vector<int32_t> candidates_;
-  std::vector<int32_t> counts_;
 };
-
-// Index of the largest logit, lowest index on ties; NaN never wins; -1 if no
-// logit is above -inf.
-using cpu::argmax;
 
 }  // namespace deepinfer

@@ -1,5 +1,5 @@
-// apply_penalties on every backend against the host Sampler's processors
-// (mask_tokens, apply_logit_bias, apply_penalties) run on the full history,
+// apply_penalties on every backend against the per-token reference
+// processing (tests/support/reference_penalties.h) run on the full history,
 // bit for bit: entry lists built by PenaltyState from the output the host
 // knows, plus a pending token (one more output the host does not know) that
 // is in the list as an output, prompt, bias or mask token, or not at all;
@@ -13,10 +13,10 @@
 #include <map>
 
 #include "../support/error_message.h"
+#include "../support/reference_penalties.h"
 #include "backend/cpu/cpu_penalties.h"
 #include "op_test_util.h"
 #include "ops/ops.h"
-#include "runner/logits_processors.h"
 #include "runner/penalty_state.h"
 
 namespace deepinfer::testing {
@@ -137,7 +137,7 @@ Inputs build_inputs(Rng& rng, const std::vector<RowCase>& rows, int64_t vocab, i
   return in;
 }
 
-// The host Sampler's processing of row `c` on the full history.
+// The reference processing of row `c` on the full history.
 void reference_row(const RowCase& c, std::span<float> x) {
   if (!c.processed) return;
   std::vector<int32_t> output = c.known_output;

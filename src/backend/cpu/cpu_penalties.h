@@ -1,7 +1,8 @@
-// The arithmetic of logit_bias and vLLM's penalties on one logit, shared by
-// the host Sampler (runner/logits_processors.cpp) and CpuBackend::
-// apply_penalties; the CUDA kernel (cuda_penalties.cu) performs the same
-// separately rounded f32 steps, so all three give bit-identical logits.
+// The arithmetic of logit_bias and vLLM's penalties on one logit, used by
+// CpuBackend::apply_penalties (which the host Sampler runs too) and by the
+// tests' per-token reference (tests/support/reference_penalties.h); the CUDA
+// kernel (cuda_penalties.cu) performs the same separately rounded f32 steps,
+// so all give bit-identical logits.
 #pragma once
 
 #include <cstdint>

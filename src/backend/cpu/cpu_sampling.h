@@ -10,8 +10,8 @@
 // order: the first token whose running mass (f64) exceeds
 // rng::uniform01(seed, position) * kept mass. Without top_k and top_p the
 // draw walks the vocabulary in id order instead, with min-p applied as a
-// zero weight. Sampler (runner/) and CpuBackend::sample call these functions;
-// the CUDA kernel is tested against them.
+// zero weight. CpuBackend::sample (which the host Sampler runs too) calls
+// these functions; the CUDA kernel is tested against them.
 #pragma once
 
 #include <cstdint>

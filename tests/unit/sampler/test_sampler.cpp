@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "runner/logits_processors.h"
+#include "../../support/reference_penalties.h"
 #include "runner/rng.h"
 #include "runner/sampler.h"
 
@@ -169,17 +170,20 @@ TEST(Sampler, MinTokensMasksEosAndStopTokens) {
   SamplingRow row = make_row(p);
   row.eos_ids = eos;
   EXPECT_EQ(s.sample_row(logits, row).token, 2);
-  row.eos_masked = true;
+  p.min_tokens = 1;  // the row samples output 0: below min_tokens
   EXPECT_EQ(s.sample_row(logits, row).token, 4);
+  row.position = 1;  // output 1 is past it
+  EXPECT_EQ(s.sample_row(logits, row).token, 2);
+  row.position = 0;
   p.ignore_eos = true;  // EOS does not end the output, so it is not masked
   EXPECT_EQ(s.sample_row(logits, row).token, 2);
   // Sampling (not only greedy) never draws a masked token.
   SamplingParams hot;
   hot.temperature = 2.0f;
   hot.stop_token_ids = {3};
+  hot.min_tokens = 500;
   SamplingRow hrow = make_row(hot);
   hrow.eos_ids = eos;
-  hrow.eos_masked = true;
   for (int pos = 0; pos < 500; ++pos) {
     hrow.position = pos;
     const int32_t t = s.sample_row(logits, hrow).token;
@@ -194,7 +198,7 @@ TEST(Sampler, PenaltiesFollowVllmSemantics) {
   p.repetition_penalty = 2.0f;
   const std::vector<int32_t> prompt{0, 0, 4};
   const std::vector<int32_t> output{1, 1, 3};
-  apply_penalties(logits, p, prompt, output, counts);
+  testing::apply_penalties(logits, p, prompt, output, counts);
   EXPECT_EQ(logits, (std::vector<float>{1.0f, -4.0f, 1.0f, 0.25f, 1.5f}));
   EXPECT_TRUE(std::all_of(counts.begin(), counts.end(), [](int32_t c) { return c == 0; }));
 
@@ -202,13 +206,13 @@ TEST(Sampler, PenaltiesFollowVllmSemantics) {
   p.repetition_penalty = 1.0f;
   p.frequency_penalty = 0.5f;
   p.presence_penalty = 0.25f;
-  apply_penalties(logits, p, prompt, output, counts);
+  testing::apply_penalties(logits, p, prompt, output, counts);
   // Only output tokens: 1 twice (-1 - 0.25), 3 once (-0.5 - 0.25); prompt tokens untouched.
   EXPECT_EQ(logits, (std::vector<float>{2.0f, -3.25f, 1.0f, -0.25f, 3.0f}));
   EXPECT_TRUE(std::all_of(counts.begin(), counts.end(), [](int32_t c) { return c == 0; }));
 
   const std::vector<int32_t> bad{7};
-  EXPECT_THROW(apply_penalties(logits, p, bad, output, counts), Error);
+  EXPECT_THROW(testing::apply_penalties(logits, p, bad, output, counts), Error);
 }
 
 TEST(Sampler, PenaltiesChangeTheSampledToken) {

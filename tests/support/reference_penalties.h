@@ -1,42 +1,51 @@
-#include "runner/logits_processors.h"
+// Test support: the built-in logits processing (min_tokens mask, logit_bias,
+// vLLM's penalties) written per token over the full history, independently
+// of the PenaltyState entry lists the backends' apply_penalties reads — the
+// reference the op tests and sampler tests compare with, bit for bit (the
+// per-logit arithmetic is cpu::penalise_logit's, shared by every backend).
+#pragma once
 
+#include <cstdint>
 #include <limits>
+#include <map>
+#include <span>
+#include <vector>
 
 #include "backend/cpu/cpu_penalties.h"
 #include "core/error.h"
 #include "deepinfer/sampling_params.h"
 
-namespace deepinfer {
+namespace deepinfer::testing {
 
-namespace {
+namespace detail {
 
-void check_token(int32_t id, size_t vocab, const char* what) {
+inline void check_token(int32_t id, size_t vocab, const char* what) {
   DI_CHECK(id >= 0 && static_cast<size_t>(id) < vocab, "sampler: {} token id {} outside the vocabulary [0, {})",
            what, id, vocab);
 }
 
-}  // namespace
+}  // namespace detail
 
-void mask_tokens(std::span<float> logits, std::span<const int32_t> ids) {
+inline void mask_tokens(std::span<float> logits, std::span<const int32_t> ids) {
   for (int32_t id : ids) {
-    check_token(id, logits.size(), "masked");
+    detail::check_token(id, logits.size(), "masked");
     logits[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
   }
 }
 
-void apply_logit_bias(std::span<float> logits, const std::map<int32_t, float>& bias) {
+inline void apply_logit_bias(std::span<float> logits, const std::map<int32_t, float>& bias) {
   for (const auto& [id, b] : bias) {
-    check_token(id, logits.size(), "logit_bias");
+    detail::check_token(id, logits.size(), "logit_bias");
     logits[static_cast<size_t>(id)] += b;
   }
 }
 
-void apply_penalties(std::span<float> logits, const SamplingParams& params, std::span<const int32_t> prompt_ids,
+inline void apply_penalties(std::span<float> logits, const SamplingParams& params, std::span<const int32_t> prompt_ids,
                      std::span<const int32_t> output_ids, std::vector<int32_t>& counts) {
   const size_t vocab = logits.size();
   if (counts.size() < vocab) counts.resize(vocab, 0);
-  for (int32_t id : prompt_ids) check_token(id, vocab, "prompt");
-  for (int32_t id : output_ids) check_token(id, vocab, "output");
+  for (int32_t id : prompt_ids) detail::check_token(id, vocab, "prompt");
+  for (int32_t id : output_ids) detail::check_token(id, vocab, "output");
 
   if (params.repetition_penalty != 1.0f) {
     // counts doubles as a "seen" mark so every token is penalised once.
@@ -68,4 +77,4 @@ void apply_penalties(std::span<float> logits, const SamplingParams& params, std:
   }
 }
 
-}  // namespace deepinfer
+}  // namespace deepinfer::testing
