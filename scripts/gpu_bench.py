@@ -135,8 +135,14 @@ def deepinfer_batch(exe, model, workdir, n_req, prompt_len, gen, vocab, timeout,
                                 "temperature": 0}) + "\n")
     out = os.path.join(workdir, "batch_out.jsonl")
     kv_gb = 90
-    # budget "default": no --max-num-batched-tokens, the engine picks the device's.
-    budget_flags = [] if budget == "default" else ["--max-num-batched-tokens", str(budget)]
+    # budget "default": no --max-num-batched-tokens, the engine picks the device's;
+    # "cost:PATH": budget 8192 with prompt chunks sized by the cost model in PATH.
+    if budget == "default":
+        budget_flags = []
+    elif budget.startswith("cost:"):
+        budget_flags = ["--max-num-batched-tokens", "8192", "--cost-model", budget[len("cost:"):]]
+    else:
+        budget_flags = ["--max-num-batched-tokens", str(budget)]
     r, wall = run_generate(exe, model, ["--input", path, "--output", out, "--max-num-seqs", str(n_req)] + budget_flags +
                            ["--max-model-len", "4096", "--kv-cache-memory", str(kv_gb << 30),
                             "--no-enable-prefix-caching", "--kv-cache-dtype", kv_dtype],
@@ -195,7 +201,8 @@ def main():
     ap.add_argument("--batch-timeout", type=int, default=240)
     ap.add_argument("--batch-kv-dtypes", default="auto,fp8", help="--kv-cache-dtype values of the batch runs")
     ap.add_argument("--batch-budgets", default="8192",
-                    help="--max-num-batched-tokens values of the bf16-KV batch runs; 'default' passes none")
+                    help="--max-num-batched-tokens values of the bf16-KV batch runs; 'default' passes none; "
+                         "'cost' fits a chunked-prefill cost model first (bench --fit-cost-model) and uses it")
     ap.add_argument("--workdir", default="/tmp/deepinfer_bench", help="inputs and outputs of the runs")
     ap.add_argument("--peer-timeout", type=int, default=300)
     ap.add_argument("--pipeline-timeout", type=int, default=240)
@@ -284,10 +291,28 @@ def main():
             res["pipeline_error"] = str(e)[-2000:]
             print("[bench] pipeline failed:", str(e)[-1500:], flush=True)
         save()
+    budgets = args.batch_budgets.split(",")
+    if "cost" in budgets and "batch" not in skip:
+        path = os.path.join(args.workdir, "cost_model.json")
+        try:
+            t0 = time.time()
+            cmd = [args.deepinfer, "bench", "--device", "cuda", "--model", args.model, "--fit-cost-model", path,
+                   "--fit-max-chunk", "8192", "-b", "1", "-p", "16", "-g", "1", "-r", "1"]
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            if r.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr[-3000:]}")
+            res["cost_model_fit_s"] = time.time() - t0
+            print(f"[bench] cost model fitted in {res['cost_model_fit_s']:.1f} s:",
+                  [l for l in r.stderr.splitlines() if l.startswith("cost model")], flush=True)
+            budgets[budgets.index("cost")] = "cost:" + path
+        except Exception as e:
+            res["cost_model_error"] = str(e)[-2000:]
+            budgets.remove("cost")
     runs = [] if "batch" in skip else [(kv, b) for kv in args.batch_kv_dtypes.split(",")
-                                         for b in (args.batch_budgets.split(",") if kv == "auto" else ["8192"])]
+                                         for b in (budgets if kv == "auto" else ["8192"])]
     for kv_dtype, budget in runs:
-        suffix = ("" if kv_dtype == "auto" else "_kv_" + kv_dtype) + ("" if budget == "8192" else "_budget_" + budget)
+        name = "cost_model" if budget.startswith("cost:") else budget
+        suffix = ("" if kv_dtype == "auto" else "_kv_" + kv_dtype) + ("" if budget == "8192" else "_budget_" + name)
         try:
             tps, wall = deepinfer_batch(args.deepinfer, args.model, args.workdir, args.batch_requests, args.batch_prompt,
                                         args.batch_gen, cfg["vocab_size"], args.batch_timeout, kv_dtype, budget)
