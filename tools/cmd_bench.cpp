@@ -184,7 +184,11 @@ int run_bench(int argc, char** argv) {
   config.max_num_seqs = std::max(config.max_num_seqs, need_batch);
   if (!fit_path.empty()) config.max_num_batched_tokens = std::max(config.max_num_batched_tokens, fit_max_q);
   if (config.kv_cache_tokens == 0) {
-    config.kv_cache_tokens = std::max<int64_t>(int64_t{need_batch} * (need_len + config.block_size), 4096);
+    // Room for the sweep's batches and for the fit's longest timing step
+    // (fit_cost_model: up to fit_max_q new tokens after 1,024 cached).
+    const int64_t fit_tokens = fit_path.empty() ? 0 : int64_t{fit_max_q} + 1024 + config.block_size;
+    config.kv_cache_tokens =
+        std::max({int64_t{need_batch} * (need_len + config.block_size), fit_tokens, int64_t{4096}});
   }
   Engine engine(config);
 
