@@ -21,7 +21,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--max-model-len", c.max_model_len, "maximum tokens per sequence (prompt + output)")
       ->check(CLI::Range(0, 1 << 24));
   app.add_option("--max-num-seqs", c.max_num_seqs, "maximum sequences per step")->check(CLI::Range(1, 65536));
-  app.add_option("--max-num-batched-tokens", c.max_num_batched_tokens, "token budget per step")
+  app.add_option("--max-num-batched-tokens", c.max_num_batched_tokens,
+                 "token budget per step (default: 512 on the CPU, 8192 on a GPU)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--block-size", c.block_size, "tokens per KV-cache page")->check(CLI::Range(1, 1024));
   app.add_option("--kv-cache-tokens", c.kv_cache_tokens, "KV cache size in tokens (overrides --kv-cache-memory)")
