@@ -11,6 +11,8 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "core/file_io.h"
+#include "core/json_parse.h"
 #include "loader/gguf.h"
 #include "tokenizer/chat_template.h"
 
@@ -18,9 +20,14 @@ namespace deepinfer::cli {
 namespace {
 
 std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  DI_CHECK(in.good(), "cannot read '{}'", path.string());
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  constexpr uint64_t kMaxConfigBytes = 64ull << 20;
+  return read_regular_file(path.string(), kMaxConfigBytes);
+}
+
+JsonLimits cli_json_limits() {
+  JsonLimits limits;
+  limits.duplicates = DuplicateKeys::LastWins;
+  return limits;
 }
 
 std::string gguf_token(const GgufFile& f, const char* id_key) {
@@ -42,8 +49,7 @@ ChatTemplateSource load_template(const std::string& path, const std::string& nam
             gguf_token(f, "tokenizer.ggml.eos_token_id")};
   }
   if (std::filesystem::is_directory(p)) p /= "tokenizer_config.json";
-  nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text(p), nullptr, false);
-  DI_CHECK(!config.is_discarded(), "'{}' is not valid JSON", p.string());
+  nlohmann::ordered_json config = parse_ordered_json(read_text(p), p.string(), cli_json_limits());
   try {
     return chat_template_from_config(config, name);
   } catch (const Error& e) {
@@ -64,7 +70,7 @@ int run_chat_template(int argc, char** argv) {
   }
   ChatTemplateSource src = load_template(tokenizer, name);
   std::string input(std::istreambuf_iterator<char>(std::cin), {});
-  nlohmann::ordered_json request = nlohmann::ordered_json::parse(input, nullptr, false);
+  nlohmann::ordered_json request = parse_ordered_json(input, "stdin", cli_json_limits());
   DI_CHECK(request.is_object(), "stdin must hold a JSON object with 'messages'");
   DI_CHECK(request.contains("messages") && request["messages"].is_array(), "request needs a 'messages' array");
   bool add_generation_prompt = true;

@@ -7,6 +7,7 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "core/logging.h"
 #include "deepinfer/llm.h"
 #include "engine_flags.h"
@@ -38,7 +39,9 @@ std::vector<GenerateInput> read_jsonl(const std::string& path, const SamplingPar
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    JsonLimits limits;
+    limits.duplicates = DuplicateKeys::LastWins;
+    nlohmann::json j = parse_json(line, fmt::format("{}:{}", path, line_no), limits);
     DI_CHECK(j.is_object(), "{}:{}: not a JSON object", path, line_no);
     GenerateInput g;
     try {
@@ -79,6 +82,7 @@ nlohmann::json choice_json(const CompletionChoice& c) {
                    {"token_ids", c.token_ids},
                    {"finish_reason", std::string(to_string(c.finish_reason))}};
   if (!c.stop_reason.empty()) j["stop_reason"] = c.stop_reason;
+  if (!c.error.empty()) j["error"] = c.error;
   if (!c.logprobs.empty()) {
     nlohmann::json lp = nlohmann::json::array();
     for (const TokenOutput& t : c.logprobs) {

@@ -16,6 +16,7 @@
 
 #include "command.h"
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
@@ -42,8 +43,10 @@ int run_tokenize(int argc, char** argv) {
   while (std::getline(std::cin, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json in = nlohmann::json::parse(line, nullptr, false);
-    DI_CHECK(!in.is_discarded() && in.is_object(), "stdin line {}: not a JSON object", line_no);
+    JsonLimits limits;
+    limits.duplicates = DuplicateKeys::LastWins;
+    nlohmann::json in = parse_json(line, fmt::format("stdin line {}", line_no), limits);
+    DI_CHECK(in.is_object(), "stdin line {}: not a JSON object", line_no);
     nlohmann::json out;
     if (decode) {
       auto it = in.find("ids");

@@ -31,6 +31,7 @@ struct CompletionChoice {
   std::vector<TokenOutput> logprobs;  // per token when params.logprobs is set
   FinishReason finish_reason = FinishReason::None;
   std::string stop_reason;
+  std::string error;  // why the engine gave up on this sample (finish_reason is then abort)
 };
 
 struct CompletionOutput {

@@ -116,6 +116,7 @@ void AsyncEngine::loop() {
       EngineEvent ev;
       ev.time = now;
       if (out.finished) ev.summary = engine_->summary(out.request_id);
+      ev.error = std::move(out.error);
       ev.output = std::move(out);
       ev.output.request_id = id;
       const bool done = ev.output.finished;

@@ -68,7 +68,10 @@ class AsyncEngine {
   AsyncEngine& operator=(const AsyncEngine&) = delete;
 
   // Loaded and the loop is running.
-  bool ready() const { return state_.load() == State::Running; }
+  // Loaded, running and not draining: readiness turns false the moment a
+  // graceful shutdown begins, so load balancers stop sending at once.
+  bool ready() const { return state_.load() == State::Running && !draining_.load(); }
+  bool draining() const { return draining_.load(); }
   // Loading failed or the loop died on an internal error.
   bool dead() const { return state_.load() == State::Dead; }
   std::string error() const;

@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/logging.h"
 #include "engine/output_processor.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model_loader.h"
@@ -167,6 +168,28 @@ SampleResult Engine::sample_on_host(const Request& r, std::span<const float> log
   return sampler_->sample_row(logits, srow);
 }
 
+std::string Engine::sample_row(const Request& r, std::span<const float> logits, bool host_sample,
+                               int32_t device_token, SampleResult& result) {
+  try {
+    if (host_sample) {
+      result = sample_on_host(r, logits);
+    } else {
+      result.token = device_token;
+    }
+    if (result.token < 0 || result.token >= vocab_size()) {
+      return fmt::format("numerical fault: no token can be sampled (the model's logits are NaN or -inf everywhere; "
+                         "sampler returned {})",
+                         result.token);
+    }
+    if (!host_sample && r.params().logprobs) {
+      Sampler::compute_logprobs(logits, result.token, *r.params().logprobs, result);
+    }
+  } catch (const Error& e) {
+    return fmt::format("numerical fault while sampling: {}", e.what());
+  }
+  return {};
+}
+
 void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outputs) {
   const StepResults res = parts_.runner->wait(step.slot);
   // The device is done with this step: blocks held for it can be reused.
@@ -195,17 +218,20 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
     r.inflight.erase(r.inflight.begin());
     std::span<const float> logits;
     if (row.logits_index >= 0) logits = res.logits.subspan(static_cast<size_t>(row.logits_index) * vocab, vocab);
-    SampleResult result;
-    if (row.host_sample) {
-      result = sample_on_host(r, logits);
-    } else {
-      result.token = res.tokens[i];
-      DI_CHECK(result.token >= 0 && result.token < vocab_size(), "device sampler returned token {} (vocabulary {})",
-               result.token, vocab_size());
-      if (r.params().logprobs) Sampler::compute_logprobs(logits, result.token, *r.params().logprobs, result);
-    }
     RequestOutput out;
     out.request_id = r.id();
+    SampleResult result;
+    if (std::string fault = sample_row(r, logits, row.host_sample, row.host_sample ? -1 : res.tokens[i], result); !fault.empty()) {
+      // A numerical fault (NaN or infinite logits) ends this request only; the
+      // engine and every other request go on.
+      log_error("request {}: {}", r.id(), fault);
+      ++stats_.numerical_faults;
+      out.error = std::move(fault);
+      finish(live, FinishReason::Abort, out);
+      outputs.push_back(std::move(out));
+      requests_.erase(it);
+      continue;
+    }
     if (live.penalties) live.penalties->add_output(result.token);
     ++stats_.generation_tokens;
     if (r.num_output_tokens() == 0) r.timings.first_token = Clock::now();

@@ -28,6 +28,7 @@ struct EngineStats {
   size_t num_waiting = 0;
   double kv_usage = 0;
   int64_t num_preemptions = 0;
+  int64_t numerical_faults = 0;  // requests ended because their logits allowed no token
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t prompt_tokens = 0;
@@ -104,6 +105,10 @@ class Engine {
   // requests that finished, were aborted or were preempted meanwhile are dropped.
   void complete(const InflightStep& step, std::vector<RequestOutput>& outputs);
   SampleResult sample_on_host(const Request& r, std::span<const float> logits);
+  // The row's token (sampled here, or `device_token` from the device) into
+  // `result`; a non-empty message when the logits allow no token.
+  std::string sample_row(const Request& r, std::span<const float> logits, bool host_sample, int32_t device_token,
+                         SampleResult& result);
   // The step that still uses a finishing request's KV blocks, if any.
   std::optional<uint64_t> newest_inflight_step() const;
   void finish(Live& live, FinishReason reason, RequestOutput& out);

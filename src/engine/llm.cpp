@@ -71,6 +71,7 @@ std::vector<CompletionOutput> LLM::generate(const std::vector<GenerateInput>& in
       if (!out.finished) continue;
       choice.finish_reason = out.finish_reason;
       choice.stop_reason = out.stop_reason;
+      choice.error = std::move(out.error);
       if (auto s = engine_.summary(out.request_id)) {
         auto secs = [](Clock::time_point a, Clock::time_point b) {
           return b == Clock::time_point{} ? 0.0 : std::chrono::duration<double>(b - a).count();

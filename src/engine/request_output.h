@@ -25,6 +25,9 @@ struct RequestOutput {
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
   std::string stop_reason;  // the matched stop string, if any
+  // Set when the engine gave up on this request alone (finished, reason Abort):
+  // e.g. the model's logits held no finite value to sample from.
+  std::string error;
 };
 
 }  // namespace deepinfer

@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "loader/json_util.h"
+#include "core/json_parse.h"
 #include "loader/mapped_file.h"
 
 namespace deepinfer {
@@ -16,7 +16,7 @@ using nlohmann::json;
 
 json read_json(const fs::path& path) {
   MappedFile file = MappedFile::open(path.string());
-  return parse_json_strict({reinterpret_cast<const char*>(file.data()), file.size()}, path.string());
+  return parse_json({reinterpret_cast<const char*>(file.data()), file.size()}, path.string());
 }
 
 // Shards must sit in the checkpoint folder itself: an index must not reach

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace deepinfer {
 
@@ -22,12 +23,10 @@ struct FdCloser {
 }  // namespace
 
 MappedFile MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open '{}': {}", path, std::strerror(errno));
+  const int fd = open_regular_file(path);
   FdCloser closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0) fail("cannot stat '{}': {}", path, std::strerror(errno));
-  DI_CHECK(S_ISREG(st.st_mode), "'{}' is not a regular file", path);
   DI_CHECK(st.st_size > 0, "'{}' is empty", path);
   auto size = static_cast<size_t>(st.st_size);
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);

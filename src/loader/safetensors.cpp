@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "loader/json_util.h"
+#include "core/json_parse.h"
 
 namespace deepinfer {
 
@@ -17,6 +17,7 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kMetadataKey = "__metadata__";
+constexpr size_t kMaxRank = 16;
 
 // Dtypes the format defines but DeepInfer does not load, so that the error can
 // tell "unsupported" from "not a dtype at all".
@@ -27,9 +28,17 @@ bool is_known_unsupported(std::string_view name) {
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
+// A value for an error message, cut short: a header may hold megabytes.
+std::string excerpt(const json& v) {
+  constexpr size_t kShown = 80;
+  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > kShown) text = text.substr(0, kShown) + "...";
+  return text;
+}
+
 uint64_t as_offset(const json& v, std::string_view what, std::string_view tensor) {
   DI_CHECK(v.is_number_unsigned(), "tensor '{}': {} must be a non-negative integer, got {}", tensor,
-           what, v.dump());
+           what, excerpt(v));
   return v.get<uint64_t>();
 }
 
@@ -84,8 +93,11 @@ void SafetensorsFile::parse_all() {
   data_offset_ = 8 + header_len;
   const uint64_t data_size = bytes_.size() - data_offset_;
 
-  json header = parse_json_strict(
-      {reinterpret_cast<const char*>(bytes_.data()) + 8, static_cast<size_t>(header_len)}, "safetensors header");
+  // A header nests three levels: tensor table, tensor entry, shape list.
+  JsonLimits limits;
+  limits.max_depth = 3;
+  json header = parse_json(
+      {reinterpret_cast<const char*>(bytes_.data()) + 8, static_cast<size_t>(header_len)}, "safetensors header", limits);
   DI_CHECK(header.is_object(), "safetensors header is not a JSON object");
   tensors_.reserve(header.size());
   for (auto& [name, entry] : header.items()) {
@@ -105,6 +117,8 @@ void SafetensorsFile::parse_all() {
     auto offsets = entry.find("data_offsets");
     DI_CHECK(dtype != entry.end() && dtype->is_string(), "tensor '{}' has no dtype string", name);
     DI_CHECK(shape != entry.end() && shape->is_array(), "tensor '{}' has no shape array", name);
+    DI_CHECK(shape->size() <= kMaxRank, "tensor '{}': shape has {} dimensions; at most {} are supported", name,
+             shape->size(), kMaxRank);
     DI_CHECK(offsets != entry.end() && offsets->is_array() && offsets->size() == 2,
              "tensor '{}' has no data_offsets pair", name);
     try {
@@ -121,7 +135,7 @@ void SafetensorsFile::parse_all() {
       uint64_t dim = as_offset(d, "a shape dimension", name);
       DI_CHECK(!__builtin_mul_overflow(span, std::max<uint64_t>(dim, 1), &span) &&
                    span <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
-               "tensor '{}': shape {} is too large", name, shape->dump());
+               "tensor '{}': shape {} is too large", name, excerpt(*shape));
       nbytes *= dim;  // cannot overflow: bounded by span
       t.shape.push_back(static_cast<int64_t>(dim));
     }
@@ -131,7 +145,7 @@ void SafetensorsFile::parse_all() {
              "tensor '{}': data_offsets [{}, {}) lie outside the {}-byte data section", name, begin, end,
              data_size);
     DI_CHECK(end - begin == nbytes, "tensor '{}': data_offsets [{}, {}) hold {} bytes but {} {} needs {}",
-             name, begin, end, end - begin, dtype_name(t.dtype), shape->dump(), nbytes);
+             name, begin, end, end - begin, dtype_name(t.dtype), excerpt(*shape), nbytes);
     t.offset = begin;
     t.nbytes = nbytes;
     tensors_.push_back(std::move(t));

@@ -1,6 +1,8 @@
 #include "model/arch_registry.h"
 
 #include <cmath>
+#include <limits>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -49,11 +51,27 @@ const ArchSpec& find_arch_for_hf(std::string_view hf_architecture) {
 
 namespace arch_util {
 
-uint32_t gguf_u32(const GgufFile& f, std::string_view arch, std::string_view key) {
-  return f.get_u32(fmt::format("{}.{}", arch, key));
+namespace {
+// GGUF stores counts as u32 or u64; the engine's sizes are int32, and a count
+// above that is an error naming the key, never a wrapped value.
+int32_t as_int32(const std::string& key, uint64_t v) {
+  DI_CHECK(v <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max()), "GGUF: {} = {} is out of range (at most {})",
+           key, v, std::numeric_limits<int32_t>::max());
+  return static_cast<int32_t>(v);
 }
-std::optional<uint32_t> gguf_find_u32(const GgufFile& f, std::string_view arch, std::string_view key) {
-  return f.find_u32(fmt::format("{}.{}", arch, key));
+}  // namespace
+
+int32_t gguf_int(const GgufFile& f, std::string_view arch, std::string_view key) {
+  const std::string full = fmt::format("{}.{}", arch, key);
+  const std::optional<uint64_t> v = f.find_u64(full);
+  DI_CHECK(v.has_value(), "GGUF: missing metadata key '{}'", full);
+  return as_int32(full, *v);
+}
+std::optional<int32_t> gguf_find_int(const GgufFile& f, std::string_view arch, std::string_view key) {
+  const std::string full = fmt::format("{}.{}", arch, key);
+  const std::optional<uint64_t> v = f.find_u64(full);
+  if (!v) return std::nullopt;
+  return as_int32(full, *v);
 }
 std::optional<float> gguf_find_f32(const GgufFile& f, std::string_view arch, std::string_view key) {
   return f.find_f32(fmt::format("{}.{}", arch, key));
@@ -62,20 +80,22 @@ std::optional<float> gguf_find_f32(const GgufFile& f, std::string_view arch, std
 ModelConfig gguf_dense_base(const GgufFile& f, std::string_view arch) {
   ModelConfig c;
   c.name = std::string(f.find_string("general.name").value_or(""));
-  c.n_layers = static_cast<int32_t>(gguf_u32(f, arch, "block_count"));
-  c.hidden_size = static_cast<int32_t>(gguf_u32(f, arch, "embedding_length"));
-  c.intermediate_size = static_cast<int32_t>(gguf_u32(f, arch, "feed_forward_length"));
-  c.n_heads_q = static_cast<int32_t>(gguf_u32(f, arch, "attention.head_count"));
-  c.n_heads_kv = static_cast<int32_t>(
-      gguf_find_u32(f, arch, "attention.head_count_kv").value_or(static_cast<uint32_t>(c.n_heads_q)));
+  c.n_layers = gguf_int(f, arch, "block_count");
+  // Per-layer lists are sized by this count: check it against the file first
+  // (every layer holds tensors) so a forged count cannot allocate gigabytes.
+  DI_CHECK(c.n_layers > 0 && static_cast<size_t>(c.n_layers) <= f.tensors().size(),
+           "GGUF: {}.block_count = {}, but the file holds {} tensors", arch, c.n_layers, f.tensors().size());
+  c.hidden_size = gguf_int(f, arch, "embedding_length");
+  c.intermediate_size = gguf_int(f, arch, "feed_forward_length");
+  c.n_heads_q = gguf_int(f, arch, "attention.head_count");
+  c.n_heads_kv = gguf_find_int(f, arch, "attention.head_count_kv").value_or(c.n_heads_q);
   DI_CHECK(c.n_heads_q > 0, "GGUF: attention.head_count must be positive");
-  c.head_dim = static_cast<int32_t>(gguf_find_u32(f, arch, "attention.key_length")
-                                        .value_or(static_cast<uint32_t>(c.hidden_size / c.n_heads_q)));
-  c.rotary_dim = static_cast<int32_t>(gguf_find_u32(f, arch, "rope.dimension_count").value_or(0));
+  c.head_dim = gguf_find_int(f, arch, "attention.key_length").value_or(c.hidden_size / c.n_heads_q);
+  c.rotary_dim = gguf_find_int(f, arch, "rope.dimension_count").value_or(0);
   if (c.rotary_dim == c.head_dim) c.rotary_dim = 0;
   c.rms_eps = gguf_find_f32(f, arch, "attention.layer_norm_rms_epsilon").value_or(1e-5f);
   c.rope_theta = gguf_find_f32(f, arch, "rope.freq_base").value_or(10000.0f);
-  c.max_position = static_cast<int32_t>(gguf_find_u32(f, arch, "context_length").value_or(4096));
+  c.max_position = gguf_find_int(f, arch, "context_length").value_or(4096);
   if (auto type = f.find_string(fmt::format("{}.rope.scaling.type", arch))) {
     if (*type == "linear") {
       c.rope_scaling.type = RopeScalingType::Linear;
@@ -91,36 +111,80 @@ ModelConfig gguf_dense_base(const GgufFile& f, std::string_view arch) {
     const float* p = t.data_as<const float>();
     c.rope_freq_factors.assign(p, p + t.numel());
   }
-  if (auto v = gguf_find_u32(f, arch, "vocab_size")) {
-    c.vocab_size = static_cast<int32_t>(*v);
+  if (auto v = gguf_find_int(f, arch, "vocab_size")) {
+    c.vocab_size = *v;
   } else if (const GgufTensorInfo* emb = f.find_tensor("token_embd.weight")) {
     c.vocab_size = static_cast<int32_t>(f.tensor(*emb).size(0));
   }
+  // The token list is the vocabulary the ids mean: an embedding row without a
+  // token could be sampled and then vanish from the output.
+  if (f.has("tokenizer.ggml.tokens")) {
+    const uint64_t tokens = f.get_array_size("tokenizer.ggml.tokens");
+    DI_CHECK(tokens == static_cast<uint64_t>(c.vocab_size),
+             "GGUF: tokenizer.ggml.tokens lists {} tokens, but the model's vocabulary (embedding rows) is {}", tokens,
+             c.vocab_size);
+  }
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   c.layer_window.assign(c.n_layers, 0);
-  if (auto id = f.find_u32("tokenizer.ggml.bos_token_id")) c.bos_token_id = static_cast<int32_t>(*id);
-  if (auto id = f.find_u32("tokenizer.ggml.eos_token_id")) c.eos_token_ids.push_back(static_cast<int32_t>(*id));
+  if (auto id = f.find_u64("tokenizer.ggml.bos_token_id")) c.bos_token_id = as_int32("tokenizer.ggml.bos_token_id", *id);
+  if (auto id = f.find_u64("tokenizer.ggml.eos_token_id")) {
+    c.eos_token_ids.push_back(as_int32("tokenizer.ggml.eos_token_id", *id));
+  }
   return c;
 }
 
 namespace {
 
+// A value for an error message, cut short.
+std::string excerpt(const nlohmann::json& v) {
+  constexpr size_t kShown = 60;
+  std::string text = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return text.size() > kShown ? text.substr(0, kShown) + "..." : text;
+}
+
+// Exact conversions: a count of 2^40 or 64.5 is an error that names the field,
+// never a wrapped or truncated number.
+template <typename T>
+T convert(const nlohmann::json& v, const char* key) {
+  if constexpr (std::is_same_v<T, bool>) {
+    DI_CHECK(v.is_boolean(), "config.json: field '{}' must be true or false, got {}", key, excerpt(v));
+    return v.get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    DI_CHECK(v.is_number_integer(), "config.json: field '{}' must be an integer, got {}", key, excerpt(v));
+    constexpr auto lo = static_cast<int64_t>(std::numeric_limits<T>::min());
+    constexpr auto hi = static_cast<uint64_t>(std::numeric_limits<T>::max());
+    if (v.is_number_unsigned()) {
+      const auto u = v.get<uint64_t>();
+      DI_CHECK(u <= hi, "config.json: field '{}' = {} is out of range (at most {})", key, u, hi);
+      return static_cast<T>(u);
+    }
+    const auto i = v.get<int64_t>();
+    DI_CHECK(i >= lo && static_cast<uint64_t>(std::max<int64_t>(i, 0)) <= hi,
+             "config.json: field '{}' = {} is out of range [{}, {}]", key, i, lo, hi);
+    return static_cast<T>(i);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    DI_CHECK(v.is_number(), "config.json: field '{}' must be a number, got {}", key, excerpt(v));
+    const auto x = static_cast<T>(v.get<double>());
+    DI_CHECK(std::isfinite(x), "config.json: field '{}' = {} is not a finite number", key, excerpt(v));
+    return x;
+  } else {
+    DI_CHECK(v.is_string(), "config.json: field '{}' must be a string, got {}", key, excerpt(v));
+    return v.get<std::string>();
+  }
+}
+
 template <typename T>
 T get_or(const nlohmann::json& j, const char* key, T fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail("config.json: field '{}' has the wrong type ({})", key, it->type_name());
-  }
+  return convert<T>(*it, key);
 }
 
 template <typename T>
 T get_required(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
   DI_CHECK(it != j.end() && !it->is_null(), "config.json: missing field '{}'", key);
-  return get_or<T>(j, key, T{});
+  return convert<T>(*it, key);
 }
 
 }  // namespace
@@ -129,6 +193,11 @@ int32_t hf_int(const nlohmann::json& cfg, const char* key, int32_t fallback) {
   return get_or<int32_t>(cfg, key, fallback);
 }
 int32_t hf_required_int(const nlohmann::json& cfg, const char* key) { return get_required<int32_t>(cfg, key); }
+int32_t hf_int_value(const nlohmann::json& value, const char* key) { return convert<int32_t>(value, key); }
+float hf_float(const nlohmann::json& cfg, const char* key, float fallback) { return get_or<float>(cfg, key, fallback); }
+std::string hf_string(const nlohmann::json& cfg, const char* key, const std::string& fallback) {
+  return get_or<std::string>(cfg, key, fallback);
+}
 bool hf_bool(const nlohmann::json& cfg, const char* key, bool fallback) { return get_or<bool>(cfg, key, fallback); }
 
 void read_rope_scaling(const nlohmann::json& rs, RopeScaling& out) {
@@ -205,13 +274,13 @@ ModelConfig hf_dense_base(const nlohmann::json& cfg, std::string_view arch) {
   }
   c.layer_window.assign(std::max(c.n_layers, 0), 0);
   if (auto it = cfg.find("bos_token_id"); it != cfg.end() && it->is_number_integer()) {
-    c.bos_token_id = it->get<int32_t>();
+    c.bos_token_id = convert<int32_t>(*it, "bos_token_id");
   }
   if (auto it = cfg.find("eos_token_id"); it != cfg.end()) {
-    if (it->is_number_integer()) c.eos_token_ids.push_back(it->get<int32_t>());
+    if (it->is_number_integer()) c.eos_token_ids.push_back(convert<int32_t>(*it, "eos_token_id"));
     if (it->is_array()) {
       for (const auto& e : *it) {
-        if (e.is_number_integer()) c.eos_token_ids.push_back(e.get<int32_t>());
+        if (e.is_number_integer()) c.eos_token_ids.push_back(convert<int32_t>(e, "eos_token_id"));
       }
     }
   }

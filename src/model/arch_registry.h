@@ -34,8 +34,9 @@ const ArchSpec& find_arch_for_hf(std::string_view hf_architecture);
 // Helpers shared by the architectures' config readers.
 namespace arch_util {
 // Reads "<arch>.<key>" from GGUF metadata.
-uint32_t gguf_u32(const GgufFile& f, std::string_view arch, std::string_view key);
-std::optional<uint32_t> gguf_find_u32(const GgufFile& f, std::string_view arch, std::string_view key);
+// Integer keys as exact int32: a value above INT32_MAX is an error naming the key.
+int32_t gguf_int(const GgufFile& f, std::string_view arch, std::string_view key);
+std::optional<int32_t> gguf_find_int(const GgufFile& f, std::string_view arch, std::string_view key);
 std::optional<float> gguf_find_f32(const GgufFile& f, std::string_view arch, std::string_view key);
 // Common dense-decoder fields from GGUF: sizes, heads, eps, rope base/scaling, vocab.
 ModelConfig gguf_dense_base(const GgufFile& f, std::string_view arch);
@@ -47,6 +48,10 @@ ModelConfig hf_dense_base(const nlohmann::json& cfg, std::string_view arch);
 int32_t hf_int(const nlohmann::json& cfg, const char* key, int32_t fallback);
 int32_t hf_required_int(const nlohmann::json& cfg, const char* key);
 bool hf_bool(const nlohmann::json& cfg, const char* key, bool fallback);
+float hf_float(const nlohmann::json& cfg, const char* key, float fallback);
+std::string hf_string(const nlohmann::json& cfg, const char* key, const std::string& fallback);
+// One value (a list entry) of the field named `key`, as an exact int32.
+int32_t hf_int_value(const nlohmann::json& value, const char* key);
 }  // namespace arch_util
 
 }  // namespace deepinfer

@@ -21,6 +21,8 @@ void ModelConfig::validate() const {
   DI_CHECK(rotary_dim >= 0 && rotary_dim <= head_dim && rotary_dim % 2 == 0,
            "{}: rotary_dim {} invalid for head_dim {}", arch, rotary_dim, head_dim);
   DI_CHECK(rope_theta > 0, "{}: rope_theta must be positive", arch);
+  DI_CHECK(max_position >= 2, "{}: the context length (max_position_embeddings / context_length) is {}; at least 2 is needed",
+           arch, max_position);
   DI_CHECK(rms_eps > 0 && rms_eps < 1, "{}: rms_norm_eps {} out of range", arch, rms_eps);
   DI_CHECK(static_cast<int>(layer_window.size()) == n_layers,
            "{}: per-layer window list has {} entries for {} layers", arch, layer_window.size(),

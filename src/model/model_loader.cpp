@@ -15,6 +15,24 @@
 
 namespace deepinfer {
 
+namespace {
+
+// config.json's layer count sizes per-layer lists before any weight is read;
+// every layer holds tensors, so a count above the checkpoint's tensor count is
+// forged or broken and is refused before anything is allocated by it.
+void check_layer_count(const nlohmann::json& cfg, const HfCheckpoint& ckpt) {
+  const nlohmann::json* scope = &cfg;
+  if (auto t = cfg.find("text_config"); t != cfg.end() && t->is_object()) scope = &*t;
+  auto it = scope->find("num_hidden_layers");
+  // Negative or fractional values are left to the architecture's reader, which names them.
+  if (it == scope->end() || !it->is_number_unsigned()) return;
+  const uint64_t layers = it->get<uint64_t>();
+  const size_t tensors = ckpt.tensor_names().size();
+  DI_CHECK(layers <= tensors, "config.json: num_hidden_layers = {}, but the checkpoint holds {} tensors", layers, tensors);
+}
+
+}  // namespace
+
 LoadedModel::~LoadedModel() = default;
 
 std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend& backend) {
@@ -35,6 +53,7 @@ std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend&
              "{}/config.json has no 'architectures' list", path);
     const std::string hf_arch = (*archs)[0].get<std::string>();
     const ArchSpec& spec = find_arch_for_hf(hf_arch);
+    check_layer_count(cfg, *m->hf_);
     config = spec.from_hf(cfg, hf_arch);
     post_attention_is_ffn_norm = spec.hf_post_attention_is_ffn_norm;
     m->source_ = std::make_unique<HfWeightSource>(*m->hf_, post_attention_is_ffn_norm, spec.hf_expert_layout);

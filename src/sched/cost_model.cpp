@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_parse.h"
 
 namespace deepinfer {
 
@@ -65,7 +66,7 @@ std::string StepCostModel::to_json() const {
 }
 
 StepCostModel StepCostModel::from_json(const std::string& text) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  const nlohmann::json j = parse_json(text, "cost model");
   DI_CHECK(j.is_object(), "cost model: not a JSON object");
   auto num = [&](const char* k) {
     DI_CHECK(j.contains(k) && j[k].is_number(), "cost model: missing number '{}'", k);

@@ -45,7 +45,10 @@ void send_json(const std::shared_ptr<ResponseChannel>& ch, int status, const ojs
 }  // namespace
 
 ApiServer::ApiServer(AsyncEngine& engine, ApiServerOptions options)
-    : engine_(engine), options_(std::move(options)), metrics_({{"model_name", options_.served_model_name}}) {
+    : engine_(engine),
+      options_(std::move(options)),
+      metrics_({{"model_name", options_.served_model_name}}),
+      workers_(options_.request_workers, options_.max_queued_requests) {
   started_at_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   render_metrics();  // registers every family so /metrics lists them from the start
 }
@@ -110,6 +113,20 @@ const PromptBuilder& ApiServer::prompts() {
 }
 
 void ApiServer::handle(HttpRequest&& request, std::shared_ptr<ResponseChannel> channel) {
+  if (request.body().empty()) {
+    handle_now(request, channel);
+    return;
+  }
+  auto owned = std::make_shared<HttpRequest>(std::move(request));
+  const bool queued = workers_.try_submit([this, owned, channel] { handle_now(*owned, channel); });
+  if (!queued) {
+    const Api api = path_of(*owned).substr(0, 12) == "/v1/messages" ? Api::Messages : Api::Chat;
+    send_json(channel, 503,
+              error_body(api, 503, "the server is busy reading other requests; retry later", "overloaded_error", ""));
+  }
+}
+
+void ApiServer::handle_now(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel) {
   Api api = Api::Chat;
   try {
     dispatch(request, channel, api);
@@ -139,13 +156,17 @@ void ApiServer::dispatch(const HttpRequest& r, const std::shared_ptr<ResponseCha
   if (path == "/health") {
     require(get);
     if (engine_.dead()) throw ApiError(503, engine_.error(), {}, "api_error");
+    if (engine_.draining()) throw ApiError(503, "the server is shutting down", {}, "overloaded_error");
     ch->send(200, "application/json", "{}");
     return;
   }
   if (path == "/ready") {
     require(get);
     if (!engine_.ready()) {
-      throw ApiError(503, engine_.dead() ? engine_.error() : "the model is still loading", {}, "overloaded_error");
+      throw ApiError(503, engine_.dead()       ? engine_.error()
+                          : engine_.draining() ? "the server is shutting down"
+                                               : "the model is still loading",
+                     {}, "overloaded_error");
     }
     ch->send(200, "application/json", R"({"status":"ready"})");
     return;
@@ -246,7 +267,15 @@ void ApiServer::generate(Api api, const HttpRequest& r, const std::shared_ptr<Re
   ctx.metrics.success_abort = &metrics_.counter("deepinfer:request_success_total", "", {{"finished_reason", "abort"}});
   ctx.metrics.rejected = &metrics_.counter("deepinfer:num_requests_rejected_total", "");
   auto job = std::make_shared<GenerationJob>(std::move(ctx), std::move(req), std::move(prompts), std::move(texts), ch);
-  job->start();
+  // The job lives on the connection's strand, where its engine events arrive.
+  ch->post([job, ch, api] {
+    try {
+      job->start();
+    } catch (const std::exception& e) {
+      log_error("starting a generation failed: {}", e.what());
+      send_json(ch, 500, error_body(api, 500, "internal server error", "api_error", ""));
+    }
+  });
 }
 
 void ApiServer::tokenize(const HttpRequest& r, const std::shared_ptr<ResponseChannel>& ch) {

@@ -1,7 +1,9 @@
 // ApiServer: the request handler behind HttpServer. Routes the OpenAI- and
-// Anthropic-compatible endpoints, checks the API key, parses and validates every
-// request on the I/O thread (never on the engine thread), and turns each
-// generation into a GenerationJob. Every failure of a single request is caught
+// Anthropic-compatible endpoints, checks the API key, and turns each generation
+// into a GenerationJob. Requests with a body are parsed, validated and
+// tokenised on a few request workers (never on an I/O thread, whose time must
+// stay in milliseconds, nor on the engine thread); bodiless ones (/health,
+// /ready, /metrics, /v1/models) are answered on the I/O thread. Every failure of a single request is caught
 // here: client mistakes become 4xx with an error body, bugs a logged 500; the
 // server stays up either way.
 #pragma once
@@ -14,6 +16,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/protocol.h"
+#include "server/request_workers.h"
 
 namespace deepinfer {
 class PromptBuilder;
@@ -25,6 +28,8 @@ struct ApiServerOptions {
   std::string served_model_name;  // the name clients send and /v1/models lists
   std::string api_key;            // empty = no authentication
   RequestLimits limits;
+  int request_workers = 2;      // threads that parse and tokenise requests
+  size_t max_queued_requests = 64;  // waiting for a worker; beyond this, 503
 };
 
 class ApiServer {
@@ -38,6 +43,8 @@ class ApiServer {
 
  private:
   struct Route;
+  // Routes one request and answers every failure with an error body.
+  void handle_now(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
   void dispatch(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel, Api& api_for_errors);
   void generate(Api api, const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
   void tokenize(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
@@ -54,6 +61,8 @@ class ApiServer {
   std::once_flag prompts_once_;
   std::unique_ptr<PromptBuilder> prompts_;
   int64_t started_at_ = 0;
+  // Last: joined first on destruction, while what its tasks use still exists.
+  RequestWorkers workers_;
 };
 
 }  // namespace deepinfer::server

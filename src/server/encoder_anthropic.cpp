@@ -43,8 +43,8 @@ ojson AnthropicEncoder::body(std::span<const SampleOutput> samples) const {
   if (!s.content.empty()) content.push_back({{"type", "text"}, {"text", s.content}});
   for (size_t k = 0; k < s.tool_calls.size(); ++k) {
     // The model's arguments are text; a tool_use block's input is an object.
-    ojson input = ojson::parse(s.tool_calls[k].arguments, nullptr, false);
-    if (input.is_discarded() || !input.is_object()) input = ojson::object();
+    std::optional<ojson> parsed = parse_embedded_json(s.tool_calls[k].arguments);
+    ojson input = parsed && parsed->is_object() ? std::move(*parsed) : ojson::object();
     content.push_back({{"type", "tool_use"}, {"id", s.tool_call_ids[k]}, {"name", s.tool_calls[k].name}, {"input", input}});
   }
   return {{"id", id_}, {"type", "message"}, {"role", "assistant"}, {"model", ctx_.model_name},

@@ -140,6 +140,7 @@ void GenerationJob::on_event(size_t index, EngineEvent ev) {
     s.stop_string = !out.stop_reason.empty() && out.finish_reason == FinishReason::Stop;
     if (ev.summary) s.num_cached = ev.summary->num_cached_prompt_tokens;
     if (!ev.error.empty()) {
+      if (!failed_) failure_ = ev.error;
       failed_ = true;
       log_error("request {}: {}", encoder_->id(), ev.error);
     }
@@ -159,14 +160,14 @@ void GenerationJob::on_event(size_t index, EngineEvent ev) {
 }
 
 void GenerationJob::on_all_finished() {
-  constexpr const char* kEngineFailure = "the request failed in the engine";
   if (failed_) {
+    const std::string message = "the request failed in the engine: " + failure_;
     if (request_.stream) {
       // The headers are out: the error goes in the stream, which then ends.
-      encoder_->stream_error(events_, kEngineFailure);
+      encoder_->stream_error(events_, message);
       channel_->end();
     } else {
-      send_error(500, kEngineFailure, "api_error");
+      send_error(500, message, "api_error");
     }
     return;
   }

@@ -81,6 +81,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::vector<uint64_t> engine_ids_;
   size_t remaining_ = 0;
   bool failed_ = false;
+  std::string failure_;  // the first sample's engine error
 };
 
 }  // namespace deepinfer::server

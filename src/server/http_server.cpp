@@ -222,9 +222,14 @@ class Session : public std::enable_shared_from_this<Session>, public ResponseCha
     auto dst = buffer_.prepare(n);
     asio::buffer_copy(dst, asio::buffer(watch_buf_.data(), n));
     buffer_.commit(n);
-    // Bytes of a pipelined request: watching stops (one read at a time) and the
-    // request is parsed once the current response is done.
-    if (busy_) return;
+    // Bytes of a pipelined request (or stray bytes): they are kept and parsed
+    // once the current response is done. Watching goes on so that a client
+    // that closes now is still noticed, up to a bound on buffered bytes
+    // (beyond it the client waits, as TCP flow control makes it).
+    if (busy_) {
+      if (buffer_.size() < kMaxBufferedWhileBusy) watch();
+      return;
+    }
     timer_.cancel();
     read_request();
   }
@@ -339,6 +344,7 @@ class Session : public std::enable_shared_from_this<Session>, public ResponseCha
   size_t lingered_bytes_ = 0;
   static constexpr double kLingerSeconds = 2.0;
   static constexpr size_t kLingerMaxBytes = 64u << 20;
+  static constexpr size_t kMaxBufferedWhileBusy = 64u << 10;
   bool closed_ = false;
 };
 

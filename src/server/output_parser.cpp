@@ -1,5 +1,7 @@
 #include "server/output_parser.h"
 
+#include "server/protocol.h"
+
 #include <nlohmann/json.hpp>
 
 namespace deepinfer::server {
@@ -39,9 +41,11 @@ ToolCallFormat tool_call_format_for_template(const std::string& t) {
 bool template_has_reasoning(const std::string& t) { return t.find("<think>") != std::string::npos || t.find("</think>") != std::string::npos; }
 
 bool parse_tool_call_json(std::string_view text, ParsedToolCall& out) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  std::optional<nlohmann::ordered_json> parsed = parse_embedded_json(text);
+  if (!parsed) return false;
+  const nlohmann::ordered_json& j = *parsed;
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
-  const nlohmann::json* args = nullptr;
+  const nlohmann::ordered_json* args = nullptr;
   if (j.contains("arguments")) args = &j["arguments"];
   else if (j.contains("parameters")) args = &j["parameters"];
   out.name = j["name"].get<std::string>();
@@ -50,7 +54,7 @@ bool parse_tool_call_json(std::string_view text, ParsedToolCall& out) {
   } else if (args->is_string()) {
     out.arguments = args->get<std::string>();
   } else {
-    out.arguments = args->dump();
+    out.arguments = dump_json(*args);
   }
   return true;
 }

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "core/json_parse.h"
 #include "server/api_error.h"
 #include "server/json_fields.h"
 
@@ -19,26 +20,28 @@ ojson error_body(Api api, int status, const std::string& message, const std::str
 }
 
 ojson parse_json_body(std::string_view body, int32_t max_depth) {
-  // Bound nesting before the recursive parser sees the text.
-  int32_t depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) throw ApiError(400, fmt::format("JSON nesting deeper than {} levels", max_depth));
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
+  JsonLimits limits;
+  limits.max_depth = max_depth;
+  limits.duplicates = DuplicateKeys::LastWins;
+  ojson j;
+  try {
+    j = parse_ordered_json(body, "the request body", limits);
+  } catch (const Error& e) {
+    throw ApiError(400, e.what());
   }
-  ojson j = ojson::parse(body, nullptr, false);
-  if (j.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
   if (!j.is_object()) throw ApiError(400, fmt::format("the request body must be a JSON object, got {}", j.type_name()));
   return j;
+}
+
+std::optional<ojson> parse_embedded_json(std::string_view text) {
+  JsonLimits limits;
+  limits.max_depth = kEmbeddedJsonDepth;
+  limits.duplicates = DuplicateKeys::LastWins;
+  try {
+    return parse_ordered_json(text, "embedded JSON", limits);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 namespace {
@@ -98,6 +101,12 @@ void read_common(const ojson& body, GenerationRequest& r) {
   r.cache_salt = read_string(body, "cache_salt");
   if (const ojson* k = field(body, "chat_template_kwargs")) {
     if (!k->is_object()) bad_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    for (const char* reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"}) {
+      if (k->contains(reserved)) {
+        bad_param("chat_template_kwargs",
+                  fmt::format("'chat_template_kwargs' may not set '{}': it comes from the request itself", reserved));
+      }
+    }
     r.chat_template_kwargs = *k;
   }
 }
@@ -136,8 +145,7 @@ ojson normalize_tool_calls(const ojson& calls, const std::string& param) {
     if (!fn.contains("name") || !fn["name"].is_string()) bad_param(param, "a tool call function needs a 'name'");
     // Templates render arguments as a mapping; the API carries them as JSON text.
     if (fn.contains("arguments") && fn["arguments"].is_string()) {
-      ojson parsed = ojson::parse(fn["arguments"].get<std::string>(), nullptr, false);
-      if (!parsed.is_discarded()) fn["arguments"] = parsed;
+      if (auto parsed = parse_embedded_json(fn["arguments"].get<std::string>())) fn["arguments"] = std::move(*parsed);
     }
     ojson call = {{"type", "function"}, {"function", fn}};
     if (c.contains("id") && c["id"].is_string()) call["id"] = c["id"];

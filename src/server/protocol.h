@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +53,12 @@ struct GenerationRequest {
 // Parses the body text as JSON with a nesting bound (deep nesting would exhaust
 // the parser's stack). Throws ApiError 400.
 nlohmann::ordered_json parse_json_body(std::string_view body, int32_t max_depth);
+
+// JSON carried inside a string (tool-call arguments a client or the model
+// wrote), or nullopt when the text is not JSON or nests deeper than
+// kEmbeddedJsonDepth levels.
+constexpr int32_t kEmbeddedJsonDepth = 64;
+std::optional<nlohmann::ordered_json> parse_embedded_json(std::string_view text);
 
 GenerationRequest parse_chat_request(const nlohmann::ordered_json& body, const RequestLimits& limits);
 GenerationRequest parse_completion_request(const nlohmann::ordered_json& body, const RequestLimits& limits);

@@ -29,7 +29,14 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const n
     globals.emplace_back("tools", jinja::Value::from_json(tools));
     globals.emplace_back("add_generation_prompt", jinja::Value(add_generation_prompt));
     if (extra_context.is_object()) {
+      // Extra variables add to the request; they may not replace what it
+      // already set (messages, tools, ...), which would bypass its checks.
+      const size_t reserved = globals.size();
       for (auto it = extra_context.begin(); it != extra_context.end(); ++it) {
+        for (size_t g = 0; g < reserved; ++g) {
+          DI_CHECK(globals[g].first != it.key(), "template variable '{}' is set by the request and cannot be overridden",
+                   it.key());
+        }
         globals.emplace_back(it.key(), jinja::Value::from_json(it.value()));
       }
     }

@@ -9,8 +9,18 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_parse.h"
 
 namespace deepinfer::tok {
+
+// tokenizer.json and tokenizer_config.json: real files nest fewer than 16
+// levels; a later key wins, as in the Python libraries that write them.
+inline JsonLimits tokenizer_json_limits() {
+  JsonLimits limits;
+  limits.max_depth = 64;
+  limits.duplicates = DuplicateKeys::LastWins;
+  return limits;
+}
 
 inline const nlohmann::json& json_field(const nlohmann::json& obj, const char* key, std::string_view where) {
   DI_CHECK(obj.is_object(), "tokenizer: {} is not a JSON object", where);

@@ -1,12 +1,14 @@
 #include "tokenizer/tokenizer.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <unistd.h>
 
 #include "core/error.h"
+#include "core/file_io.h"
+#include "core/json_parse.h"
 #include "loader/gguf.h"
+#include "tokenizer/json_util.h"
 #include "tokenizer/tokenizer_parts.h"
 #include "tokenizer/utf8.h"
 
@@ -150,12 +152,24 @@ std::string config_token(const json& config, const char* key) {
   return {};
 }
 
+// tokenizer.json of the largest vocabularies is ~35 MB; a parsed document
+// takes several times its text, so the text is bounded.
+constexpr uint64_t kMaxTokenizerFileBytes = 256ull << 20;
+
 std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  DI_CHECK(in.good(), "tokenizer: cannot open '{}'", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return std::move(ss).str();
+  try {
+    return read_regular_file(path.string(), kMaxTokenizerFileBytes);
+  } catch (const Error& e) {
+    fail("tokenizer: {}", e.what());
+  }
+}
+
+bool has_gguf_magic(const std::string& path) {
+  const int fd = open_regular_file(path);
+  char magic[4] = {};
+  const ssize_t n = ::read(fd, magic, sizeof magic);
+  ::close(fd);
+  return n == 4 && std::string_view(magic, 4) == "GGUF";
 }
 
 }  // namespace
@@ -235,20 +249,14 @@ std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::string& path) {
     }
     fail("tokenizer: folder '{}' holds neither tokenizer.json nor a .gguf file", path);
   }
-  {
-    std::ifstream in(p, std::ios::binary);
-    char magic[4] = {};
-    in.read(magic, 4);
-    if (in.gcount() == 4 && std::string_view(magic, 4) == "GGUF") {
-      GgufFile gguf = GgufFile::open(path);
-      return from_gguf(gguf);
-    }
+  if (has_gguf_magic(path)) {
+    GgufFile gguf = GgufFile::open(path);
+    return from_gguf(gguf);
   }
   std::string text = read_file(p);
   fs::path config_path = p.parent_path() / "tokenizer_config.json";
   if (fs::exists(config_path)) {
-    json config = json::parse(read_file(config_path), nullptr, false);
-    DI_CHECK(!config.is_discarded(), "tokenizer: '{}' is not valid JSON", config_path.string());
+    json config = parse_json(read_file(config_path), "tokenizer: " + config_path.string(), tok::tokenizer_json_limits());
     return from_json(text, &config);
   }
   return from_json(text, nullptr);

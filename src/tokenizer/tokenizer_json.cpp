@@ -155,8 +155,7 @@ void parse_post_processor(const json& pp, std::vector<int32_t>& prefix, std::vec
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json, const json* config) {
-  json root = json::parse(tokenizer_json, nullptr, false);
-  DI_CHECK(!root.is_discarded(), "tokenizer: tokenizer.json is not valid JSON");
+  json root = parse_json(tokenizer_json, "tokenizer: tokenizer.json", tokenizer_json_limits());
   DI_CHECK(root.is_object(), "tokenizer: tokenizer.json is not a JSON object");
   Parts parts;
   parse_model(json_field(root, "model", "tokenizer.json"), parts);

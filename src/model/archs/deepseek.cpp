@@ -23,19 +23,8 @@ using arch_util::hf_bool;
 using arch_util::hf_int;
 using arch_util::hf_required_int;
 
-std::string hf_string(const nlohmann::json& cfg, const char* key, const std::string& fallback) {
-  auto it = cfg.find(key);
-  if (it == cfg.end() || it->is_null()) return fallback;
-  DI_CHECK(it->is_string(), "config.json: field '{}' must be a string, got {}", key, it->dump());
-  return it->get<std::string>();
-}
-
-float hf_float(const nlohmann::json& cfg, const char* key, float fallback) {
-  auto it = cfg.find(key);
-  if (it == cfg.end() || it->is_null()) return fallback;
-  DI_CHECK(it->is_number(), "config.json: field '{}' must be a number, got {}", key, it->dump());
-  return it->get<float>();
-}
+using arch_util::hf_float;
+using arch_util::hf_string;
 
 void read_mla(const nlohmann::json& cfg, ModelConfig& c) {
   MlaConfig& m = c.mla;

@@ -31,10 +31,8 @@ ModelConfig gemma3_from_gguf(const GgufFile& f, std::string_view arch) {
   // The GGUF converter stores the norm weights with Gemma's +1 already added.
   c.norm_weight_offset = 0.0f;
   c.rope_theta_local = kLocalRopeTheta;
-  const int32_t window =
-      static_cast<int32_t>(arch_util::gguf_find_u32(f, arch, "attention.sliding_window").value_or(0));
-  const uint32_t pattern =
-      arch_util::gguf_find_u32(f, arch, "attention.sliding_window_pattern").value_or(kDefaultPattern);
+  const int32_t window = arch_util::gguf_find_int(f, arch, "attention.sliding_window").value_or(0);
+  const int32_t pattern = arch_util::gguf_find_int(f, arch, "attention.sliding_window_pattern").value_or(kDefaultPattern);
   DI_CHECK(pattern > 0, "GGUF: sliding_window_pattern must be positive");
   for (int i = 0; i < c.n_layers; ++i) {
     c.layer_window[i] = (i + 1) % pattern == 0 ? 0 : window;
@@ -52,17 +50,17 @@ ModelConfig gemma3_from_hf(const nlohmann::json& full, std::string_view hf_arch)
   const nlohmann::json& cfg = full.contains("text_config") ? full["text_config"] : full;
   ModelConfig c = arch_util::hf_dense_base(cfg, hf_arch);
   finish_gemma3(c);
-  c.tied_embeddings = cfg.value("tie_word_embeddings", true);
+  c.tied_embeddings = arch_util::hf_bool(cfg, "tie_word_embeddings", true);
   c.norm_weight_offset = 1.0f;
-  c.rope_theta_local = cfg.value("rope_local_base_freq", kLocalRopeTheta);
+  c.rope_theta_local = arch_util::hf_float(cfg, "rope_local_base_freq", kLocalRopeTheta);
   // transformers >= 5: {"rope_parameters": {"sliding_attention": {"rope_theta": ...}, ...}}
   if (auto rp = cfg.find("rope_parameters"); rp != cfg.end() && rp->is_object() && rp->contains("sliding_attention")) {
     const nlohmann::json& local = (*rp)["sliding_attention"];
     DI_CHECK(local.is_object() && local.contains("rope_theta") && local["rope_theta"].is_number(),
              "config.json: rope_parameters.sliding_attention needs a numeric rope_theta");
-    c.rope_theta_local = local["rope_theta"].get<float>();
+    c.rope_theta_local = arch_util::hf_float(local, "rope_theta", 0.0f);
   }
-  const int32_t window = cfg.value("sliding_window", 4096);
+  const int32_t window = arch_util::hf_int(cfg, "sliding_window", 4096);
   if (auto it = cfg.find("layer_types"); it != cfg.end() && it->is_array()) {
     DI_CHECK(static_cast<int>(it->size()) == c.n_layers,
              "config.json: layer_types has {} entries for {} layers", it->size(), c.n_layers);
@@ -72,11 +70,11 @@ ModelConfig gemma3_from_hf(const nlohmann::json& full, std::string_view hf_arch)
       c.layer_window[i] = t.get<std::string>() == "sliding_attention" ? window : 0;
     }
   } else {
-    int pattern = cfg.value("sliding_window_pattern", kDefaultPattern);
+    int pattern = arch_util::hf_int(cfg, "sliding_window_pattern", kDefaultPattern);
     DI_CHECK(pattern > 0, "config.json: sliding_window_pattern must be positive");
     for (int i = 0; i < c.n_layers; ++i) c.layer_window[i] = (i + 1) % pattern == 0 ? 0 : window;
   }
-  const float qpas = cfg.value("query_pre_attn_scalar", static_cast<float>(c.head_dim));
+  const float qpas = arch_util::hf_float(cfg, "query_pre_attn_scalar", static_cast<float>(c.head_dim));
   DI_CHECK(qpas > 0, "config.json: query_pre_attn_scalar must be positive");
   c.attention_scale = 1.0f / std::sqrt(qpas);
   DI_CHECK(cfg.value("final_logit_softcapping", nlohmann::json()).is_null() &&

@@ -23,13 +23,6 @@ constexpr float kDefaultRopeTheta = 150000.0f;  // GptOssConfig.default_theta
 using arch_util::hf_int;
 using arch_util::hf_required_int;
 
-float optional_float(const nlohmann::json& cfg, const char* key, float fallback) {
-  auto it = cfg.find(key);
-  if (it == cfg.end() || it->is_null()) return fallback;
-  DI_CHECK(it->is_number(), "config.json: field '{}' must be a number, got {}", key, it->dump());
-  return it->get<float>();
-}
-
 bool has_rope_theta(const nlohmann::json& cfg) {
   if (cfg.contains("rope_theta")) return true;
   auto rp = cfg.find("rope_parameters");
@@ -63,8 +56,8 @@ ModelConfig gpt_oss_from_hf(const nlohmann::json& cfg, std::string_view hf_arch)
            "config.json: num_experts_per_tok {} must be between 1 and the number of experts ({})",
            c.moe.n_experts_used, c.moe.n_experts);
   // The backends implement the activation with the published constants.
-  const float alpha = optional_float(cfg, "swiglu_alpha", kClampedSwigluAlpha);
-  const float limit = optional_float(cfg, "swiglu_limit", kClampedSwigluLimit);
+  const float alpha = arch_util::hf_float(cfg, "swiglu_alpha", kClampedSwigluAlpha);
+  const float limit = arch_util::hf_float(cfg, "swiglu_limit", kClampedSwigluLimit);
   DI_CHECK(alpha == kClampedSwigluAlpha && limit == kClampedSwigluLimit,
            "config.json: swiglu_alpha {} / swiglu_limit {} are not supported (only {} / {})", alpha, limit,
            kClampedSwigluAlpha, kClampedSwigluLimit);

@@ -19,8 +19,8 @@ ModelConfig llama_from_gguf(const GgufFile& f, std::string_view arch) {
   c.rope_style = arch == "llama" ? RopeStyle::Interleaved : RopeStyle::Neox;
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
   c.qk_norm = f.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
-  if (auto w = arch_util::gguf_find_u32(f, arch, "attention.sliding_window"); w && *w > 0) {
-    c.layer_window.assign(c.n_layers, static_cast<int32_t>(*w));
+  if (auto w = arch_util::gguf_find_int(f, arch, "attention.sliding_window"); w && *w > 0) {
+    c.layer_window.assign(c.n_layers, *w);
   }
   return c;
 }
@@ -33,17 +33,17 @@ ModelConfig llama_from_hf(const nlohmann::json& cfg, std::string_view hf_arch) {
   } else if (hf_arch == "Qwen3ForCausalLM") {
     c.arch = "qwen3";
     c.qk_norm = true;
-    c.qkv_bias = cfg.value("attention_bias", false);
+    c.qkv_bias = arch_util::hf_bool(cfg, "attention_bias", false);
   } else {
     c.arch = hf_arch == "MistralForCausalLM" ? "mistral" : "llama";
-    c.qkv_bias = cfg.value("attention_bias", false);
+    c.qkv_bias = arch_util::hf_bool(cfg, "attention_bias", false);
   }
   // Mistral always applies its window when set; Qwen2/3 only with use_sliding_window.
-  bool use_window = hf_arch == "MistralForCausalLM" || cfg.value("use_sliding_window", false);
+  bool use_window = hf_arch == "MistralForCausalLM" || arch_util::hf_bool(cfg, "use_sliding_window", false);
   if (auto it = cfg.find("sliding_window"); use_window && it != cfg.end() && it->is_number_integer()) {
-    int32_t window = it->get<int32_t>();
+    int32_t window = arch_util::hf_int_value(*it, "sliding_window");
     DI_CHECK(window > 0, "config.json: sliding_window must be positive");
-    int32_t first = cfg.value("max_window_layers", c.n_layers);  // Qwen2: layers below use full attention
+    int32_t first = arch_util::hf_int(cfg, "max_window_layers", c.n_layers);  // Qwen2: layers below use full attention
     for (int i = 0; i < c.n_layers; ++i) {
       if (hf_arch == "MistralForCausalLM" || i >= first) c.layer_window[i] = window;
     }

@@ -24,7 +24,7 @@ void qwen_sparse_layers(const nlohmann::json& cfg, ModelConfig& c) {
     DI_CHECK(it->is_array(), "config.json: mlp_only_layers must be a list of layer indices");
     for (const auto& v : *it) {
       DI_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < c.n_layers,
-               "config.json: mlp_only_layers entry {} is not a layer index below {}", v.dump(), c.n_layers);
+               "config.json: mlp_only_layers entry {} is not a layer index below {}", v.is_number() ? v.dump() : v.type_name(), c.n_layers);
       dense_only[v.get<int32_t>()] = 1;
     }
   }
@@ -42,7 +42,7 @@ ModelConfig moe_from_hf(const nlohmann::json& cfg, std::string_view hf_arch) {
     c.moe.norm_topk_prob = true;
     c.qkv_bias = false;
     if (auto it = cfg.find("sliding_window"); it != cfg.end() && it->is_number_integer()) {
-      const int32_t window = it->get<int32_t>();
+      const int32_t window = arch_util::hf_int_value(*it, "sliding_window");
       DI_CHECK(window > 0, "config.json: sliding_window must be positive");
       c.layer_window.assign(c.n_layers, window);
     }
