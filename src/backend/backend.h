@@ -315,6 +315,8 @@ class Backend {
   virtual void scale(const Tensor& x, float factor, Tensor out) = 0;
   // out[i] = x[rows[i]] for rows i32[n].
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
+  // ids i32[n] in place: every id outside [0, limit) becomes 0.
+  virtual void sanitize_ids(Tensor ids, int64_t limit) = 0;
 
   // Router logits [n, n_experts] (f32 or activation dtype) -> the top_k chosen
   // expert ids i32[n, top_k] and their weights f32[n, top_k].

@@ -227,6 +227,8 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
       log_error("request {}: {}", r.id(), fault);
       ++stats_.numerical_faults;
       out.error = std::move(fault);
+      // Unlike a client's abort (Engine::abort), the scheduler still holds it.
+      parts_.scheduler->finish(&r, newest_inflight_step());
       finish(live, FinishReason::Abort, out);
       outputs.push_back(std::move(out));
       requests_.erase(it);

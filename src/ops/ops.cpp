@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <tuple>
 
 #include "core/error.h"
@@ -419,6 +420,14 @@ void gather_rows(Backend& backend, const Tensor& x, const Tensor& rows, Tensor o
            x.describe());
   check_index_vector(op, "rows", rows, backend, out.size(0));
   backend.gather_rows(x, rows, out);
+}
+
+void sanitize_ids(Backend& backend, Tensor ids, int64_t limit) {
+  const char* op = "sanitize_ids";
+  check_index_vector(op, "ids", ids, backend, ids.size(0));
+  DI_CHECK(ids.is_contiguous(), "{}: ids {} must be contiguous", op, ids.describe());
+  DI_CHECK(limit > 0 && limit <= std::numeric_limits<int32_t>::max(), "{}: limit {} out of range", op, limit);
+  backend.sanitize_ids(ids, limit);
 }
 
 namespace {

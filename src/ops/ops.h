@@ -51,6 +51,10 @@ bool gated_linear(Backend& backend, const Tensor& x, const Tensor& w_gate_up, Ac
 void add(Backend& backend, const Tensor& a, const Tensor& b, Tensor out);
 void scale(Backend& backend, const Tensor& x, float factor, Tensor out);
 void gather_rows(Backend& backend, const Tensor& x, const Tensor& rows, Tensor out);
+// In place, every id outside [0, limit) becomes 0. The sampler marks a row it
+// cannot sample with -1; the step launched after it reads the sampled ids on
+// the device, and must see a valid one (its result for that row is discarded).
+void sanitize_ids(Backend& backend, Tensor ids, int64_t limit);
 
 // Mixture of experts (see backend.h). The expert ids a route produces are
 // checked against the expert count by moe_experts on the device.

@@ -424,6 +424,9 @@ int ModelRunner::launch(const StepPlan& plan) {
     }
     ops::sample(backend_, logits.slice_rows(0, n_rows), params, sampled);
     backend_.copy_async(Tensor(s.tokens_host, DType::I32, {n_rows}), sampled);
+    // The host reads -1 for a row that could not be sampled (a numerical
+    // fault); the next step, already queued behind this one, reads a valid id.
+    ops::sanitize_ids(backend_, sampled, model_.config().vocab_size);
     int64_t k = 0;
     for (int64_t j = 0; j < n_rows; ++j) {
       if (!plan.rows[static_cast<size_t>(j)].sampling.copy_logits) continue;

@@ -76,7 +76,7 @@ SampleResult Sampler::sample_row(std::span<const float> logits, const SamplingRo
                            .position = row.position};
   SampleResult result;
   ops::sample(*host_, work, record(params), Tensor(&result.token, DType::I32, {1}));
-  DI_CHECK(result.token >= 0, "Sampler: no token can be sampled (every logit is -inf or NaN)");
+  if (result.token < 0) return result;  // no token can be sampled: the caller reports the fault
   if (p.logprobs) compute_logprobs(logits, result.token, *p.logprobs, result);
   return result;
 }

@@ -163,7 +163,19 @@ TEST_P(SamplingTest, NoSampleableTokenGivesMinusOne) {
   EXPECT_EQ(run_sample(backend(), b), (std::vector<int32_t>{-1, -1}));
 }
 
-TEST_P(SamplingTest, PlusInfinityIsAnErrorUnlessGreedy) {
+// What the step after a failed row reads on the device: a valid id in place of -1.
+TEST_P(SamplingTest, SanitizeIdsReplacesIdsOutsideTheVocabulary) {
+  const std::vector<int32_t> ids = {5, -1, 0, 9, 10, -2147483647 - 1, 2147483647, 3};
+  DeviceTensor t = upload(backend(), DType::I32, {static_cast<int64_t>(ids.size())}, ids.data());
+  ops::sanitize_ids(backend(), t.t, 10);
+  std::vector<int32_t> out(ids.size());
+  backend().copy(Tensor(out.data(), DType::I32, {static_cast<int64_t>(out.size())}), t.t);
+  backend().synchronize();
+  EXPECT_EQ(out, (std::vector<int32_t>{5, 0, 0, 9, 0, 0, 0, 3}));
+  EXPECT_THROW(ops::sanitize_ids(backend(), t.t, 0), Error);
+}
+
+TEST_P(SamplingTest, PlusInfinityGivesMinusOneUnlessGreedy) {
   Batch b;
   b.rows = 1;
   b.vocab = b.stride = 5;
@@ -171,7 +183,7 @@ TEST_P(SamplingTest, PlusInfinityIsAnErrorUnlessGreedy) {
   b.params = {make_params(0.0f, 0, 1.0f, 0.0f)};
   EXPECT_EQ(run_sample(backend(), b), (std::vector<int32_t>{1}));
   b.params = {make_params(1.0f, 0, 1.0f, 0.0f)};
-  EXPECT_THROW(run_sample(backend(), b), Error);
+  EXPECT_EQ(run_sample(backend(), b), (std::vector<int32_t>{-1}));
   // The backend is usable afterwards.
   b.logits[1] = b.logits[3] = 0.0f;
   b.params = {make_params(0.0f, 0, 1.0f, 0.0f)};

@@ -89,6 +89,13 @@ void CpuBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
   for (int64_t i = 0; i < n; ++i) copy(out.row(i), x.row(index[i]));
 }
 
+void CpuBackend::sanitize_ids(Tensor ids, int64_t limit) {
+  int32_t* id = ids.data_as<int32_t>();
+  for (int64_t i = 0; i < ids.size(0); ++i) {
+    if (id[i] < 0 || id[i] >= limit) id[i] = 0;
+  }
+}
+
 void CpuBackend::sample(const Tensor& logits, const Tensor& params, Tensor tokens) {
   Rows l(logits);
   const int64_t vocab = l.cols();

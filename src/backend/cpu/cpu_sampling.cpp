@@ -85,8 +85,9 @@ int32_t sample_filtered(std::span<const float> logits, const SamplingRowParams& 
            weights.size(), candidates.size(), v);
   float max_logit = kNegInf;
   for (float x : logits) max_logit = std::max(max_logit, x);
-  if (max_logit == kNegInf) return -1;
-  DI_CHECK(std::isfinite(max_logit), "Sampler: logits contain +inf");
+  // Nothing to sample, or +inf (no distribution exists): a numerical fault
+  // of this row, which the engine reports for its request alone.
+  if (max_logit == kNegInf || !std::isfinite(max_logit)) return -1;
   const float inv_t = 1.0f / p.temperature;
   // Relative to the best token, which has weight 1, so min-p is a plain threshold.
   auto weight = [&](size_t i) { return std::exp((logits[i] - max_logit) * inv_t); };

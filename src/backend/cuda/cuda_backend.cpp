@@ -544,6 +544,11 @@ void CudaBackend::scale(const Tensor& x, float factor, Tensor out) {
   check_launch("scale");
 }
 
+void CudaBackend::sanitize_ids(Tensor ids, int64_t limit) {
+  launch_sanitize_ids(ids.data_as<int32_t>(), ids.size(0), limit, stream_);
+  check_launch("sanitize_ids");
+}
+
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
   const int64_t es = static_cast<int64_t>(row_bytes(x.dtype(), 1));
   DI_CHECK(es == 2 || es == 4, "gather_rows: dtype {} is not supported on CUDA", dtype_name(x.dtype()));

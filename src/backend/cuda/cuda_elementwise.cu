@@ -23,6 +23,11 @@ namespace {
 
 cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s); }
 
+__global__ void sanitize_ids_kernel(int32_t* ids, int64_t n, int64_t limit) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n && (ids[i] < 0 || ids[i] >= limit)) ids[i] = 0;
+}
+
 template <typename TT, typename TO>
 __global__ void embedding_kernel(const char* table, int64_t table_stride, int64_t vocab, const int32_t* ids,
                                  RowView out, uint32_t* err) {
@@ -700,6 +705,12 @@ void launch_add(ElemType type, RowView a, RowView b, RowView out, Stream stream)
 void launch_scale(ElemType type, RowView x, float factor, RowView out, Stream stream) {
   if (x.rows * x.cols == 0) return;
   DI_DISPATCH_ELEM(type, T, (scale_kernel<T><<<element_grid(x), 256, 0, as_stream(stream)>>>(x, factor, out)));
+}
+
+void launch_sanitize_ids(int32_t* ids, int64_t n, int64_t limit, Stream stream) {
+  if (n == 0) return;
+  const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
+  sanitize_ids_kernel<<<blocks, 256, 0, as_stream(stream)>>>(ids, n, limit);
 }
 
 void launch_gather_rows(int elem_bytes, RowView x, int64_t x_outer, int64_t sub, const int32_t* rows, int64_t n,

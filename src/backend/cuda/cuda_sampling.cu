@@ -396,10 +396,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(RowView logits, const 
   }
   r.max_logit = key_value(best_key);
   if (isinf(r.max_logit)) {
-    if (tid == 0) {
-      tokens[row] = -1;
-      atomicOr(err, kErrSampleLogits);
-    }
+    // +inf: no distribution exists. A numerical fault of this row, which the
+    // engine reports for its request alone (as with no finite logit).
+    if (tid == 0) tokens[row] = -1;
     return;
   }
   r.inv_t = 1.0f / p.temperature;
