@@ -85,6 +85,8 @@ ModelConfig gguf_dense_base(const GgufFile& f, std::string_view arch) {
   // (every layer holds tensors) so a forged count cannot allocate gigabytes.
   DI_CHECK(c.n_layers > 0 && static_cast<size_t>(c.n_layers) <= f.tensors().size(),
            "GGUF: {}.block_count = {}, but the file holds {} tensors", arch, c.n_layers, f.tensors().size());
+  DI_CHECK(c.n_layers <= ModelConfig::kMaxLayers, "GGUF: {}.block_count = {} exceeds {} layers", arch, c.n_layers,
+           ModelConfig::kMaxLayers);
   c.hidden_size = gguf_int(f, arch, "embedding_length");
   c.intermediate_size = gguf_int(f, arch, "feed_forward_length");
   c.n_heads_q = gguf_int(f, arch, "attention.head_count");
@@ -245,6 +247,9 @@ ModelConfig hf_dense_base(const nlohmann::json& cfg, std::string_view arch) {
   c.vocab_size = get_required<int32_t>(cfg, "vocab_size");
   c.hidden_size = get_required<int32_t>(cfg, "hidden_size");
   c.n_layers = get_required<int32_t>(cfg, "num_hidden_layers");
+  // Checked before the per-layer lists below are sized by it.
+  DI_CHECK(c.n_layers > 0 && c.n_layers <= ModelConfig::kMaxLayers,
+           "config.json: num_hidden_layers = {} is out of range [1, {}]", c.n_layers, ModelConfig::kMaxLayers);
   c.n_heads_q = get_required<int32_t>(cfg, "num_attention_heads");
   DI_CHECK(c.n_heads_q > 0, "config.json: num_attention_heads must be positive");
   c.n_heads_kv = get_or<int32_t>(cfg, "num_key_value_heads", c.n_heads_q);

@@ -12,7 +12,7 @@ void ModelConfig::validate() const {
   DI_CHECK(vocab_size > 0, "{}: vocab_size must be positive, got {}", arch, vocab_size);
   DI_CHECK(hidden_size > 0 && hidden_size <= (1 << 17), "{}: hidden_size {} out of range", arch,
            hidden_size);
-  DI_CHECK(n_layers > 0 && n_layers <= 1024, "{}: n_layers {} out of range", arch, n_layers);
+  DI_CHECK(n_layers > 0 && n_layers <= kMaxLayers, "{}: n_layers {} out of range", arch, n_layers);
   DI_CHECK(n_heads_q > 0 && n_heads_kv > 0 && n_heads_q % n_heads_kv == 0,
            "{}: {} query heads is not a multiple of {} KV heads", arch, n_heads_q, n_heads_kv);
   DI_CHECK(head_dim > 0 && head_dim <= 1024 && head_dim % 2 == 0, "{}: head_dim {} out of range",

@@ -66,6 +66,9 @@ struct ModelConfig {
   std::string name;  // human-readable model name from the file, if any
   int32_t vocab_size = 0;
   int32_t hidden_size = 0;
+  // Per-layer lists are sized by n_layers as soon as it is read, so readers
+  // check it against this bound first (the deepest real models have ~130).
+  static constexpr int32_t kMaxLayers = 1024;
   int32_t n_layers = 0;
   int32_t n_heads_q = 0;
   int32_t n_heads_kv = 0;

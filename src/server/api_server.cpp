@@ -229,7 +229,14 @@ void ApiServer::generate(Api api, const HttpRequest& r, const std::shared_ptr<Re
                           : api == Api::Completion ? parse_completion_request(body, options_.limits)
                           : api == Api::Responses  ? parse_responses_request(body, options_.limits)
                                                    : parse_messages_request(body, options_.limits);
-  if (!req.ignored_fields.empty()) log_info("ignoring unknown request fields: {}", fmt::join(req.ignored_fields, ", "));
+  if (!req.ignored_fields.empty()) {
+    // A hostile request may carry 100k unknown keys: the log line names a few.
+    constexpr size_t kNamed = 8;
+    const auto& f = req.ignored_fields;
+    const size_t named = std::min(f.size(), kNamed);
+    log_info("ignoring unknown request fields: {}{}", fmt::join(f.begin(), f.begin() + static_cast<std::ptrdiff_t>(named), ", "),
+             f.size() > named ? fmt::format(" and {} more", f.size() - named) : std::string());
+  }
   if (!req.model.empty() && req.model != options_.served_model_name) {
     throw ApiError(404, fmt::format("The model `{}` does not exist.", req.model), "model", "not_found_error");
   }

@@ -11,6 +11,11 @@
 #   FUZZ_BUILD_DIR=build-fuzz
 #   FUZZ_JOBS=$(nproc)       build parallelism
 #   FUZZ_TIMEOUT=5           seconds one input may take
+#   FUZZ_MAX_LEN=65536       longest input (deep nesting needs long inputs)
+#   FUZZ_STACK_KB=1024       stack of the fuzzing process: small, so unbounded
+#                            recursion on nested input overflows within max_len
+# Besides the checked-in seeds, tests/fuzz/gen_seeds.py writes generated ones
+# (deep nesting, huge counts, many keys) into each scratch corpus.
 # Crash inputs are kept in $FUZZ_BUILD_DIR/artifacts/<x>/; replay one with
 #   $FUZZ_BUILD_DIR/fuzz_<x> <file>
 # Link a target against only the modules it needs with
@@ -22,6 +27,8 @@ seconds="${FUZZ_SECONDS:-20}"
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 timeout="${FUZZ_TIMEOUT:-5}"
+max_len="${FUZZ_MAX_LEN:-65536}"
+stack_kb="${FUZZ_STACK_KB:-1024}"
 jobs="${FUZZ_JOBS:-$(nproc)}"
 
 command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (./build.sh installs it)" >&2; exit 1; }
@@ -69,13 +76,15 @@ for t in "${targets[@]}"; do
   for seed in "tests/fuzz/corpus/$t" "tests/fuzz/corpus/fuzz_$t"; do
     if [ -d "$seed" ]; then cp -r "$seed"/. "$corpus"/; fi
   done
-  args=(-max_total_time="$seconds" -timeout="$timeout" -rss_limit_mb=2048 -print_final_stats=1
-    -artifact_prefix="$artifacts/")
+  python3 tests/fuzz/gen_seeds.py "$t" "$corpus" >/dev/null
+  # -malloc_limit_mb: one allocation sized by a forged count is a finding.
+  args=(-max_total_time="$seconds" -timeout="$timeout" -rss_limit_mb=2048 -malloc_limit_mb=1024
+    -max_len="$max_len" -print_final_stats=1 -artifact_prefix="$artifacts/")
   if [ -f "tests/fuzz/$t.dict" ]; then args+=(-dict="tests/fuzz/$t.dict"); fi
   log="$work/$t.log"
   echo "fuzz: $t for ${seconds}s"
   rc=0
-  "$bin" "${args[@]}" "$corpus" >"$log" 2>&1 || rc=$?
+  (ulimit -s "$stack_kb" && exec "$bin" "${args[@]}" "$corpus") >"$log" 2>&1 || rc=$?
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -n1)
   if [ "$rc" -eq 0 ]; then
     status="ok"

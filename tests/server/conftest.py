@@ -51,10 +51,10 @@ def free_port():
 
 
 class Server:
-    def __init__(self, *extra):
+    def __init__(self, *extra, model=None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        model = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        model = pathlib.Path(model) if model else ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
         args = [str(binary()), "serve", "--port", str(self.port), "--served-model-name", MODEL_NAME, "--threads", "2"]
         if model.exists():
             args += ["--model", str(model)]

@@ -123,7 +123,7 @@ TEST(HostileFiles, HfIntegersAreExactOrAnErrorNamingTheField) {
   };
   const Case cases[] = {
       {"num_hidden_layers", nlohmann::json(uint64_t{1} << 40), "num_hidden_layers = 1099511627776"},
-      {"num_hidden_layers", -1, "n_layers -1 out of range"},
+      {"num_hidden_layers", -1, "num_hidden_layers = -1 is out of range [1, 1024]"},
       {"hidden_size", 64.5, "field 'hidden_size' must be an integer, got 64.5"},
       {"hidden_size", "64", "field 'hidden_size' must be an integer"},
       {"intermediate_size", nlohmann::json(uint64_t{1} << 32), "'intermediate_size' = 4294967296 is out of range"},
