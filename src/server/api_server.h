@@ -3,9 +3,9 @@
 // into a GenerationJob. Requests with a body are parsed, validated and
 // tokenised on a few request workers (never on an I/O thread, whose time must
 // stay in milliseconds, nor on the engine thread); bodiless ones (/health,
-// /ready, /metrics, /v1/models) are answered on the I/O thread. Every failure of a single request is caught
-// here: client mistakes become 4xx with an error body, bugs a logged 500; the
-// server stays up either way.
+// /ready, /metrics, /v1/models) are answered on the I/O thread. Every failure
+// of a single request is caught here: client mistakes become 4xx with an
+// error body, bugs a logged 500; the server stays up either way.
 #pragma once
 
 #include <memory>

@@ -169,9 +169,13 @@ void OutputParser::push_content(std::string_view text, ParsedDelta& out, bool fi
       out.content += tool_buf_.substr(0, open);
       tool_buf_.erase(0, open + kToolOpen.size());
       tool_ = Tool::InCall;
+      call_scanned_ = 0;
     }
-    const size_t close = tool_buf_.find(kToolClose);
+    // A tag split across pieces starts at most len - 1 bytes before the end.
+    const size_t from = call_scanned_ >= kToolClose.size() ? call_scanned_ - kToolClose.size() + 1 : 0;
+    const size_t close = tool_buf_.find(kToolClose, from);
     if (close == std::string::npos) {
+      call_scanned_ = tool_buf_.size();
       if (!final) return;
       // Generation ended inside a call (the model stopped at EOS before the tag).
       ParsedToolCall call;
@@ -192,6 +196,7 @@ void OutputParser::push_content(std::string_view text, ParsedDelta& out, bool fi
     }
     tool_buf_.erase(0, close + kToolClose.size());
     tool_ = Tool::Content;
+    call_scanned_ = 0;
   }
 }
 

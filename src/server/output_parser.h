@@ -55,6 +55,9 @@ class OutputParser {
   Tool tool_;
   std::string think_buf_;
   std::string tool_buf_;
+  // Inside a Hermes call: bytes of tool_buf_ already searched for the closing
+  // tag, so a long call streamed in small pieces is scanned once, not once per piece.
+  size_t call_scanned_ = 0;
 };
 
 // Parses one tool call object ({"name", "arguments"|"parameters"}); false if it is not one.

@@ -1,8 +1,8 @@
 // Requests of the four generation APIs (OpenAI chat completions, completions,
 // responses; Anthropic messages), parsed and validated into one form before
 // anything reaches the engine. Parsing never depends on the engine thread: it
-// runs on the I/O thread and throws ApiError (HTTP 400 with the offending
-// field) for every client mistake.
+// runs on a request worker (ApiServer) and throws ApiError (HTTP 400 with the
+// offending field) for every client mistake.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -50,8 +50,9 @@ struct GenerationRequest {
   std::vector<std::string> ignored_fields;  // unknown fields, for a log line
 };
 
-// Parses the body text as JSON with a nesting bound (deep nesting would exhaust
-// the parser's stack). Throws ApiError 400.
+// Parses the body text as JSON, nesting bounded while parsing (deeper input
+// would make later recursive walks exhaust the stack) and a repeated key
+// taking its last value. Throws ApiError 400.
 nlohmann::ordered_json parse_json_body(std::string_view body, int32_t max_depth);
 
 // JSON carried inside a string (tool-call arguments a client or the model

@@ -13,8 +13,8 @@ import struct
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-DEPTHS = (200, 5000, 30000)
-MAX_SEED = 64 << 10  # run.sh fuzzes with -max_len 65536: longer seeds would be cut
+DEPTHS = (200, 2000, 8000)
+MAX_SEED = 16 << 10  # run.sh fuzzes with -max_len 16384: longer seeds would be cut
 COUNTS = (-1, 0, 64.5, 2**31 - 1, 2**31, 2**32 - 1, 2**40, 2**63, 10**9, 1e300)
 
 
@@ -32,7 +32,7 @@ def json_bombs():
     for d in DEPTHS:
         yield f"nest_array_{d}", nested(d)
         yield f"nest_object_{d}", nested(d, kind="object")
-    yield "many_keys", many_keys(3000)
+    yield "many_keys", many_keys(1000)
 
 
 # --- per target ---------------------------------------------------------------
@@ -63,7 +63,7 @@ def tokenizer_json_seeds():
         doc = json.loads(json.dumps(base))
         doc["model"]["vocab"]["c"] = c
         yield f"vocab_id_{c}", json.dumps(doc)
-    yield "vocab_many", json.dumps({"model": {"type": "BPE", "vocab": {f"t{i}": i for i in range(3000)}, "merges": []}})
+    yield "vocab_many", json.dumps({"model": {"type": "BPE", "vocab": {f"t{i}": i for i in range(1000)}, "merges": []}})
 
 
 def server_request_seeds():
@@ -75,15 +75,23 @@ def server_request_seeds():
                 {"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
                                                       "function": {"name": "f", "arguments": "@"}}]}]
         yield f"tool_arguments_nested_{d}", "\x00" + json.dumps(dict(chat, messages=msgs)).replace('"@"', args)
-    yield "logit_bias_many", "\x00" + json.dumps(dict(chat, logit_bias={str(i): 1 for i in range(3000)}))
-    yield "unknown_many_keys", "\x00" + json.dumps(chat)[:-1] + ',"junk":' + many_keys(3000) + "}"
+    yield "logit_bias_many", "\x00" + json.dumps(dict(chat, logit_bias={str(i): 1 for i in range(1000)}))
+    yield "unknown_many_keys", "\x00" + json.dumps(chat)[:-1] + ',"junk":' + many_keys(1000) + "}"
     yield "template_kwargs_messages", "\x00" + json.dumps(dict(chat, chat_template_kwargs={"messages": [{"role": "user", "content": "x"}] * 50}))
     for c in COUNTS:
         yield f"max_tokens_{c}", "\x01" + json.dumps({"model": "m", "prompt": "x", "max_tokens": c, "n": c})
 
 
+def output_parser_seeds():
+    for d in (200, 1000):  # run.sh fuzzes this target with -max_len 4096
+        call = '{"name":"f","arguments":%s}' % nested(d)
+        yield f"hermes_nested_{d}", "\x00<think>x</think><tool_call>" + call + "</tool_call>"
+        yield f"llama_nested_{d}", "\x01" + call
+    yield "hermes_many_keys", "\x00<tool_call>" + '{"name":"f","arguments":%s}' % many_keys(300) + "</tool_call>"
+
+
 def chat_template_seeds():
-    for d in (200, 5000):
+    for d in (200, 2000):
         yield f"parens_{d}", "{{ " + "(" * d + "1" + ")" * d + " }}"
         yield f"ifs_{d}", "{% if true %}" * d + "x" + "{% endif %}" * d
         yield f"list_{d}", "{{ " + "[" * d + "]" * d + " }}"
@@ -135,6 +143,7 @@ TARGETS = {
     "tokenizer_json": tokenizer_json_seeds,
     "server_request": server_request_seeds,
     "chat_template": chat_template_seeds,
+    "output_parser": output_parser_seeds,
     "model_config": model_config_seeds,
 }
 
