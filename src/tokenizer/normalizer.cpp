@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "tokenizer/json_util.h"
 #include "tokenizer/regex.h"
+#include "tokenizer/text_growth.h"
 #include "tokenizer/utf8.h"
 
 namespace deepinfer::tok {
@@ -129,7 +130,11 @@ class SequenceNormalizer final : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
   void normalize(std::string& text) const override {
-    for (const auto& p : parts_) p->normalize(text);
+    const size_t original = text.size();
+    for (const auto& p : parts_) {
+      p->normalize(text);
+      check_text_growth(original, text.size(), "normalizer sequence");
+    }
   }
 
  private:

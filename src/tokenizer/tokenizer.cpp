@@ -9,6 +9,7 @@
 #include "core/json_parse.h"
 #include "loader/gguf.h"
 #include "tokenizer/json_util.h"
+#include "tokenizer/text_growth.h"
 #include "tokenizer/tokenizer_parts.h"
 #include "tokenizer/utf8.h"
 
@@ -74,6 +75,7 @@ std::string_view Tokenizer::id_to_token(int32_t id) const {
 void Tokenizer::encode_plain(std::string_view text, bool at_text_start, std::vector<int32_t>& out) const {
   std::string normalized(text);
   if (normalizer_) normalizer_->normalize(normalized);
+  tok::check_text_growth(text.size(), normalized.size(), "normalizer");
   std::vector<tok::Segment> segments;
   if (normalized_matcher_->empty()) {
     segments.push_back({normalized, -1});
@@ -88,7 +90,12 @@ void Tokenizer::encode_plain(std::string_view text, bool at_text_start, std::vec
       continue;
     }
     pieces.assign(1, std::string(seg.text));
-    if (pre_tokenizer_) pre_tokenizer_->apply(pieces, at_text_start && i == 0);
+    if (pre_tokenizer_) {
+      pre_tokenizer_->apply(pieces, at_text_start && i == 0);
+      size_t bytes = 0;
+      for (const auto& p : pieces) bytes += p.size();
+      tok::check_text_growth(seg.text.size(), bytes, "pre-tokenizer");
+    }
     for (const auto& p : pieces) model_->encode_word(p, out);
   }
 }

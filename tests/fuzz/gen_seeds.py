@@ -63,6 +63,8 @@ def tokenizer_json_seeds():
         doc = json.loads(json.dumps(base))
         doc["model"]["vocab"]["c"] = c
         yield f"vocab_id_{c}", json.dumps(doc)
+    byte_levels = [{"type": "ByteLevel", "add_prefix_space": False}] * 24
+    yield "byte_level_chain", json.dumps(dict(base, pre_tokenizer={"type": "Sequence", "pretokenizers": byte_levels}))
     yield "vocab_many", json.dumps({"model": {"type": "BPE", "vocab": {f"t{i}": i for i in range(1000)}, "merges": []}})
 
 

@@ -73,6 +73,25 @@ TEST(HostileFiles, TokenizerJsonNestedDeeplyIsRefusedWhileParsing) {
   EXPECT_ERROR_HAS(error_of([&] { Tokenizer::from_json(json); }), "JSON nested deeper than 64 levels");
 }
 
+// Found by fuzz_tokenizer_json in the long run: a Sequence of byte-level
+// pre-tokenizers doubles the text at each step, so encoding took exponential
+// time. Growth beyond 16x now fails the encode with a clear error.
+TEST(HostileFiles, TokenizerThatGrowsTextExponentiallyIsRefused) {
+  std::string parts;
+  for (int i = 0; i < 24; ++i) parts += std::string(i ? "," : "") + R"({"type":"ByteLevel","add_prefix_space":false})";
+  const std::string pre = R"({"type":"Sequence","pretokenizers":[)" + parts + "]}";
+  const std::string json = R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"pre_tokenizer":)" + pre + "}";
+  auto tok = Tokenizer::from_json(json);
+  EXPECT_ERROR_HAS(error_of([&] { tok->encode("Hello world, \xc3\xa9t\xc3\xa9!", false); }),
+                   "the pre-tokenizer sequence grew");
+  std::string norms;
+  for (int i = 0; i < 24; ++i) norms += std::string(i ? "," : "") + R"({"type":"Replace","pattern":{"String":"a"},"content":"aa"})";
+  const std::string doubling = R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"normalizer":{"type":"Sequence","normalizers":[)" +
+                               norms + "]}}";
+  auto tok2 = Tokenizer::from_json(doubling);
+  EXPECT_ERROR_HAS(error_of([&] { tok2->encode("aaaa", false); }), "the normalizer sequence grew");
+}
+
 // --- 2. a FIFO as a path ------------------------------------------------------
 
 TEST(HostileFiles, FifoAsModelOrTokenizerPathIsAnErrorNotAHang) {
