@@ -70,7 +70,11 @@ std::string ApiServer::render_metrics() {
       .set(static_cast<double>(s.engine.num_preemptions));
   m.counter("deepinfer:prompt_tokens_total", "Prompt tokens admitted.").set(static_cast<double>(s.engine.prompt_tokens));
   m.counter("deepinfer:generation_tokens_total", "Tokens generated.").set(static_cast<double>(s.engine.generation_tokens));
-  m.gauge("deepinfer:engine_alive", "1 while the engine loop runs.").set(engine_.ready() ? 1 : 0);
+  // Draining: the loop still runs (requests in flight finish) though /ready says no.
+  const bool alive = !engine_.dead() && (engine_.ready() || (engine_.draining() && engine_.engine()));
+  m.gauge("deepinfer:engine_alive", "1 while the engine loop runs.").set(alive ? 1 : 0);
+  m.counter("deepinfer:numerical_faults_total", "Requests ended because the model's logits allowed no token (NaN or inf).")
+      .set(static_cast<double>(s.engine.numerical_faults));
   if (s.engine.eplb) {
     // Only with --eplb-ep-size: a model without the statistics has no moe_lb to report.
     m.gauge("deepinfer:moe_lb", "MoE load balance over the EPLB window: max rank load / mean rank load for the "

@@ -181,5 +181,6 @@ def test_nan_logits_fail_the_request_and_the_server_goes_on(tmp_path):
             assert good.status_code == 200, good.text
             assert httpx.get(s.url + "/health", timeout=5).status_code == 200
             assert httpx.get(s.url + "/ready", timeout=5).status_code == 200
+        assert s.metric("deepinfer:numerical_faults_total") == 2
     finally:
         s.stop()
