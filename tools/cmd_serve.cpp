@@ -55,6 +55,11 @@ int run_serve(int argc, char** argv) {
   app.add_option("--shutdown-timeout", shutdown_timeout, "seconds to drain requests on SIGTERM")
       ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--io-threads", io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64));
+  app.add_option("--request-workers", api.request_workers,
+                 "threads that parse, validate and tokenise requests (off the I/O threads)")
+      ->check(CLI::Range(1, 256));
+  app.add_option("--max-queued-requests", api.max_queued_requests, "requests waiting for a request worker before 503")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
   app.add_option("--max-body-bytes", http.body_limit, "largest request body (413 beyond)")
       ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 30));
   app.add_option("--request-timeout", http.read_timeout_s, "seconds to receive a whole request")

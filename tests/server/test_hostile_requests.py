@@ -184,3 +184,30 @@ def test_nan_logits_fail_the_request_and_the_server_goes_on(tmp_path):
         assert s.metric("deepinfer:numerical_faults_total") == 2
     finally:
         s.stop()
+
+
+def test_request_worker_queue_is_bounded():
+    """Heavy work waits for a request worker in a bounded queue; beyond it, 503."""
+    s = Server("--api-key", API_KEY, "--request-workers", "1", "--max-queued-requests", "1")
+    try:
+        prompt = "the quick brown fox jumps over the lazy dog " * 150000  # 6.6 MB: ~0.9 s of tokenising
+        results = {}
+
+        def tokenize(name):
+            r = httpx.post(s.url + "/tokenize", headers=H, json={"prompt": prompt}, timeout=120)
+            results[name] = r.status_code, r.json()
+
+        threads = []
+        for name in ("running", "queued", "refused"):
+            threads.append(threading.Thread(target=tokenize, args=(name,)))
+            threads[-1].start()
+            time.sleep(0.1)
+        health = httpx.get(s.url + "/health", timeout=5)
+        for t in threads:
+            t.join()
+        assert health.status_code == 200
+        assert results["running"][0] == 200 and results["running"][1]["count"] > 100000
+        assert results["queued"][0] == 200
+        assert results["refused"][0] == 503 and "busy" in results["refused"][1]["error"]["message"]
+    finally:
+        s.stop()
