@@ -177,8 +177,8 @@ std::string Engine::sample_row(const Request& r, std::span<const float> logits, 
       result.token = device_token;
     }
     if (result.token < 0 || result.token >= vocab_size()) {
-      return fmt::format("numerical fault: no token can be sampled (the model's logits are NaN or -inf everywhere; "
-                         "sampler returned {})",
+      return fmt::format("numerical fault: no token can be sampled from the model's logits (NaN or -inf "
+                         "everywhere, or +inf; sampler returned {})",
                          result.token);
     }
     if (!host_sample && r.params().logprobs) {
