@@ -18,7 +18,7 @@ const char* kind_of(mode_t mode) {
   if (S_ISFIFO(mode)) return "a FIFO";
   if (S_ISSOCK(mode)) return "a socket";
   if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
-  return "not a regular file";
+  return "a special file";
 }
 
 struct FdCloser {
@@ -37,8 +37,7 @@ int open_regular_file(const std::string& path) {
   FdCloser closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0) fail("cannot stat '{}': {}", path, std::strerror(errno));
-  DI_CHECK(S_ISREG(st.st_mode), "'{}' is {}; a regular file is needed", path,
-           S_ISREG(st.st_mode) ? "" : kind_of(st.st_mode));
+  DI_CHECK(S_ISREG(st.st_mode), "'{}' is {}; a regular file is needed", path, kind_of(st.st_mode));
   // Regular files never block; clear the flag so reads behave as usual.
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);

@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "loader/safetensors.h"
 #include "model/model_loader.h"
 #include "tokenizer/tokenizer.h"
@@ -105,9 +106,9 @@ TEST(HostileFiles, FifoAsModelOrTokenizerPathIsAnErrorNotAHang) {
   fs::create_directories(ckpt);
   ASSERT_EQ(::mkfifo((ckpt / "config.json").c_str(), 0600), 0);
   EXPECT_ERROR_HAS(error_of([&] { open_model(ckpt.string()); }), "is a FIFO");
-  // A folder where a file is expected.
-  EXPECT_ERROR_HAS(error_of([&] { Tokenizer::from_file((dir.path() / "ckpt" / ".").string() + "/../ckpt/config.json"); }),
-                   "is a FIFO");
+  // A folder or a device where a file is expected.
+  EXPECT_ERROR_HAS(error_of([&] { read_regular_file(ckpt.string(), 1 << 20); }), "is a folder; a regular file is needed");
+  EXPECT_ERROR_HAS(error_of([&] { read_regular_file("/dev/zero", 1 << 20); }), "is a device; a regular file is needed");
 }
 
 // --- 3 and 4. counts: validated against the file, never wrapped -------------
