@@ -12,13 +12,6 @@ namespace deepinfer {
 
 namespace {
 
-// A key for an error message: keys are client text and may be megabytes long.
-std::string shown_key(std::string_view key) {
-  constexpr size_t kShown = 64;
-  if (key.size() <= kShown) return std::string(key);
-  return std::string(key.substr(0, kShown)) + "...";
-}
-
 // SAX handler that builds the document with bounded nesting. Values are placed
 // into their parent as soon as they start, so the stack holds only open
 // containers; a child's address stays valid because its parent is not touched
@@ -118,7 +111,7 @@ class BoundedDomBuilder {
   }
 
   bool duplicate(std::string_view k) {
-    error_ = "key '" + shown_key(k) + "' appears twice in one object";
+    error_ = "key '" + excerpt(k) + "' appears twice in one object";
     return false;
   }
 
@@ -144,6 +137,15 @@ Json parse_bounded(std::string_view text, std::string_view what, const JsonLimit
 }
 
 }  // namespace
+
+std::string excerpt(std::string_view text) {
+  if (text.size() <= kExcerptBytes) return std::string(text);
+  return std::string(text.substr(0, kExcerptBytes)) + "...";
+}
+
+std::string json_excerpt(const nlohmann::json& value) {
+  return excerpt(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
 
 nlohmann::json parse_json(std::string_view text, std::string_view what, const JsonLimits& limits) {
   return parse_bounded<nlohmann::json>(text, what, limits);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace deepinfer {
@@ -28,5 +29,11 @@ struct JsonLimits {
 // the limit or (with Reject) a key that appears twice in one object.
 nlohmann::json parse_json(std::string_view text, std::string_view what, const JsonLimits& limits = {});
 nlohmann::ordered_json parse_ordered_json(std::string_view text, std::string_view what, const JsonLimits& limits = {});
+
+// Text for an error message, cut to kExcerptBytes: values and keys come from
+// files and clients and may be megabytes long.
+constexpr size_t kExcerptBytes = 80;
+std::string excerpt(std::string_view text);
+std::string json_excerpt(const nlohmann::json& value);
 
 }  // namespace deepinfer

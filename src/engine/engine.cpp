@@ -119,7 +119,8 @@ void Engine::finish(Live& live, FinishReason reason, RequestOutput& out) {
   r.state = reason == FinishReason::Abort ? RequestState::Aborted : RequestState::Finished;
   r.finish_reason = reason;
   r.timings.finished = Clock::now();
-  if (reason != FinishReason::Abort) parts_.scheduler->finish(&r, newest_inflight_step());
+  // A client's abort (Engine::abort) has released it from the scheduler already.
+  if (!live.abort_requested) parts_.scheduler->finish(&r, newest_inflight_step());
   finished_summaries_[r.id()] = RequestSummary{r.num_prompt_tokens(), r.num_cached_prompt_tokens,
                                                r.num_output_tokens(), r.timings};
 }
@@ -221,14 +222,13 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
     RequestOutput out;
     out.request_id = r.id();
     SampleResult result;
-    if (std::string fault = sample_row(r, logits, row.host_sample, row.host_sample ? -1 : res.tokens[i], result); !fault.empty()) {
+    const int32_t device_token = row.host_sample ? -1 : res.tokens[i];
+    if (std::string fault = sample_row(r, logits, row.host_sample, device_token, result); !fault.empty()) {
       // A numerical fault (NaN or infinite logits) ends this request only; the
       // engine and every other request go on.
       log_error("request {}: {}", r.id(), fault);
       ++stats_.numerical_faults;
       out.error = std::move(fault);
-      // Unlike a client's abort (Engine::abort), the scheduler still holds it.
-      parts_.scheduler->finish(&r, newest_inflight_step());
       finish(live, FinishReason::Abort, out);
       outputs.push_back(std::move(out));
       requests_.erase(it);

@@ -28,17 +28,9 @@ bool is_known_unsupported(std::string_view name) {
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
-// A value for an error message, cut short: a header may hold megabytes.
-std::string excerpt(const json& v) {
-  constexpr size_t kShown = 80;
-  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > kShown) text = text.substr(0, kShown) + "...";
-  return text;
-}
-
 uint64_t as_offset(const json& v, std::string_view what, std::string_view tensor) {
   DI_CHECK(v.is_number_unsigned(), "tensor '{}': {} must be a non-negative integer, got {}", tensor,
-           what, excerpt(v));
+           what, json_excerpt(v));
   return v.get<uint64_t>();
 }
 
@@ -135,7 +127,7 @@ void SafetensorsFile::parse_all() {
       uint64_t dim = as_offset(d, "a shape dimension", name);
       DI_CHECK(!__builtin_mul_overflow(span, std::max<uint64_t>(dim, 1), &span) &&
                    span <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
-               "tensor '{}': shape {} is too large", name, excerpt(*shape));
+               "tensor '{}': shape {} is too large", name, json_excerpt(*shape));
       nbytes *= dim;  // cannot overflow: bounded by span
       t.shape.push_back(static_cast<int64_t>(dim));
     }
@@ -145,7 +137,7 @@ void SafetensorsFile::parse_all() {
              "tensor '{}': data_offsets [{}, {}) lie outside the {}-byte data section", name, begin, end,
              data_size);
     DI_CHECK(end - begin == nbytes, "tensor '{}': data_offsets [{}, {}) hold {} bytes but {} {} needs {}",
-             name, begin, end, end - begin, dtype_name(t.dtype), excerpt(*shape), nbytes);
+             name, begin, end, end - begin, dtype_name(t.dtype), json_excerpt(*shape), nbytes);
     t.offset = begin;
     t.nbytes = nbytes;
     tensors_.push_back(std::move(t));

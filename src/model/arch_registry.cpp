@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_parse.h"
 #include "loader/gguf.h"
 
 namespace deepinfer {
@@ -137,22 +138,15 @@ ModelConfig gguf_dense_base(const GgufFile& f, std::string_view arch) {
 
 namespace {
 
-// A value for an error message, cut short.
-std::string excerpt(const nlohmann::json& v) {
-  constexpr size_t kShown = 60;
-  std::string text = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  return text.size() > kShown ? text.substr(0, kShown) + "..." : text;
-}
-
 // Exact conversions: a count of 2^40 or 64.5 is an error that names the field,
 // never a wrapped or truncated number.
 template <typename T>
 T convert(const nlohmann::json& v, const char* key) {
   if constexpr (std::is_same_v<T, bool>) {
-    DI_CHECK(v.is_boolean(), "config.json: field '{}' must be true or false, got {}", key, excerpt(v));
+    DI_CHECK(v.is_boolean(), "config.json: field '{}' must be true or false, got {}", key, json_excerpt(v));
     return v.get<bool>();
   } else if constexpr (std::is_integral_v<T>) {
-    DI_CHECK(v.is_number_integer(), "config.json: field '{}' must be an integer, got {}", key, excerpt(v));
+    DI_CHECK(v.is_number_integer(), "config.json: field '{}' must be an integer, got {}", key, json_excerpt(v));
     constexpr auto lo = static_cast<int64_t>(std::numeric_limits<T>::min());
     constexpr auto hi = static_cast<uint64_t>(std::numeric_limits<T>::max());
     if (v.is_number_unsigned()) {
@@ -165,12 +159,12 @@ T convert(const nlohmann::json& v, const char* key) {
              "config.json: field '{}' = {} is out of range [{}, {}]", key, i, lo, hi);
     return static_cast<T>(i);
   } else if constexpr (std::is_floating_point_v<T>) {
-    DI_CHECK(v.is_number(), "config.json: field '{}' must be a number, got {}", key, excerpt(v));
+    DI_CHECK(v.is_number(), "config.json: field '{}' must be a number, got {}", key, json_excerpt(v));
     const auto x = static_cast<T>(v.get<double>());
-    DI_CHECK(std::isfinite(x), "config.json: field '{}' = {} is not a finite number", key, excerpt(v));
+    DI_CHECK(std::isfinite(x), "config.json: field '{}' = {} is not a finite number", key, json_excerpt(v));
     return x;
   } else {
-    DI_CHECK(v.is_string(), "config.json: field '{}' must be a string, got {}", key, excerpt(v));
+    DI_CHECK(v.is_string(), "config.json: field '{}' must be a string, got {}", key, json_excerpt(v));
     return v.get<std::string>();
   }
 }

@@ -220,20 +220,15 @@ class MetaspacePreTokenizer final : public PreTokenizer {
   Regex space_;
 };
 
-size_t total_bytes(const std::vector<std::string>& pieces) {
-  size_t n = 0;
-  for (const auto& p : pieces) n += p.size();
-  return n;
-}
-
 class SequencePreTokenizer final : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
   void apply(std::vector<std::string>& pieces, bool at_text_start) const override {
-    const size_t original = total_bytes(pieces);
+    size_t original = 0;
+    for (const auto& piece : pieces) original += piece.size();
     for (const auto& p : parts_) {
       p->apply(pieces, at_text_start);
-      check_text_growth(original, total_bytes(pieces), "pre-tokenizer sequence");
+      check_text_growth(original, pieces, "pre-tokenizer sequence");
     }
   }
   bool defer_byte_mapping() override { return !parts_.empty() && parts_.back()->defer_byte_mapping(); }

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/error.h"
 
@@ -19,6 +21,13 @@ inline void check_text_growth(size_t original_bytes, size_t bytes, std::string_v
   DI_CHECK(bytes <= kMaxTextGrowth * original_bytes + kTextGrowthSlack,
            "tokenizer: the {} grew {} bytes of text to {} (more than {}x): the tokenizer file is not usable", stage,
            original_bytes, bytes, kMaxTextGrowth);
+}
+
+// The same for text split into pieces (pre-tokenizers).
+inline void check_text_growth(size_t original_bytes, const std::vector<std::string>& pieces, std::string_view stage) {
+  size_t bytes = 0;
+  for (const auto& p : pieces) bytes += p.size();
+  check_text_growth(original_bytes, bytes, stage);
 }
 
 }  // namespace deepinfer::tok

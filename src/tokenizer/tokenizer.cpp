@@ -92,9 +92,7 @@ void Tokenizer::encode_plain(std::string_view text, bool at_text_start, std::vec
     pieces.assign(1, std::string(seg.text));
     if (pre_tokenizer_) {
       pre_tokenizer_->apply(pieces, at_text_start && i == 0);
-      size_t bytes = 0;
-      for (const auto& p : pieces) bytes += p.size();
-      tok::check_text_growth(seg.text.size(), bytes, "pre-tokenizer");
+      tok::check_text_growth(seg.text.size(), pieces, "pre-tokenizer");
     }
     for (const auto& p : pieces) model_->encode_word(p, out);
   }

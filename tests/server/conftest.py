@@ -37,6 +37,16 @@ def tool_call_shots(*cities):
     return messages + [{"role": "user", "content": f"Weather in {' and '.join(cities)}?"}]
 
 
+def wait_for(fn, timeout=30):
+    """Polls fn until it is true or timeout seconds pass; returns whether it became true."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if fn():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def binary():
     path = pathlib.Path(os.environ.get("DEEPINFER_BIN", ROOT / "build" / "deepinfer"))
     if not path.exists():

@@ -14,18 +14,9 @@ import time
 import httpx
 import pytest
 
-from conftest import API_KEY, MODEL_NAME, ROOT, Server
+from conftest import API_KEY, MODEL_NAME, ROOT, Server, wait_for
 
 H = {"Authorization": f"Bearer {API_KEY}"}
-
-
-def wait_for(fn, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if fn():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def chat(content="hi", **extra):

@@ -1,26 +1,16 @@
 """Abort on disconnect, overload (429) and drain on SIGTERM, on the real server."""
 import signal
 import threading
-import time
 
 import httpx
 import openai
 import pytest
 
-from conftest import API_KEY, MODEL_NAME, Server
+from conftest import API_KEY, MODEL_NAME, Server, wait_for
 
 H = {"Authorization": f"Bearer {API_KEY}"}
 LONG = {"model": MODEL_NAME, "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "ignore_eos": True,
         "stream": True}
-
-
-def wait_for(fn, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if fn():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_abort_on_disconnect(server):

@@ -16,6 +16,7 @@
 #include "loader/safetensors.h"
 #include "model/model_loader.h"
 #include "tokenizer/tokenizer.h"
+#include "../../support/error_message.h"
 #include "../loader/loader_test_util.h"
 
 namespace deepinfer {
@@ -26,16 +27,7 @@ using test::Bytes;
 using test::GgufBuilder;
 using test::TempDir;
 
-// Runs fn and returns the deepinfer::Error's message ("" when nothing was thrown).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using deepinfer::testing::error_of;
 
 #define EXPECT_ERROR_HAS(message, needle)                                                   \
   do {                                                                                      \
