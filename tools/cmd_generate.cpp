@@ -130,6 +130,10 @@ int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) 
     j["prompt_tokens"] = o.prompt_ids.size();
     j["completion_tokens"] = completion_tokens;
     j["cached_prompt_tokens"] = o.num_cached_prompt_tokens;
+    if (llm.engine().config().speculative.enabled()) {
+      j["verified_draft_tokens"] = o.num_verified_drafts;
+      j["accepted_draft_tokens"] = o.num_accepted_drafts;
+    }
     j["time_to_first_token_s"] = o.time_to_first_token_s;
     j["latency_s"] = o.latency_s;
     if (o.choices.size() > 1) {

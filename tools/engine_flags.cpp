@@ -52,6 +52,9 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--eplb-redundant-slots", c.eplb_redundant_slots, "EPLB: extra expert slots per rank")
       ->check(CLI::Range(0, 1 << 16));
+  app.add_option("--speculative-config", f.speculative_config,
+                 "speculative decoding as JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 5}' "
+                 "(methods: ngram, suffix; \"dynamic\": false verifies every draft)");
   app.add_option("--routing-trace", c.routing_trace_path,
                  "MoE models: write each step's tokens per expert to PATH.layer<L>.csv, one file per MoE layer "
                  "(input of `deepinfer eplb-sim --trace`)");
@@ -89,6 +92,7 @@ EngineConfig finish_engine_flags(EngineFlags& f, const char* argv0) {
   DI_CHECK(device == "cpu" || device == "cuda", "unknown device '{}': expected cpu or cuda", device);
   c.device = device == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
   c.enable_prefix_caching = !f.no_prefix_caching;
+  if (!f.speculative_config.empty()) c.speculative = spec::SpeculativeConfig::parse(f.speculative_config);
   c = with_environment(std::move(c));
   if (!f.cost_model_path.empty()) {
     std::ifstream in(f.cost_model_path);

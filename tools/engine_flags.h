@@ -12,6 +12,7 @@ namespace deepinfer::cli {
 struct EngineFlags {
   EngineConfig config;
   std::string cost_model_path;
+  std::string speculative_config;  // --speculative-config JSON
   bool no_prefix_caching = false;
   std::string device;  // --device cpu|cuda; empty = DEEPINFER_ACCELERATOR or cpu
 };

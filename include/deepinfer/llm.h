@@ -38,6 +38,9 @@ struct CompletionOutput {
   std::vector<int32_t> prompt_ids;
   std::vector<CompletionChoice> choices;  // params.n samples
   int32_t num_cached_prompt_tokens = 0;
+  // Speculative decoding, over all samples: draft tokens verified and accepted.
+  int64_t num_verified_drafts = 0;
+  int64_t num_accepted_drafts = 0;
   double time_to_first_token_s = 0;  // from arrival, first sample
   double latency_s = 0;              // from arrival to the last sample's end
   double queue_time_s = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <optional>
 
 #include "backend/backend.h"
@@ -36,11 +37,17 @@ struct StepRow {
   uint32_t generation = 0;
   bool host_sample = false;    // sampled on the host from the copied logits
   int32_t logits_index = -1;   // row in the copied logits, or -1
+  // Rows of a step that verifies drafts: the request's num_drafts drafts give
+  // num_drafts + 1 rows; row draft_index samples the token after draft
+  // draft_index - 1 (row 0: after the last known token).
+  int32_t num_drafts = 0;
+  int32_t draft_index = 0;
 };
 
 struct Engine::InflightStep {
   uint64_t id = 0;
   int slot = -1;
+  int32_t num_tokens = 0;
   std::vector<StepRow> rows;
 };
 
@@ -55,6 +62,7 @@ bool needs_host_sampling(const SamplingParams& p) { return p.logprobs.has_value(
 
 Engine::Engine(EngineConfig config) : parts_(build_engine(std::move(config))) {
   sampler_ = std::make_unique<Sampler>(parts_.model->config().vocab_size);
+  if (parts_.config.speculative.enabled()) speculator_ = std::make_unique<Speculator>(parts_.config.speculative);
 }
 
 Engine::~Engine() = default;
@@ -122,7 +130,9 @@ void Engine::finish(Live& live, FinishReason reason, RequestOutput& out) {
   // A client's abort (Engine::abort) has released it from the scheduler already.
   if (!live.abort_requested) parts_.scheduler->finish(&r, newest_inflight_step());
   finished_summaries_[r.id()] = RequestSummary{r.num_prompt_tokens(), r.num_cached_prompt_tokens,
-                                               r.num_output_tokens(), r.timings};
+                                               r.num_output_tokens(), r.num_verified_drafts,
+                                               r.num_accepted_drafts, r.timings};
+  if (speculator_) speculator_->finish(r.id());
 }
 
 std::optional<uint64_t> Engine::newest_inflight_step() const {
@@ -133,25 +143,41 @@ std::optional<uint64_t> Engine::newest_inflight_step() const {
 Engine::InflightStep Engine::launch(const ScheduledBatch& batch) {
   InflightStep step;
   step.id = next_step_id_++;
+  step.num_tokens = batch.num_tokens;
   int32_t copied = 0;
+  // The history a verify row's penalties see includes the drafts before it;
+  // those rows get a copy of the request's state with them added, alive until
+  // launch() returns.
+  std::deque<PenaltyState> draft_penalties;
   const StepPlan plan = build_step_plan(batch, *parts_.kv_manager, [&](const Request& r, int32_t offset) {
     RowSampling rs = sampling_row(r, offset);
     const Live& live = *requests_.at(r.id());
-    if (live.penalties) rs.penalties = &*live.penalties;
+    if (live.penalties && offset > 0) {
+      PenaltyState& p = draft_penalties.emplace_back(*live.penalties);
+      for (int32_t k = 0; k < offset; ++k) p.add_output(r.draft_ids[static_cast<size_t>(k)]);
+      rs.penalties = &p;
+    } else if (live.penalties) {
+      rs.penalties = &*live.penalties;
+    }
     StepRow row;
     row.request_id = r.id();
     row.generation = r.generation;
     row.host_sample = r.host_sampling;
     row.logits_index = rs.copy_logits ? copied++ : -1;
+    row.num_drafts = r.num_draft_tokens();
+    row.draft_index = offset;
     step.rows.push_back(row);
     return rs;
   });
   step.slot = parts_.runner->launch(plan);
   stats_.logits_rows_copied += copied;
   // Rows are numbered in batch order: the tokens each request has in flight.
+  // A request verifying drafts has none: it waits for this step's results.
   int32_t row = 0;
   for (const ScheduledSeq& s : batch.seqs) {
-    for (int32_t j = 0; j < s.num_sample_rows; ++j) s.request->inflight.push_back({step.slot, row++});
+    for (int32_t j = 0; j < s.num_sample_rows; ++j, ++row) {
+      if (s.num_draft_tokens == 0) s.request->inflight.push_back({step.slot, row});
+    }
   }
   parts_.scheduler->commit(batch);
   ++stats_.steps;
@@ -205,6 +231,7 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
     stats_.device_idle_ms += res.idle_ms_before;
     stats_.device_idle_max_ms = std::max(stats_.device_idle_max_ms, res.idle_ms_before);
   }
+  if (speculator_) speculator_->record_step(step.num_tokens, res.device_ms);
   const size_t vocab = static_cast<size_t>(vocab_size());
   for (size_t i = 0; i < step.rows.size(); ++i) {
     const StepRow& row = step.rows[i];
@@ -213,35 +240,75 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
     Live& live = *it->second;
     Request& r = *live.request;
     if (live.abort_requested || r.is_finished() || r.generation != row.generation) continue;  // late result
-    // Steps complete in launch order, so this row is the request's oldest token in flight.
-    DI_CHECK(!r.inflight.empty() && r.inflight.front().slot == step.slot,
-             "request {} receives a token it did not wait for", r.id());
-    r.inflight.erase(r.inflight.begin());
+    int32_t draft = -1;  // the draft this row's token is compared with
+    if (row.num_drafts == 0) {
+      // Steps complete in launch order, so this row is the request's oldest token in flight.
+      DI_CHECK(!r.inflight.empty() && r.inflight.front().slot == step.slot,
+               "request {} receives a token it did not wait for", r.id());
+      r.inflight.erase(r.inflight.begin());
+    } else {
+      if (!r.verifying) continue;  // an earlier row of this verification was rejected
+      if (row.draft_index < row.num_drafts) draft = r.draft_ids[static_cast<size_t>(row.draft_index)];
+    }
     std::span<const float> logits;
     if (row.logits_index >= 0) logits = res.logits.subspan(static_cast<size_t>(row.logits_index) * vocab, vocab);
-    RequestOutput out;
-    out.request_id = r.id();
-    SampleResult result;
     const int32_t device_token = row.host_sample ? -1 : res.tokens[i];
-    if (std::string fault = sample_row(r, logits, row.host_sample, device_token, result); !fault.empty()) {
-      // A numerical fault (NaN or infinite logits) ends this request only; the
-      // engine and every other request go on.
-      log_error("request {}: {}", r.id(), fault);
-      ++stats_.numerical_faults;
-      out.error = std::move(fault);
-      finish(live, FinishReason::Abort, out);
-      outputs.push_back(std::move(out));
-      requests_.erase(it);
+    const int32_t token = append_row(live, logits, row.host_sample, device_token, outputs);
+    if (row.num_drafts > 0) {
+      // The draft is accepted when the target sampled it: with the sampler's
+      // draws keyed on (seed, position), that is exactly the token the target
+      // would have produced without speculation, at any temperature.
+      const bool accepted = token >= 0 && token == draft;
+      if (!accepted || r.is_finished()) {
+        const int32_t n_accepted = row.draft_index + (accepted ? 1 : 0);
+        speculator_->record_verification(r, row.num_drafts, n_accepted, token >= 0 && draft >= 0 && !accepted);
+        r.num_verified_drafts += row.num_drafts;
+        r.num_accepted_drafts += n_accepted;
+        if (!r.is_finished()) parts_.scheduler->accept_drafts(r);
+      }
+    }
+    if (r.is_finished()) requests_.erase(it);
+  }
+}
+
+int32_t Engine::append_row(Live& live, std::span<const float> logits, bool host_sample, int32_t device_token,
+                           std::vector<RequestOutput>& outputs) {
+  Request& r = *live.request;
+  RequestOutput out;
+  out.request_id = r.id();
+  SampleResult result;
+  if (std::string fault = sample_row(r, logits, host_sample, device_token, result); !fault.empty()) {
+    // A numerical fault (NaN or infinite logits) ends this request only; the
+    // engine and every other request go on.
+    log_error("request {}: {}", r.id(), fault);
+    ++stats_.numerical_faults;
+    out.error = std::move(fault);
+    finish(live, FinishReason::Abort, out);
+    outputs.push_back(std::move(out));
+    return -1;
+  }
+  if (live.penalties) live.penalties->add_output(result.token);
+  ++stats_.generation_tokens;
+  if (r.num_output_tokens() == 0) r.timings.first_token = Clock::now();
+  const FinishReason reason = live.output.add_token(r, result, parts_.max_model_len, out);
+  if (reason != FinishReason::None) finish(live, reason, out);
+  outputs.push_back(std::move(out));
+  return result.token;
+}
+
+void Engine::propose_drafts() {
+  std::vector<Request*> candidates;
+  for (auto& [id, live] : requests_) {
+    Request& r = *live->request;
+    if (r.state != RequestState::Running || live->abort_requested || r.verifying || r.host_sampling ||
+        !r.inflight.empty() || r.num_computed_tokens != r.num_tokens() - 1) {
       continue;
     }
-    if (live.penalties) live.penalties->add_output(result.token);
-    ++stats_.generation_tokens;
-    if (r.num_output_tokens() == 0) r.timings.first_token = Clock::now();
-    const FinishReason reason = live.output.add_token(r, result, parts_.max_model_len, out);
-    if (reason != FinishReason::None) finish(live, reason, out);
-    outputs.push_back(std::move(out));
-    if (reason != FinishReason::None) requests_.erase(it);
+    candidates.push_back(&r);
   }
+  // requests_ is unordered: a fixed order keeps the verify-length choice reproducible.
+  std::sort(candidates.begin(), candidates.end(), [](const Request* a, const Request* b) { return a->id() < b->id(); });
+  speculator_->propose(candidates, static_cast<int32_t>(parts_.scheduler->num_running()));
 }
 
 std::vector<RequestOutput> Engine::step() {
@@ -257,6 +324,19 @@ std::vector<RequestOutput> Engine::step() {
     requests_.erase(it);
   }
   aborted_.clear();
+
+  if (speculator_) {
+    // Drafts continue the latest tokens, and a verified step's accepted count
+    // decides the next step's positions: with speculation the step in flight
+    // is finished before the next is planned (the host's work between steps
+    // is device idle time; the caller's handling of these outputs still
+    // overlaps the next step).
+    if (inflight_) {
+      std::unique_ptr<InflightStep> current = std::move(inflight_);
+      complete(*current, outputs);
+    }
+    propose_drafts();
+  }
 
   ScheduledBatch batch = parts_.scheduler->schedule();
   stats_.num_preemptions += static_cast<int64_t>(batch.preempted.size());
@@ -289,6 +369,10 @@ EngineStats Engine::stats() const {
   if (const PrefixCache* pc = parts_.kv_manager->prefix_cache()) {
     s.prefix_query_tokens = pc->stats().query_tokens;
     s.prefix_hit_tokens = pc->stats().hit_tokens;
+  }
+  if (speculator_) {
+    s.speculative = true;
+    s.spec = speculator_->stats();
   }
   if (parts_.expert_load && parts_.expert_load->balancing()) {
     s.eplb = true;

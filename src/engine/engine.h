@@ -14,6 +14,7 @@
 #include "engine/engine_builder.h"
 #include "engine/engine_config.h"
 #include "engine/request_output.h"
+#include "engine/speculator.h"
 #include "model/model_config.h"
 #include "sched/request.h"
 #include "sched/scheduled_batch.h"
@@ -52,6 +53,9 @@ struct EngineStats {
   double moe_lb = 1.0;
   double moe_lb_contiguous = 1.0;
   int64_t eplb_replacements = 0;
+  // Speculative decoding (when configured).
+  bool speculative = false;
+  SpecDecodeStats spec;
 };
 
 // Finished-request facts for callers that report timings.
@@ -59,6 +63,9 @@ struct RequestSummary {
   int32_t num_prompt_tokens = 0;
   int32_t num_cached_prompt_tokens = 0;
   int32_t num_output_tokens = 0;
+  // Speculative decoding: draft tokens verified, and accepted, for this request.
+  int64_t num_verified_drafts = 0;
+  int64_t num_accepted_drafts = 0;
   RequestTimings timings;
 };
 
@@ -109,12 +116,19 @@ class Engine {
   // `result`; a non-empty message when the logits allow no token.
   std::string sample_row(const Request& r, std::span<const float> logits, bool host_sample, int32_t device_token,
                          SampleResult& result);
+  // The row's token appended to the request (its output into `outputs`);
+  // the request may finish on it. Returns the token, or -1 after a numerical fault.
+  int32_t append_row(Live& live, std::span<const float> logits, bool host_sample, int32_t device_token,
+                     std::vector<RequestOutput>& outputs);
+  // Drafts for the requests that are decoding with nothing in flight.
+  void propose_drafts();
   // The step that still uses a finishing request's KV blocks, if any.
   std::optional<uint64_t> newest_inflight_step() const;
   void finish(Live& live, FinishReason reason, RequestOutput& out);
 
   EngineParts parts_;
   std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<Speculator> speculator_;  // null without speculative decoding
 
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Live>> requests_;

@@ -10,6 +10,7 @@
 
 #include "core/tensor.h"
 #include "sched/cost_model.h"
+#include "spec/speculative_config.h"
 
 namespace deepinfer {
 
@@ -55,6 +56,9 @@ struct EngineConfig {
   // --routing-trace: each step's counts appended to one CSV per MoE layer
   // (ExpertLoadMonitor::trace_file), the format `deepinfer eplb-sim --trace` reads.
   std::string routing_trace_path;
+  // --speculative-config: drafting and verifying several tokens per step
+  // (method none = off).
+  spec::SpeculativeConfig speculative;
 };
 
 // The configuration with the engine's environment switches applied:

@@ -82,6 +82,8 @@ std::vector<CompletionOutput> LLM::generate(const std::vector<GenerateInput>& in
           o.queue_time_s = secs(s->timings.arrival, s->timings.first_scheduled);
         }
         o.latency_s = std::max(o.latency_s, secs(s->timings.arrival, s->timings.finished));
+        o.num_verified_drafts += s->num_verified_drafts;
+        o.num_accepted_drafts += s->num_accepted_drafts;
       }
       if (--remaining[slot.input] == 0) {
         ++prog.finished;
@@ -113,6 +115,8 @@ CompletionOutput LLM::stream(const GenerateInput& input, const std::function<voi
           o.num_cached_prompt_tokens = s->num_cached_prompt_tokens;
           o.time_to_first_token_s = std::chrono::duration<double>(s->timings.first_token - s->timings.arrival).count();
           o.latency_s = std::chrono::duration<double>(s->timings.finished - s->timings.arrival).count();
+          o.num_verified_drafts = s->num_verified_drafts;
+          o.num_accepted_drafts = s->num_accepted_drafts;
         }
       }
     }

@@ -12,25 +12,32 @@ ScheduledBatch BatchPlanner::plan(const std::vector<Request*>& running) const {
   double time_left = config_.step_time_budget_s;
   auto add = [&](Request* r, int32_t q) {
     const int32_t start = r->num_computed_tokens;
-    batch.seqs.push_back({r, start, q, start + q == r->total_tokens() ? 1 : 0});
+    batch.seqs.push_back({r, start, q, start + q == r->total_tokens() ? 1 : 0, 0});
     batch.num_tokens += q;
     budget -= q;
   };
-  // Decodes: a single remaining token.
+  // Tokens a request computes next, drafts aside.
+  auto remaining = [](const Request* r) { return r->total_tokens() - r->num_draft_tokens() - r->num_computed_tokens; };
+  // Decodes: a single remaining token, then the drafts the budget allows,
+  // each with its own sampling row.
   for (Request* r : running) {
     if (budget <= 0) break;
     if (!r->schedulable()) continue;
-    if (r->total_tokens() - r->num_computed_tokens == 1) {
-      add(r, 1);
-      if (config_.cost_model) time_left -= config_.cost_model->cost(1, r->num_computed_tokens);
+    if (remaining(r) == 1) {
+      const int32_t drafts = std::min(r->num_draft_tokens(), budget - 1);
+      const int32_t start = r->num_computed_tokens;
+      batch.seqs.push_back({r, start, 1 + drafts, 1 + drafts, drafts});
+      batch.num_tokens += 1 + drafts;
+      budget -= 1 + drafts;
+      if (config_.cost_model) time_left -= config_.cost_model->cost(1 + drafts, r->num_computed_tokens);
     }
   }
   // Prompt chunks (first admission, chunked continuation, or recompute after preemption).
   for (Request* r : running) {
     if (budget <= 0) break;
     if (!r->schedulable()) continue;
+    if (remaining(r) <= 1) continue;
     const int32_t remaining = r->total_tokens() - r->num_computed_tokens;
-    if (remaining <= 1) continue;
     int32_t q = std::min(remaining, budget);
     if (config_.cost_model) {
       // Always make progress, even when decodes used up the time budget.

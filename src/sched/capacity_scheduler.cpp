@@ -16,6 +16,8 @@ void CapacityScheduler::preempt(Request& request) {
   // results are ignored by generation) and recomputed after readmission.
   release(request);
   request.inflight.clear();
+  request.draft_ids.clear();
+  request.verifying = false;
   ++request.generation;
   request.state = RequestState::Preempted;
   ++request.num_preemptions;
@@ -38,6 +40,11 @@ CapacityDecision CapacityScheduler::run(const std::vector<Request*>& running, st
   for (size_t i = 0; i < d.running.size(); ++i) {
     Request* r = d.running[i];
     while (!kv_.allocate_slots(r->id(), r->num_computed_tokens, r->total_tokens() - r->num_computed_tokens, 0)) {
+      // Drafts are an option, not a need: drop them before preempting anyone.
+      if (!r->draft_ids.empty()) {
+        r->draft_ids.clear();
+        continue;
+      }
       Request* victim = d.running.back();
       d.running.pop_back();
       preempt(*victim);

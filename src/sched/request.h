@@ -89,8 +89,22 @@ class Request {
   // a request is never scheduled with a token in flight, because its next
   // input is only known after host sampling.
   bool host_sampling = false;
-  int32_t total_tokens() const { return num_tokens() + num_inflight_tokens(); }
+  // Speculative decoding: draft tokens proposed to follow the known ones.
+  // They count towards total_tokens while the next step is planned; a step
+  // that verifies them leaves the request `verifying` (never scheduled) until
+  // its results are read, when the accepted drafts become outputs and the KV
+  // of rejected ones is rolled back (Scheduler::accept_drafts). A request
+  // with drafts has no tokens in flight.
+  std::vector<int32_t> draft_ids;
+  bool verifying = false;
+  int32_t num_draft_tokens() const { return static_cast<int32_t>(draft_ids.size()); }
+  // Draft tokens this request verified and accepted over its life.
+  int64_t num_verified_drafts = 0;
+  int64_t num_accepted_drafts = 0;
+
+  int32_t total_tokens() const { return num_tokens() + num_inflight_tokens() + num_draft_tokens(); }
   bool schedulable() const {
+    if (verifying) return false;
     return inflight.empty() || (!host_sampling && (token_limit <= 0 || total_tokens() < token_limit));
   }
   // The token ids known on the host, as the KV cache manager reads them.

@@ -18,6 +18,9 @@ struct ScheduledSeq {
   int32_t start = 0;
   int32_t num_tokens = 0;
   int32_t num_sample_rows = 0;
+  // Of the tokens, the request's draft tokens this step verifies (the last
+  // ones; each is also a sampling row, after the row of the token before).
+  int32_t num_draft_tokens = 0;
 };
 
 struct ScheduledBatch {

@@ -1,6 +1,7 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "sched/request.h"
@@ -28,15 +29,43 @@ ScheduledBatch Scheduler::schedule() {
   running_ = std::move(d.running);
   ScheduledBatch batch = planner_.plan(running_);
   batch.preempted = std::move(d.preempted);
+  // Drafts the step does not verify (budget) are dropped: a request's drafts
+  // are exactly what its next step verifies.
+  std::unordered_set<const Request*> scheduled;
+  for (const ScheduledSeq& s : batch.seqs) {
+    s.request->draft_ids.resize(static_cast<size_t>(s.num_draft_tokens));
+    scheduled.insert(s.request);
+  }
+  for (Request* r : running_) {
+    if (!r->verifying && !scheduled.contains(r)) r->draft_ids.clear();
+  }
   return batch;
 }
 
 void Scheduler::commit(const ScheduledBatch& batch) {
   for (const ScheduledSeq& s : batch.seqs) {
     Request& r = *s.request;
-    r.num_computed_tokens = s.start + s.num_tokens;
+    if (s.num_draft_tokens > 0) {
+      // Only the known token's K/V counts as computed until the drafts are
+      // verified; the drafts' slots are written but not committed (nor cached).
+      r.verifying = true;
+      r.num_computed_tokens = s.start + s.num_tokens - s.num_draft_tokens;
+    } else {
+      r.num_computed_tokens = s.start + s.num_tokens;
+    }
     kv_.commit(r.id(), r.tokens(), r.num_computed_tokens, r.cache_salt());
   }
+}
+
+void Scheduler::accept_drafts(Request& request) {
+  DI_CHECK(request.verifying, "request {} has no drafts being verified", request.id());
+  request.verifying = false;
+  request.draft_ids.clear();
+  // The accepted drafts and the token after them are outputs now; every token
+  // but the newest has its K/V in the cache (rejected drafts' slots are
+  // simply overwritten later).
+  request.num_computed_tokens = request.num_tokens() - 1;
+  kv_.commit(request.id(), request.tokens(), request.num_computed_tokens, request.cache_salt());
 }
 
 void Scheduler::finish(Request* request, std::optional<uint64_t> hold_until_step) {
@@ -45,6 +74,8 @@ void Scheduler::finish(Request* request, std::optional<uint64_t> hold_until_step
   auto wt = std::find(waiting_.begin(), waiting_.end(), request);
   if (wt != waiting_.end()) waiting_.erase(wt);
   request->inflight.clear();
+  request->draft_ids.clear();
+  request->verifying = false;
   request->num_computed_tokens = 0;
   if (hold_until_step) {
     kv_.free_after_step(request->id(), *hold_until_step);

@@ -27,6 +27,11 @@ class Scheduler {
   ScheduledBatch schedule();
   // After the step was launched: advance num_computed_tokens.
   void commit(const ScheduledBatch& batch);
+  // After the results of a step that verified the request's drafts were
+  // read and its accepted tokens appended: the drafts are gone, and the K/V
+  // of every token but the newest counts as computed (rejected drafts' slots
+  // are rolled back; accepted ones enter the prefix cache).
+  void accept_drafts(Request& request);
   // Removes a request from the queues and frees its pages (finish or abort).
   // When a step still in flight uses them (hold_until_step), they return to
   // the pool only once the KV manager's release_deferred() reports that step

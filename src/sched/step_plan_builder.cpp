@@ -36,6 +36,10 @@ StepPlan build_step_plan(const ScheduledBatch& batch, const KvCacheManager& kv, 
   plan.tokens.reserve(static_cast<size_t>(batch.num_tokens));
   for (const ScheduledSeq& s : batch.seqs) {
     const Request& r = *s.request;
+    DI_CHECK(s.num_draft_tokens == 0 ||
+                 (s.num_draft_tokens == r.num_draft_tokens() && s.num_sample_rows == s.num_draft_tokens + 1),
+             "request {}: the step verifies {} drafts with {} rows, but the request holds {} drafts", r.id(),
+             s.num_draft_tokens, s.num_sample_rows, r.num_draft_tokens());
     DI_CHECK(s.num_tokens > 0 && s.start >= 0 && s.num_sample_rows >= 0 && s.num_sample_rows <= s.num_tokens,
              "request {}: invalid share of a step ({} tokens from {}, {} rows)", r.id(), s.num_tokens, s.start,
              s.num_sample_rows);
@@ -52,6 +56,11 @@ StepPlan build_step_plan(const ScheduledBatch& batch, const KvCacheManager& kv, 
     for (int32_t p = s.start; p < kv_len; ++p) {
       if (p < r.num_tokens()) {
         plan.tokens.push_back(TokenSource::host(r.token_at(p)));
+      } else if (r.num_draft_tokens() > 0) {
+        // A request with drafts has nothing in flight: the drafts follow its known tokens.
+        const auto k = static_cast<size_t>(p - r.num_tokens());
+        DI_CHECK(k < r.draft_ids.size(), "request {}: token {} is past its drafts", r.id(), p);
+        plan.tokens.push_back(TokenSource::host(r.draft_ids[k]));
       } else {
         const auto k = static_cast<size_t>(p - r.num_tokens());
         DI_CHECK(k < r.inflight.size() && r.inflight[k].slot >= 0 && r.inflight[k].row >= 0,

@@ -86,6 +86,30 @@ std::string ApiServer::render_metrics() {
     m.counter("deepinfer:eplb_replacements_total", "EPLB expert re-placements.")
         .set(static_cast<double>(s.engine.eplb_replacements));
   }
+  if (s.engine.speculative) {
+    // Only with --speculative-config, under vLLM's names.
+    const SpecDecodeStats& sp = s.engine.spec;
+    m.counter("deepinfer:spec_decode_num_drafts_total", "Verifications of drafts (one per request and step).")
+        .set(static_cast<double>(sp.num_drafts));
+    m.counter("deepinfer:spec_decode_num_draft_tokens_total", "Draft tokens verified.")
+        .set(static_cast<double>(sp.num_draft_tokens));
+    m.counter("deepinfer:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.")
+        .set(static_cast<double>(sp.num_accepted_tokens));
+    m.counter("deepinfer:spec_decode_num_proposed_tokens_total",
+              "Draft tokens proposed, before the dynamic verify length chose which to verify.")
+        .set(static_cast<double>(sp.num_proposed_tokens));
+    std::vector<double> bounds;
+    std::vector<uint64_t> counts;
+    double sum = 0;
+    for (size_t n = 0; n < sp.acceptance_lengths.size(); ++n) {
+      bounds.push_back(static_cast<double>(n));
+      counts.push_back(static_cast<uint64_t>(sp.acceptance_lengths[n]));
+      sum += static_cast<double>(n) * static_cast<double>(sp.acceptance_lengths[n]);
+    }
+    counts.push_back(0);  // +Inf
+    m.histogram("deepinfer:spec_decode_acceptance_length", "Draft tokens accepted per verification.", bounds)
+        .assign(std::move(counts), sum);
+  }
   for (const char* reason : {"stop", "length", "abort"}) {
     m.counter("deepinfer:request_success_total", "Finished requests (per sample) by finish reason.", {{"finished_reason", reason}});
   }

@@ -44,6 +44,16 @@ void Histogram::observe(double v) {
   ++count_;
 }
 
+void Histogram::assign(std::vector<uint64_t> bucket_counts, double sum) {
+  DI_CHECK(bucket_counts.size() == counts_.size(), "histogram: {} bucket counts for {} buckets", bucket_counts.size(),
+           counts_.size());
+  std::lock_guard lock(mutex_);
+  counts_ = std::move(bucket_counts);
+  count_ = 0;
+  for (uint64_t c : counts_) count_ += c;
+  sum_ = sum;
+}
+
 Histogram::Snapshot Histogram::snapshot() const {
   std::lock_guard lock(mutex_);
   Snapshot s;

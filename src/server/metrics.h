@@ -39,6 +39,9 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> upper_bounds);
   void observe(double v);
+  // Replaces the contents with counts kept elsewhere: per bucket (not
+  // cumulative, the last one +Inf) and their sum.
+  void assign(std::vector<uint64_t> bucket_counts, double sum);
   struct Snapshot {
     std::vector<double> bounds;
     std::vector<uint64_t> cumulative;  // per bound, then +Inf

@@ -1,0 +1,82 @@
+#include "engine/speculator.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "sched/request.h"
+#include "spec/verify_length.h"
+
+namespace deepinfer {
+
+Speculator::Speculator(spec::SpeculativeConfig config)
+    : config_(config), proposer_(spec::make_proposer(config)) {
+  stats_.acceptance_lengths.assign(static_cast<size_t>(config_.num_speculative_tokens) + 1, 0);
+}
+
+Speculator::Tracked& Speculator::feed(const Request& r) {
+  auto [it, fresh] = tracked_.try_emplace(r.id());
+  Tracked& t = it->second;
+  if (fresh) {
+    proposer_->start(r.id(), r.prompt_ids());
+    t.fed = r.num_prompt_tokens();
+  }
+  if (t.fed < r.num_tokens()) {
+    const auto& out = r.output_ids();
+    const auto from = static_cast<size_t>(t.fed - r.num_prompt_tokens());
+    proposer_->append(r.id(), std::span<const int32_t>(out).subspan(from));
+    t.fed = r.num_tokens();
+  }
+  return t;
+}
+
+void Speculator::propose(std::span<Request* const> candidates, int32_t base_tokens) {
+  std::vector<std::vector<double>> accept;
+  std::vector<Request*> drafted;
+  for (Request* r : candidates) {
+    // Every output the step could yield must fit the request's limit: the
+    // drafts plus the token sampled after them.
+    const int32_t room = std::min(config_.num_speculative_tokens, r->token_limit - r->num_tokens() - 1);
+    Tracked& t = feed(*r);
+    if (room <= 0) continue;
+    proposer_->propose(r->id(), room, scratch_);
+    if (scratch_.tokens.empty()) continue;
+    DI_CHECK(scratch_.size() <= room && scratch_.confidence.size() == scratch_.tokens.size(),
+             "proposer returned {} drafts with {} confidences for room {}", scratch_.size(),
+             scratch_.confidence.size(), room);
+    stats_.num_proposed_tokens += scratch_.size();
+    r->draft_ids = scratch_.tokens;
+    t.raw_confidence = scratch_.confidence;
+    std::vector<double>& a = accept.emplace_back();
+    for (float c : scratch_.confidence) a.push_back(calibrator_.calibrated(c));
+    drafted.push_back(r);
+  }
+  if (!config_.dynamic || drafted.empty()) return;
+  const spec::VerifyChoice choice = spec::choose_verify_lengths(accept, base_tokens, base_tokens, curve_);
+  for (size_t i = 0; i < drafted.size(); ++i) {
+    const auto n = static_cast<size_t>(choice.lengths[i]);
+    drafted[i]->draft_ids.resize(n);
+    tracked_[drafted[i]->id()].raw_confidence.resize(n);
+  }
+}
+
+void Speculator::record_verification(const Request& r, int32_t verified, int32_t accepted, bool rejected) {
+  if (verified <= 0) return;
+  ++stats_.num_drafts;
+  stats_.num_draft_tokens += verified;
+  stats_.num_accepted_tokens += accepted;
+  ++stats_.acceptance_lengths[static_cast<size_t>(std::clamp(accepted, 0, config_.num_speculative_tokens))];
+  auto it = tracked_.find(r.id());
+  if (it == tracked_.end()) return;
+  const std::vector<float>& raw = it->second.raw_confidence;
+  // Draft j is an observation of P(accept | drafts before it accepted) only
+  // when those were accepted: the first `accepted` succeeded, the next failed.
+  const int32_t observed =
+      std::min<int32_t>(std::min(accepted + (rejected ? 1 : 0), verified), static_cast<int32_t>(raw.size()));
+  for (int32_t j = 0; j < observed; ++j) calibrator_.observe(raw[static_cast<size_t>(j)], j < accepted);
+}
+
+void Speculator::finish(uint64_t request_id) {
+  if (tracked_.erase(request_id) > 0) proposer_->finish(request_id);
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,71 @@
+// Speculator: the engine's side of speculative decoding. Before a step it
+// asks the proposer for drafts of the requests that are decoding, turns each
+// draft token's raw confidence into a calibrated acceptance probability and,
+// with the dynamic verify length on, keeps only the drafts whose expected
+// gain is worth their verification time on the measured step-time curve
+// (spec/verify_length.h). After a step it learns from what was accepted and
+// how long the step took. Token-level verification itself happens in
+// Engine::complete (a draft is accepted when the target samples it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "spec/acceptance_calibrator.h"
+#include "spec/proposer.h"
+#include "spec/speculative_config.h"
+#include "spec/step_time_curve.h"
+
+namespace deepinfer {
+
+class Request;
+
+struct SpecDecodeStats {
+  int64_t num_drafts = 0;           // verifications (requests x steps that verified drafts)
+  int64_t num_proposed_tokens = 0;  // drafted by the proposer, before the verify-length choice
+  int64_t num_draft_tokens = 0;     // verified
+  int64_t num_accepted_tokens = 0;  // verified and accepted
+  // acceptance_lengths[n]: verifications that accepted exactly n drafts.
+  std::vector<int64_t> acceptance_lengths;
+};
+
+class Speculator {
+ public:
+  explicit Speculator(spec::SpeculativeConfig config);
+  const spec::SpeculativeConfig& config() const { return config_; }
+
+  // Sets draft_ids of each candidate (requests decoding with nothing in
+  // flight or being verified, in a stable order); base_tokens: the step's
+  // other query tokens (about one per running request).
+  void propose(std::span<Request* const> candidates, int32_t base_tokens);
+  // A verification ended: of `verified` drafts the first `accepted` were;
+  // `rejected` when the next one was sampled differently (not when the
+  // request ended first, by a stop, its length or a fault).
+  void record_verification(const Request& r, int32_t verified, int32_t accepted, bool rejected);
+  // A completed step: its query tokens and device time.
+  void record_step(int32_t tokens, double device_ms) { curve_.record(tokens, device_ms); }
+  void finish(uint64_t request_id);
+
+  const SpecDecodeStats& stats() const { return stats_; }
+  const spec::StepTimeCurve& curve() const { return curve_; }
+
+ private:
+  struct Tracked {
+    int32_t fed = 0;                     // tokens of the request given to the proposer
+    std::vector<float> raw_confidence;   // of the drafts being verified
+  };
+  Tracked& feed(const Request& r);  // gives the proposer the tokens it has not seen
+
+  spec::SpeculativeConfig config_;
+  std::unique_ptr<spec::Proposer> proposer_;
+  spec::AcceptanceCalibrator calibrator_;
+  spec::StepTimeCurve curve_;
+  std::unordered_map<uint64_t, Tracked> tracked_;
+  SpecDecodeStats stats_;
+  spec::Draft scratch_;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,49 @@
+// Proposer: drafts tokens for the requests the engine is generating. One
+// object serves every request and keeps its per-request state by request id;
+// the engine feeds it each request's tokens as they become known (prompt,
+// then accepted outputs) and asks for up to max_tokens drafts before a step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+
+#include "spec/draft.h"
+#include "spec/ngram_index.h"
+#include "spec/speculative_config.h"
+
+namespace deepinfer::spec {
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  // A new request and its prompt.
+  virtual void start(uint64_t request_id, std::span<const int32_t> prompt) = 0;
+  // Tokens appended to the request's sequence (accepted outputs), in order.
+  virtual void append(uint64_t request_id, std::span<const int32_t> tokens) = 0;
+  // Up to max_tokens drafts following the request's last token (possibly none).
+  virtual void propose(uint64_t request_id, int32_t max_tokens, Draft& out) = 0;
+  // The request ended; its state is dropped (or kept in shared form).
+  virtual void finish(uint64_t request_id) = 0;
+};
+
+// Prompt lookup: an NgramIndex per request.
+class NgramProposer final : public Proposer {
+ public:
+  explicit NgramProposer(NgramConfig config) : config_(config) { NgramIndex check(config); }
+  void start(uint64_t request_id, std::span<const int32_t> prompt) override;
+  void append(uint64_t request_id, std::span<const int32_t> tokens) override;
+  void propose(uint64_t request_id, int32_t max_tokens, Draft& out) override;
+  void finish(uint64_t request_id) override { indexes_.erase(request_id); }
+
+ private:
+  NgramIndex& index(uint64_t request_id);
+  NgramConfig config_;
+  std::unordered_map<uint64_t, NgramIndex> indexes_;
+};
+
+// The proposer of an enabled configuration.
+std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config);
+
+}  // namespace deepinfer::spec

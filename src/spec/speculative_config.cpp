@@ -1,0 +1,97 @@
+#include "spec/speculative_config.h"
+
+#include "core/error.h"
+#include "core/json_parse.h"
+
+namespace deepinfer::spec {
+
+std::string_view to_string(SpecMethod m) {
+  switch (m) {
+    case SpecMethod::None: return "none";
+    case SpecMethod::Ngram: return "ngram";
+    case SpecMethod::Suffix: return "suffix";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr std::string_view kWhat = "--speculative-config";
+
+template <typename T>
+T number(const nlohmann::json& j, std::string_view key, T lo, T hi) {
+  const bool integral = std::is_integral_v<T>;
+  DI_CHECK(integral ? j.is_number_integer() : j.is_number(), "{}: \"{}\" must be {}, got {}", kWhat, key,
+           integral ? "an integer" : "a number", json_excerpt(j));
+  const double v = j.get<double>();
+  DI_CHECK(v >= static_cast<double>(lo) && v <= static_cast<double>(hi), "{}: \"{}\" must be in [{}, {}], got {}",
+           kWhat, key, lo, hi, json_excerpt(j));
+  return static_cast<T>(v);
+}
+
+SpecMethod method_of(const nlohmann::json& j) {
+  DI_CHECK(j.is_string(), "{}: \"method\" must be a string, got {}", kWhat, json_excerpt(j));
+  const auto m = j.get<std::string>();
+  if (m == "ngram" || m == "prompt_lookup") return SpecMethod::Ngram;
+  if (m == "suffix") return SpecMethod::Suffix;
+  if (m == "draft_model" || m == "mtp" || m == "eagle" || m == "eagle3" || m == "deepseek_mtp" || m == "medusa") {
+    fail("{}: method \"{}\" is not supported yet; available: \"ngram\", \"suffix\"", kWhat, m);
+  }
+  fail("{}: unknown method {}; available: \"ngram\", \"suffix\"", kWhat, excerpt(m));
+}
+
+}  // namespace
+
+SpeculativeConfig SpeculativeConfig::parse(std::string_view json) {
+  const nlohmann::json j = parse_json(json, kWhat, JsonLimits{.max_depth = 4});
+  DI_CHECK(j.is_object(), "{}: expected a JSON object, got {}", kWhat, json_excerpt(j));
+  DI_CHECK(j.contains("method"), "{}: \"method\" is required (\"ngram\" or \"suffix\")", kWhat);
+  SpeculativeConfig c;
+  for (const auto& [key, value] : j.items()) {
+    if (key == "method") {
+      c.method = method_of(value);
+    } else if (key == "num_speculative_tokens") {
+      c.num_speculative_tokens = number<int32_t>(value, key, 1, 32);
+    } else if (key == "dynamic") {
+      DI_CHECK(value.is_boolean(), "{}: \"dynamic\" must be true or false, got {}", kWhat, json_excerpt(value));
+      c.dynamic = value.get<bool>();
+    } else if (key == "prompt_lookup_min") {
+      c.prompt_lookup_min = number<int32_t>(value, key, 1, 64);
+    } else if (key == "prompt_lookup_max") {
+      c.prompt_lookup_max = number<int32_t>(value, key, 1, 64);
+    } else if (key == "suffix_decoding_max_tree_depth") {
+      c.suffix_max_depth = number<int32_t>(value, key, 2, 256);
+    } else if (key == "suffix_decoding_min_token_prob") {
+      c.suffix_min_token_prob = number<float>(value, key, 0.0f, 1.0f);
+    } else if (key == "suffix_decoding_max_cached_tokens") {
+      c.suffix_global_max_tokens = number<int64_t>(value, key, 0, int64_t{1} << 32);
+    } else if (key == "model") {
+      // A draft model path only means something to the draft-model method,
+      // which method_of() refuses; a stray one is a mistake worth naming.
+      fail("{}: \"model\" applies to the draft_model method, which is not supported yet", kWhat);
+    } else {
+      fail("{}: unknown field {}", kWhat, excerpt(key));
+    }
+  }
+  DI_CHECK(c.prompt_lookup_min <= c.prompt_lookup_max,
+           "{}: prompt_lookup_min ({}) must not exceed prompt_lookup_max ({})", kWhat, c.prompt_lookup_min,
+           c.prompt_lookup_max);
+  return c;
+}
+
+std::string SpeculativeConfig::to_json() const {
+  nlohmann::json j = {{"method", to_string(method)},
+                      {"num_speculative_tokens", num_speculative_tokens},
+                      {"dynamic", dynamic}};
+  if (method == SpecMethod::Ngram) {
+    j["prompt_lookup_min"] = prompt_lookup_min;
+    j["prompt_lookup_max"] = prompt_lookup_max;
+  } else if (method == SpecMethod::Suffix) {
+    j["suffix_decoding_max_tree_depth"] = suffix_max_depth;
+    j["suffix_decoding_min_token_prob"] = suffix_min_token_prob;
+    j["suffix_decoding_max_cached_tokens"] = suffix_global_max_tokens;
+  }
+  return j.dump();
+}
+
+}  // namespace deepinfer::spec

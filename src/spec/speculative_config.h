@@ -1,0 +1,42 @@
+// SpeculativeConfig: how (and whether) the engine drafts tokens for the
+// target model to verify. Parsed from the vLLM-shaped JSON of
+// --speculative-config, e.g. {"method": "ngram", "num_speculative_tokens": 5}.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace deepinfer::spec {
+
+enum class SpecMethod : uint8_t { None, Ngram, Suffix };
+
+std::string_view to_string(SpecMethod m);
+
+struct SpeculativeConfig {
+  SpecMethod method = SpecMethod::None;
+  // Drafts per request and step at most (K).
+  int32_t num_speculative_tokens = 5;
+  // DSpark's dynamic verify length: verify, per request, only the prefix of
+  // its drafts that maximises the batch's expected accepted tokens per second
+  // on the measured step-time curve. false: verify every draft (fixed K).
+  bool dynamic = true;
+  // n-gram (prompt lookup): the suffix lengths tried.
+  int32_t prompt_lookup_min = 2;
+  int32_t prompt_lookup_max = 4;
+  // Suffix decoding: depth of the suffix trees, the least cumulative
+  // probability a draft continues with, and the tokens of finished outputs the
+  // global tree keeps (0: no global tree).
+  int32_t suffix_max_depth = 24;
+  float suffix_min_token_prob = 0.1f;
+  int64_t suffix_global_max_tokens = 1 << 20;
+
+  bool enabled() const { return method != SpecMethod::None; }
+
+  // Throws deepinfer::Error naming the field on malformed or unsupported
+  // input (unknown keys, values out of range, methods not built yet).
+  static SpeculativeConfig parse(std::string_view json);
+  std::string to_json() const;
+};
+
+}  // namespace deepinfer::spec
