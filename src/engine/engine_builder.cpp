@@ -28,6 +28,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Sampling rows per sequence and step: a speculative step verifies up to K
+// drafts, each with its row, after the row of the known token.
+int32_t rows_per_seq(const EngineConfig& config) {
+  return config.speculative.enabled() ? 1 + config.speculative.num_speculative_tokens : 1;
+}
+
 // KV blocks that fit in --gpu-memory-utilization of the device after the
 // weights and activations.
 int64_t plan_device_kv_blocks(const EngineConfig& config, Backend& backend, LoadedModel& model, size_t block_bytes) {
@@ -35,7 +41,8 @@ int64_t plan_device_kv_blocks(const EngineConfig& config, Backend& backend, Load
            "--gpu-memory-utilization {} must be in (0, 1)", config.gpu_memory_utilization);
   // Activations first (the runner's reservation is then a no-op), so the
   // free memory measured below is what weights and activations left.
-  const int32_t max_rows = std::min(config.max_num_batched_tokens, config.max_num_seqs);
+  const int32_t max_rows =
+      max_sampling_rows(config.max_num_batched_tokens, config.max_num_seqs, rows_per_seq(config));
   model.model().reserve(config.max_num_batched_tokens, max_rows);
   const DeviceMemoryInfo mem = *backend.memory_info();
   const auto total = static_cast<double>(mem.total_bytes);
@@ -174,6 +181,7 @@ EngineParts build_engine(EngineConfig config) {
   limits.max_num_batched_tokens = c.max_num_batched_tokens;
   limits.max_num_seqs = c.max_num_seqs;
   limits.max_model_len = p.max_model_len;
+  limits.max_rows_per_seq = rows_per_seq(c);
   limits.use_graphs = !c.enforce_eager;
   build_expert_load(p, limits);
   p.runner = std::make_unique<ModelRunner>(p.model->model(), *p.backend, *p.kv, limits);

@@ -33,6 +33,11 @@ std::vector<int32_t> graph_sizes_up_to(int32_t limit) {
 
 }  // namespace
 
+int32_t max_sampling_rows(int32_t max_num_batched_tokens, int32_t max_num_seqs, int32_t max_rows_per_seq) {
+  return static_cast<int32_t>(
+      std::min<int64_t>(max_num_batched_tokens, int64_t{max_num_seqs} * std::max(max_rows_per_seq, 1)));
+}
+
 struct ModelRunner::Staged {
   Layout l;
   int32_t tokens = 0, seqs = 0, rows = 0;
@@ -46,7 +51,7 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLi
   DI_CHECK(limits.max_num_batched_tokens > 0 && limits.max_num_seqs > 0 && limits.max_model_len > 0,
            "ModelRunner: invalid limits");
   const int32_t T = limits.max_num_batched_tokens, S = limits.max_num_seqs;
-  max_rows_ = std::min(T, S);
+  max_rows_ = max_sampling_rows(T, S, limits.max_rows_per_seq);
   // A page can appear in several sequences' tables (shared prefixes); padding
   // sequences list the padding page once each.
   max_kv_pages_ = kv.num_pages() * 2 + 2 * S;
@@ -64,7 +69,8 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLi
     s.start = backend.create_event();
     s.end = backend.create_event();
   }
-  if (limits.use_graphs && backend.supports_graphs()) graph_sizes_ = graph_sizes_up_to(max_rows_);
+  // Graphs run decode-only steps: one row per sequence.
+  if (limits.use_graphs && backend.supports_graphs()) graph_sizes_ = graph_sizes_up_to(std::min(T, S));
   if (limits.count_experts) {
     const ModelConfig& c = model.config();
     for (int i = 0; i < c.n_layers; ++i) moe_layers_ += c.is_moe(i) ? 1 : 0;

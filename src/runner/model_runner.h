@@ -44,6 +44,10 @@ struct RunnerLimits {
   int32_t max_num_batched_tokens = 2048;
   int32_t max_num_seqs = 256;
   int32_t max_model_len = 8192;
+  // Sampling rows one sequence may have in a step: 1, or 1 + the drafts a
+  // speculative step verifies. With max_num_seqs and the token budget it
+  // bounds the rows per step (the logits buffer).
+  int32_t max_rows_per_seq = 1;
   bool use_graphs = true;  // when the backend supports them (--enforce-eager turns this off)
   // Count each step's routed tokens per expert of every MoE layer on the
   // device and bring the counts back with the step's results (EPLB load
@@ -65,6 +69,9 @@ struct StepResults {
   // are not counted. Empty otherwise.
   std::span<const int32_t> expert_counts;
 };
+
+// The most sampling rows a step of these limits can have.
+int32_t max_sampling_rows(int32_t max_num_batched_tokens, int32_t max_num_seqs, int32_t max_rows_per_seq);
 
 class ModelRunner {
  public:

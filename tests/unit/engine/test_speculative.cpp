@@ -1,0 +1,300 @@
+// Speculative decoding end to end on the real default model (CPU,
+// batch-invariant, so a token's logits do not depend on how many tokens its
+// step verifies): the same scripted workload — requests joining at different
+// steps, prompt chunks, prefix-cache hits, greedy and seeded sampling, stop
+// strings, max_tokens reached in the middle of a draft, EOS, aborts, device
+// penalties, logprobs, host sampling, preemption under a small KV cache —
+// must give every request exactly the tokens, logprobs, text and finish
+// reason it gets without speculation, for every method, with the pool
+// consistent after every step. A draft is accepted only when the target
+// samples it with the same (seed, position) draw, so the equality holds at
+// any temperature; a two-sample test on independent seeds checks the sampled
+// distribution directly.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+#include "../../support/smollm2_model.h"
+
+namespace deepinfer {
+namespace {
+
+EngineConfig config(const std::string& speculative, int64_t kv_tokens) {
+  EngineConfig c;
+  c.model_path = testing::smollm2_path();
+  c.batch_invariant = true;
+  c.max_model_len = 320;
+  c.max_num_seqs = 16;
+  c.max_num_batched_tokens = 64;  // prompts arrive in chunks; drafts compete for the budget
+  c.kv_cache_tokens = kv_tokens;
+  if (!speculative.empty()) c.speculative = spec::SpeculativeConfig::parse(speculative);
+  return c;
+}
+
+struct Job {
+  int join_step;
+  std::string prompt;
+  SamplingParams params;
+  int abort_after = -1;
+};
+
+struct Result {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::string text;
+  FinishReason reason = FinishReason::None;
+  std::string stop_reason;
+  int64_t accepted_drafts = 0;
+};
+
+SamplingParams params(int32_t max_tokens, float temperature = 0.0f) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+// Input-grounded prompts: the answer repeats spans of the prompt, so prompt
+// lookup and suffix trees find drafts that the model accepts.
+std::vector<Job> workload() {
+  const std::vector<std::string> prompts = {
+      "Copy this list: red, green, blue, yellow, red, green, blue, yellow, red, green, blue,",
+      "def area(w, h):\n    return w * h\n\ndef area(w, h):\n    return w * h\n\ndef area(w, h):\n",
+      "Monday Tuesday Wednesday Thursday Friday Monday Tuesday Wednesday Thursday Friday Monday",
+      "The cat sat on the mat. The cat sat on the mat. The cat sat on the mat. The cat",
+      "1 2 3 4 5 6 7 8 9 10 1 2 3 4 5 6 7 8 9 10 1 2 3 4",
+      "Once upon a time there was a dragon. Once upon a time there was a dragon. Once upon"};
+  std::vector<Job> jobs;
+  for (int i = 0; i < 16; ++i) {
+    Job j;
+    j.join_step = (i * 5) % 13;
+    // Jobs 12.. repeat earlier prompts word for word: prefix-cache hits.
+    j.prompt = (i < 12 ? "(" + std::to_string(i) + ") " : "") + prompts[static_cast<size_t>(i) % prompts.size()];
+    j.params = params(8 + (i * 7) % 29);
+    switch (i % 8) {
+      case 1: j.params = params(30, 0.8f), j.params.seed = 1000 + i; break;      // seeded sampling
+      case 2: j.abort_after = 3 + i % 4; break;                                    // aborted mid-flight
+      case 3: j.params.stop = {"yellow", "Friday", "mat."}, j.params.max_tokens = 40; break;  // stop strings
+      case 4: j.params.ignore_eos = false, j.params.max_tokens = 40; break;        // may end by EOS
+      case 5:  // device penalties, on prompts the model continues by repeating
+        if (i == 5) {
+          j.prompt = prompts[0];
+          j.params.repetition_penalty = 1.05f, j.params.frequency_penalty = 0.02f, j.params.min_tokens = 4;
+        } else {
+          // A penalty that grows with each repeat within a draft: a verify
+          // row must count the drafts before it, or this output changes.
+          j.prompt = "ha ha ha ha ha ha ha ha ha ha ha ha";
+          j.params.frequency_penalty = 0.2f, j.params.max_tokens = 30;
+        }
+        break;
+      case 6: j.params.logprobs = 2; break;                                         // target logprobs per row
+      case 7: j.params.repetition_penalty = 1.3f, j.params.temperature = 0.7f, j.params.seed = 7,
+              j.params.logprobs = 1; break;                                         // host sampling
+      default: j.params.max_tokens = 3 + i % 5; break;                             // max_tokens inside a draft
+    }
+    jobs.push_back(j);
+  }
+  return jobs;
+}
+
+std::vector<Result> run(Engine& engine, const std::vector<Job>& jobs) {
+  std::vector<Result> results(jobs.size());
+  std::map<uint64_t, size_t> index;
+  for (int step = 0; step < 20000; ++step) {
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (jobs[i].join_step == step) {
+        index[engine.add_request(engine.tokenizer().encode(jobs[i].prompt, true), jobs[i].params)] = i;
+      }
+    }
+    if (step > 20 && !engine.has_unfinished()) break;
+    for (RequestOutput& o : engine.step()) {
+      const size_t i = index.at(o.request_id);
+      Result& r = results[i];
+      for (const TokenOutput& t : o.new_tokens) {
+        r.tokens.push_back(t.token);
+        r.logprobs.push_back(t.logprob);
+      }
+      r.text += o.new_text;
+      if (o.finished) {
+        r.reason = o.finish_reason;
+        r.stop_reason = o.stop_reason;
+        if (auto s = engine.summary(o.request_id)) r.accepted_drafts = s->num_accepted_drafts;
+      }
+      if (!o.finished && jobs[i].abort_after >= 0 && static_cast<int>(r.tokens.size()) >= jobs[i].abort_after) {
+        engine.abort(o.request_id);
+      }
+    }
+    engine.check_integrity();
+  }
+  EXPECT_FALSE(engine.has_unfinished());
+  engine.check_integrity();
+  EXPECT_EQ(engine.stats().kv_usage, 0.0);
+  return results;
+}
+
+void expect_same(const std::vector<Result>& a, const std::vector<Result>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].reason == FinishReason::Abort || b[i].reason == FinishReason::Abort) {
+      // Aborted once a count of tokens had arrived: a step that accepts
+      // drafts delivers several at once, so only the common prefix must agree.
+      EXPECT_EQ(a[i].reason, b[i].reason) << what << ", request " << i;
+      const size_t n = std::min(a[i].tokens.size(), b[i].tokens.size());
+      EXPECT_GT(n, 0u);
+      EXPECT_TRUE(std::equal(a[i].tokens.begin(), a[i].tokens.begin() + static_cast<ptrdiff_t>(n),
+                             b[i].tokens.begin()))
+          << what << ", request " << i;
+      continue;
+    }
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << what << ", request " << i;
+    EXPECT_EQ(a[i].text, b[i].text) << what << ", request " << i;
+    EXPECT_EQ(a[i].reason, b[i].reason) << what << ", request " << i;
+    EXPECT_EQ(a[i].stop_reason, b[i].stop_reason) << what << ", request " << i;
+    ASSERT_EQ(a[i].logprobs.size(), b[i].logprobs.size()) << what << ", request " << i;
+    for (size_t t = 0; t < a[i].logprobs.size(); ++t) EXPECT_EQ(a[i].logprobs[t], b[i].logprobs[t]) << what;
+  }
+}
+
+const char* const kMethods[] = {
+    R"({"method": "ngram"})",
+    R"({"method": "ngram", "dynamic": false, "num_speculative_tokens": 7})",
+    R"({"method": "suffix"})",
+    R"({"method": "suffix", "dynamic": false, "num_speculative_tokens": 3})",
+};
+
+TEST(Speculative, SameOutputsAsWithoutSpeculationForEveryMethod) {
+  REQUIRE_SMOLLM2();
+  const auto jobs = workload();
+  Engine plain(config("", 8192));
+  const auto expected = run(plain, jobs);
+  for (const char* method : kMethods) {
+    Engine engine(config(method, 8192));
+    const auto got = run(engine, jobs);
+    expect_same(expected, got, method);
+    const EngineStats s = engine.stats();
+    ASSERT_TRUE(s.speculative);
+    EXPECT_GT(s.spec.num_draft_tokens, 50) << method << ": the workload must verify drafts";
+    EXPECT_GT(s.spec.num_accepted_tokens, 20) << method << ": and accept some";
+    EXPECT_LE(s.spec.num_accepted_tokens, s.spec.num_draft_tokens);
+    EXPECT_GT(s.prefix_hit_tokens, 0) << method << ": the workload must hit the prefix cache";
+    EXPECT_LT(s.steps, plain.stats().steps) << method << ": accepted drafts save steps";
+    int64_t hist = 0;
+    for (int64_t c : s.spec.acceptance_lengths) hist += c;
+    EXPECT_EQ(hist, s.spec.num_drafts);
+    // Drafts were accepted under sampling and penalties too, not only greedily.
+    EXPECT_GT(got[1].accepted_drafts + got[9].accepted_drafts, 0) << method << ": seeded sampling";
+    EXPECT_GT(got[5].accepted_drafts + got[13].accepted_drafts, 0) << method << ": penalties";
+    EXPECT_EQ(got[7].accepted_drafts + got[15].accepted_drafts, 0) << method << ": host-sampled requests do not draft";
+  }
+}
+
+TEST(Speculative, SameOutputsUnderPreemption) {
+  REQUIRE_SMOLLM2();
+  auto jobs = workload();
+  for (Job& j : jobs) j.join_step = 0;  // everyone at once into a small cache
+  Engine plain(config("", 16 * 14));
+  const auto expected = run(plain, jobs);
+  Engine engine(config(kMethods[1], 16 * 14));
+  const auto got = run(engine, jobs);
+  EXPECT_GT(engine.stats().num_preemptions, 0) << "the test must exercise preemption";
+  EXPECT_GT(engine.stats().spec.num_accepted_tokens, 0);
+  expect_same(expected, got, "preemption");
+}
+
+// Independent seeds with and without speculation: the distribution of the
+// tokens sampled after drafts were verified must be the same. A two-sample
+// chi-square test per output position over the tokens seen (rare ones pooled);
+// the seeds are fixed, so the test is deterministic.
+TEST(Speculative, SampledDistributionEqualsNonSpeculative) {
+  REQUIRE_SMOLLM2();
+  constexpr int kSamples = 240;
+  constexpr int kTokens = 6;
+  auto sample = [&](const std::string& speculative, uint64_t seed_base, int64_t* accepted) {
+    EngineConfig c = config(speculative, 1 << 15);
+    c.max_num_seqs = 64;
+    c.max_num_batched_tokens = 512;
+    Engine engine(c);
+    const auto prompt = engine.tokenizer().encode("a b c d a b c d a b c d a b c d a b", true);
+    std::map<uint64_t, std::vector<int32_t>> out;
+    for (int i = 0; i < kSamples; ++i) {
+      SamplingParams p = params(kTokens, 1.0f);
+      p.top_k = 4;
+      p.seed = seed_base + static_cast<uint64_t>(i);
+      out[engine.add_request(prompt, p)];
+    }
+    while (engine.has_unfinished()) {
+      for (RequestOutput& o : engine.step()) {
+        for (const TokenOutput& t : o.new_tokens) out[o.request_id].push_back(t.token);
+      }
+    }
+    if (accepted) *accepted = engine.stats().spec.num_accepted_tokens;
+    std::vector<std::vector<int32_t>> v;
+    for (auto& [id, toks] : out) v.push_back(toks);
+    return v;
+  };
+  int64_t accepted = 0;
+  const auto plain = sample("", 1'000'000, nullptr);
+  const auto specd = sample(R"({"method": "ngram", "dynamic": false})", 2'000'000, &accepted);
+  ASSERT_GT(accepted, kSamples) << "drafts must be accepted under sampling for the test to mean anything";
+  for (int pos = 1; pos < kTokens; ++pos) {
+    std::map<int32_t, std::pair<double, double>> counts;
+    for (const auto& t : plain) counts[t[static_cast<size_t>(pos)]].first += 1;
+    for (const auto& t : specd) counts[t[static_cast<size_t>(pos)]].second += 1;
+    // Pool tokens expected fewer than 5 times per sample into one cell.
+    std::vector<std::pair<double, double>> cells;
+    std::pair<double, double> rare{0, 0};
+    for (const auto& [tok, c] : counts) {
+      if (c.first + c.second < 10) {
+        rare.first += c.first, rare.second += c.second;
+      } else {
+        cells.push_back(c);
+      }
+    }
+    if (rare.first + rare.second > 0) cells.push_back(rare);
+    double chi2 = 0;
+    for (const auto& [a, b] : cells) {
+      const double e = (a + b) / 2;  // equal sample sizes
+      chi2 += (a - e) * (a - e) / e + (b - e) * (b - e) / e;
+    }
+    const int dof = static_cast<int>(cells.size()) - 1;
+    if (dof < 1) continue;
+    // Wilson–Hilferty: the chi-square quantile at p = 0.001.
+    const double z = 3.09, k = dof;
+    const double limit = k * std::pow(1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k)), 3);
+    EXPECT_LT(chi2, limit) << "position " << pos << ": " << cells.size() << " cells";
+  }
+}
+
+TEST(Speculative, ConfigErrorsNameTheField) {
+  auto error_of = [](const std::string& json) {
+    try {
+      spec::SpeculativeConfig::parse(json);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of(R"({"method": "draft_model", "model": "x"})").find("not supported yet"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 0})").find("num_speculative_tokens"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 2.5})").find("integer"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "colour": 1})").find("unknown field"), std::string::npos);
+  EXPECT_NE(error_of(R"({"num_speculative_tokens": 3})").find("\"method\" is required"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "prompt_lookup_min": 5, "prompt_lookup_max": 3})").find("exceed"),
+            std::string::npos);
+  EXPECT_NE(error_of("[1,2]").find("object"), std::string::npos);
+  EXPECT_NE(error_of("{").find("--speculative-config"), std::string::npos);
+  const auto c = spec::SpeculativeConfig::parse(R"({"method": "suffix", "num_speculative_tokens": 8, "dynamic": false})");
+  EXPECT_EQ(c.method, spec::SpecMethod::Suffix);
+  EXPECT_EQ(c.num_speculative_tokens, 8);
+  EXPECT_FALSE(c.dynamic);
+  EXPECT_EQ(spec::SpeculativeConfig::parse(c.to_json()).to_json(), c.to_json());
+}
+
+}  // namespace
+}  // namespace deepinfer
