@@ -149,6 +149,32 @@ StepCostModel fit_cost_model(Engine& engine, int32_t max_q, int32_t reps) {
   return m;
 }
 
+// The verify-cost curve: step time of B sequences that each verify k drafts
+// (1 + k query tokens, all sampled) after `cached` tokens, for k = 0..K. What
+// the dynamic verify length reads online (spec/step_time_curve.h).
+void verify_curve(Engine& engine, const std::vector<int32_t>& batches, const std::vector<int32_t>& cached,
+                  int32_t max_drafts, int32_t reps, bool json) {
+  engine.time_step(1, 1, 16, 1);  // warm-up
+  nlohmann::json rows = nlohmann::json::array();
+  for (int32_t c : cached) {
+    for (int32_t b : batches) {
+      double base = 0;
+      for (int32_t k = 0; k <= max_drafts; ++k) {
+        std::vector<double> t;
+        for (int r = 0; r < reps; ++r) t.push_back(engine.time_step(b, 1 + k, c, 1 + k));
+        const double ms = median(t) * 1e3;
+        if (k == 0) base = ms;
+        rows.push_back({{"batch", b}, {"cached", c}, {"drafts", k}, {"tokens", b * (1 + k)}, {"ms", ms}});
+        if (!json) {
+          std::printf("verify step: batch %4d, context %5d, %2d drafts each (%5d tokens): %8.3f ms (%.2fx k=0)\n", b,
+                      c, k, b * (1 + k), ms, ms / base);
+        }
+      }
+    }
+  }
+  if (json) std::printf("%s\n", rows.dump(1).c_str());
+}
+
 int run_bench(int argc, char** argv) {
   CLI::App app{"Throughput and latency sweeps; fits the chunked-prefill cost model."};
   app.name("deepinfer bench");
@@ -166,6 +192,11 @@ int run_bench(int argc, char** argv) {
   app.add_flag("--json", json, "print JSON instead of a table");
   app.add_option("--fit-cost-model", fit_path, "measure prefill steps, fit the cost model and write it here");
   app.add_option("--fit-max-chunk", fit_max_q, "largest chunk measured for the fit")->check(CLI::Range(16, 32768));
+  int32_t verify_drafts = 0;
+  app.add_option("--verify-curve", verify_drafts,
+                 "time verify steps instead: every --batch size with 0..N drafts per sequence after each "
+                 "--prompt-len cached tokens")
+      ->check(CLI::Range(1, 32));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -183,6 +214,14 @@ int run_bench(int argc, char** argv) {
   if (config.max_model_len == 0) config.max_model_len = std::max(need_len, fit_path.empty() ? 0 : fit_max_q + 1024 + 1);
   config.max_num_seqs = std::max(config.max_num_seqs, need_batch);
   if (!fit_path.empty()) config.max_num_batched_tokens = std::max(config.max_num_batched_tokens, fit_max_q);
+  if (verify_drafts > 0) {
+    // Rows for N drafts per sequence, and a budget for the largest step.
+    if (!config.speculative.enabled()) config.speculative.method = spec::SpecMethod::Ngram;
+    config.speculative.num_speculative_tokens = std::max(config.speculative.num_speculative_tokens, verify_drafts);
+    config.max_num_batched_tokens = std::max(config.max_num_batched_tokens, need_batch * (1 + verify_drafts));
+    need_len += verify_drafts;
+    if (config.max_model_len == 0) config.max_model_len = need_len + 1;
+  }
   if (config.kv_cache_tokens == 0) {
     // Room for the sweep's batches and for the fit's longest timing step
     // (fit_cost_model: up to fit_max_q new tokens after 1,024 cached).
@@ -192,6 +231,10 @@ int run_bench(int argc, char** argv) {
   }
   Engine engine(config);
 
+  if (verify_drafts > 0) {
+    verify_curve(engine, bs, ps, verify_drafts, reps, json);
+    return 0;
+  }
   if (!fit_path.empty()) {
     StepCostModel m = fit_cost_model(engine, fit_max_q, reps);
     std::ofstream out(fit_path);

@@ -131,6 +131,7 @@ int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) 
     j["completion_tokens"] = completion_tokens;
     j["cached_prompt_tokens"] = o.num_cached_prompt_tokens;
     if (llm.engine().config().speculative.enabled()) {
+      j["verifications"] = o.num_verifications;
       j["verified_draft_tokens"] = o.num_verified_drafts;
       j["accepted_draft_tokens"] = o.num_accepted_drafts;
     }

@@ -39,6 +39,7 @@ struct CompletionOutput {
   std::vector<CompletionChoice> choices;  // params.n samples
   int32_t num_cached_prompt_tokens = 0;
   // Speculative decoding, over all samples: draft tokens verified and accepted.
+  int64_t num_verifications = 0;
   int64_t num_verified_drafts = 0;
   int64_t num_accepted_drafts = 0;
   double time_to_first_token_s = 0;  // from arrival, first sample

@@ -130,7 +130,7 @@ void Engine::finish(Live& live, FinishReason reason, RequestOutput& out) {
   // A client's abort (Engine::abort) has released it from the scheduler already.
   if (!live.abort_requested) parts_.scheduler->finish(&r, newest_inflight_step());
   finished_summaries_[r.id()] = RequestSummary{r.num_prompt_tokens(), r.num_cached_prompt_tokens,
-                                               r.num_output_tokens(), r.num_verified_drafts,
+                                               r.num_output_tokens(), r.num_verifications, r.num_verified_drafts,
                                                r.num_accepted_drafts, r.timings};
   if (speculator_) speculator_->finish(r.id());
 }
@@ -262,6 +262,7 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
       if (!accepted || r.is_finished()) {
         const int32_t n_accepted = row.draft_index + (accepted ? 1 : 0);
         speculator_->record_verification(r, row.num_drafts, n_accepted, token >= 0 && draft >= 0 && !accepted);
+        ++r.num_verifications;
         r.num_verified_drafts += row.num_drafts;
         r.num_accepted_drafts += n_accepted;
         if (!r.is_finished()) parts_.scheduler->accept_drafts(r);
@@ -394,33 +395,42 @@ void Engine::check_integrity() const {
   }
 }
 
-double Engine::time_prefill_step(int32_t num_new_tokens, int32_t num_cached_tokens) {
-  DI_CHECK(requests_.empty(), "time_prefill_step needs an idle engine");
+double Engine::time_step(int32_t num_seqs, int32_t num_new_tokens, int32_t num_cached_tokens, int32_t rows_per_seq) {
+  DI_CHECK(requests_.empty(), "a timing step needs an idle engine");
   const int32_t total = num_new_tokens + num_cached_tokens;
   const int32_t bs = parts_.config.block_size;
-  DI_CHECK(num_new_tokens > 0 && num_new_tokens <= parts_.config.max_num_batched_tokens &&
-               total <= parts_.max_model_len,
-           "timing step of {} new + {} cached tokens is out of range", num_new_tokens, num_cached_tokens);
+  DI_CHECK(num_seqs > 0 && num_seqs <= parts_.config.max_num_seqs && num_new_tokens > 0 && num_cached_tokens >= 0 &&
+               int64_t{num_seqs} * num_new_tokens <= parts_.config.max_num_batched_tokens &&
+               total <= parts_.max_model_len && rows_per_seq >= 1 && rows_per_seq <= num_new_tokens,
+           "timing step of {} x ({} new + {} cached) tokens with {} rows each is out of range", num_seqs,
+           num_new_tokens, num_cached_tokens, rows_per_seq);
   // Full-length tables in every group, filled straight from the pool: the
   // step only needs pages to write and read, not a sequence's bookkeeping.
   BlockPool& pool = parts_.kv_manager->pool();
   const int32_t n_groups = parts_.kv_manager->layout().num_groups();
   const int32_t pages = (total + bs - 1) / bs;
-  auto blocks = pool.allocate(pages * n_groups);
-  DI_CHECK(blocks.has_value(), "KV cache too small for a timing step of {} tokens", total);
+  auto blocks = pool.allocate(pages * n_groups * num_seqs);
+  DI_CHECK(blocks.has_value(), "KV cache too small for a timing step of {} x {} tokens", num_seqs, total);
   StepPlan plan;
   plan.page_size = bs;
-  plan.seqs.push_back({0, num_cached_tokens, num_new_tokens, 0, 0, 1});
-  plan.tokens.assign(static_cast<size_t>(num_new_tokens), TokenSource::host(0));
-  PlannedRow row{0, num_new_tokens - 1, {}};
-  row.sampling.params.temperature = 0.0f;
-  plan.rows.push_back(row);
-  for (int32_t g = 0; g < n_groups; ++g) {
-    GroupPages& gp = plan.groups.emplace_back();
-    gp.pages.assign(blocks->begin() + g * pages, blocks->begin() + (g + 1) * pages);
-    gp.indptr.push_back(pages);
-    gp.first_pos.push_back(0);
+  plan.groups.resize(static_cast<size_t>(n_groups));
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    plan.seqs.push_back({static_cast<uint64_t>(s), num_cached_tokens, num_new_tokens, s * num_new_tokens,
+                         s * rows_per_seq, rows_per_seq});
+    for (int32_t j = 0; j < rows_per_seq; ++j) {
+      PlannedRow row{s, num_new_tokens - rows_per_seq + j, {}};
+      row.sampling.params.temperature = 0.0f;
+      plan.rows.push_back(row);
+    }
+    for (int32_t g = 0; g < n_groups; ++g) {
+      GroupPages& gp = plan.groups[static_cast<size_t>(g)];
+      const auto first = blocks->begin() + (int64_t{s} * n_groups + g) * pages;
+      gp.pages.insert(gp.pages.end(), first, first + pages);
+      gp.indptr.push_back(static_cast<int32_t>(gp.pages.size()));
+      gp.first_pos.push_back(0);
+    }
   }
+  plan.tokens.assign(static_cast<size_t>(num_seqs) * num_new_tokens, TokenSource::host(0));
   const auto t0 = std::chrono::steady_clock::now();
   parts_.runner->wait(parts_.runner->launch(plan));
   parts_.backend->synchronize();

@@ -64,6 +64,7 @@ struct RequestSummary {
   int32_t num_cached_prompt_tokens = 0;
   int32_t num_output_tokens = 0;
   // Speculative decoding: draft tokens verified, and accepted, for this request.
+  int64_t num_verifications = 0;  // steps that verified drafts of it
   int64_t num_verified_drafts = 0;
   int64_t num_accepted_drafts = 0;
   RequestTimings timings;
@@ -101,7 +102,13 @@ class Engine {
   void check_integrity() const;
 
   // Runs one forward step over a synthetic batch, for benchmarks and cost-model fitting.
-  double time_prefill_step(int32_t num_new_tokens, int32_t num_cached_tokens);
+  double time_prefill_step(int32_t num_new_tokens, int32_t num_cached_tokens) {
+    return time_step(1, num_new_tokens, num_cached_tokens, 1);
+  }
+  // num_seqs sequences of num_cached_tokens cached and num_new_tokens new
+  // tokens each, the last rows_per_seq of which are sampled (a verify step of
+  // rows_per_seq - 1 drafts when num_new_tokens == rows_per_seq). Seconds.
+  double time_step(int32_t num_seqs, int32_t num_new_tokens, int32_t num_cached_tokens, int32_t rows_per_seq);
 
  private:
   struct Live;  // a request plus its output processor and device-side penalty state

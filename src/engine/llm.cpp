@@ -82,6 +82,7 @@ std::vector<CompletionOutput> LLM::generate(const std::vector<GenerateInput>& in
           o.queue_time_s = secs(s->timings.arrival, s->timings.first_scheduled);
         }
         o.latency_s = std::max(o.latency_s, secs(s->timings.arrival, s->timings.finished));
+        o.num_verifications += s->num_verifications;
         o.num_verified_drafts += s->num_verified_drafts;
         o.num_accepted_drafts += s->num_accepted_drafts;
       }
@@ -115,6 +116,7 @@ CompletionOutput LLM::stream(const GenerateInput& input, const std::function<voi
           o.num_cached_prompt_tokens = s->num_cached_prompt_tokens;
           o.time_to_first_token_s = std::chrono::duration<double>(s->timings.first_token - s->timings.arrival).count();
           o.latency_s = std::chrono::duration<double>(s->timings.finished - s->timings.arrival).count();
+          o.num_verifications = s->num_verifications;
           o.num_verified_drafts = s->num_verified_drafts;
           o.num_accepted_drafts = s->num_accepted_drafts;
         }

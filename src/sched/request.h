@@ -99,6 +99,7 @@ class Request {
   bool verifying = false;
   int32_t num_draft_tokens() const { return static_cast<int32_t>(draft_ids.size()); }
   // Draft tokens this request verified and accepted over its life.
+  int64_t num_verifications = 0;
   int64_t num_verified_drafts = 0;
   int64_t num_accepted_drafts = 0;
 

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Speculative decoding benchmark: output tokens/s with and without drafting.
+
+For each model, workload and batch size, runs `deepinfer generate` on the
+same greedy requests with every configuration (no speculation, n-gram and
+suffix drafting with fixed K and with the dynamic verify length) and reports
+generated tokens/s (median of --repeats runs), the mean accepted length per
+verification (accepted drafts + the token sampled after them), the mean drafts
+verified per verification, and the share of requests whose output equals the
+run without speculation.
+
+Workloads:
+  grounded  the answer repeats spans of the prompt: edit a given function,
+            quote sentences of a given document;
+  chat      open-ended questions.
+
+  scripts/bench_spec.py --deepinfer build/deepinfer --device cpu --batches 1 4
+"""
+import argparse
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+CONFIGS = {
+    "none": None,
+    "ngram-k5": {"method": "ngram", "num_speculative_tokens": 5, "dynamic": False},
+    "ngram-dyn": {"method": "ngram", "num_speculative_tokens": 5, "dynamic": True},
+    "suffix-k5": {"method": "suffix", "num_speculative_tokens": 5, "dynamic": False},
+    "suffix-dyn": {"method": "suffix", "num_speculative_tokens": 5, "dynamic": True},
+}
+
+WORDS = ("alpha beta gamma delta omega river stone cloud lamp paper engine bridge garden signal "
+         "window copper harbor lantern meadow pocket summit timber valley").split()
+
+
+def code_prompt(rng):
+    name = rng.choice(WORDS) + "_" + rng.choice(WORDS)
+    var = rng.choice(["total", "count", "acc", "value", "result"])
+    lines = [f"def {name}(items, limit):", f"    {var} = 0"]
+    for i in range(rng.randint(6, 10)):
+        w = rng.choice(WORDS)
+        lines.append(f"    if items[{i}] > limit:  # {w}")
+        lines.append(f"        {var} += items[{i}] * {rng.randint(2, 9)}")
+    lines.append(f"    return {var}")
+    code = "\n".join(lines)
+    new = var + "_sum"
+    return (f"Here is a Python function:\n```python\n{code}\n```\nRename the variable `{var}` to `{new}` "
+            f"and write out the complete updated function.")
+
+
+def quote_prompt(rng):
+    sentences = []
+    for _ in range(rng.randint(8, 12)):
+        a, b, c = rng.sample(WORDS, 3)
+        sentences.append(f"The {a} near the {b} was painted {rng.choice(['red', 'blue', 'green'])} "
+                         f"by the {c} keeper in {rng.randint(1800, 2020)}.")
+    doc = " ".join(sentences)
+    key = rng.choice(WORDS)
+    return (f"Document:\n{doc}\n\nCopy, word for word, every sentence of the document. "
+            f"Then say which ones mention the {key}.")
+
+
+def chat_prompt(rng):
+    a, b = rng.sample(WORDS, 2)
+    return rng.choice([f"Write a short story about a {a} that finds a {b}.",
+                       f"Explain to a child how a {a} works.",
+                       f"Give me five ideas for a weekend trip to a {a} {b}.",
+                       f"What are the pros and cons of living near a {a}?"])
+
+
+def workload(kind, n, max_tokens, seed):
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        if kind == "grounded":
+            text = code_prompt(rng) if i % 2 == 0 else quote_prompt(rng)
+        else:
+            text = chat_prompt(rng)
+        out.append({"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
+                    "temperature": 0})
+    return out
+
+
+def run_one(args, model, inputs_path, batch, config):
+    out_path = inputs_path + ".out.jsonl"
+    cmd = [args.deepinfer, "generate", "--input", inputs_path, "--output", out_path, "--max-num-seqs", str(batch),
+           "--device", args.device, "-q"]
+    if model:
+        cmd += ["--model", model]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    if config is not None:
+        cmd += ["--speculative-config", json.dumps(config)]
+    cmd += args.extra
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{p.stderr[-3000:]}")
+    m = re.search(r"([0-9.]+) generated tok/s", p.stderr)
+    if not m:
+        sys.exit(f"no summary line in:\n{p.stderr[-2000:]}")
+    rows = [json.loads(line) for line in open(out_path)]
+    return float(m.group(1)), rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--deepinfer", default="build/deepinfer")
+    ap.add_argument("--models", nargs="*", default=[""], help="model paths ('' = built-in default)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--workloads", nargs="*", default=["grounded", "chat"])
+    ap.add_argument("--batches", nargs="*", type=int, default=[1, 16, 64, 256])
+    ap.add_argument("--configs", nargs="*", default=list(CONFIGS))
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", help="write all results here")
+    ap.add_argument("extra", nargs="*", help="more flags for deepinfer generate (after --)")
+    args = ap.parse_args()
+    results = []
+    tmp = tempfile.mkdtemp(prefix="bench_spec_")
+    for model in args.models:
+        for kind in args.workloads:
+            for batch in args.batches:
+                inputs = workload(kind, batch, args.max_tokens, seed=batch)
+                path = os.path.join(tmp, f"{kind}_{batch}.jsonl")
+                with open(path, "w") as f:
+                    for row in inputs:
+                        f.write(json.dumps(row) + "\n")
+                baseline_texts = None
+                for name in args.configs:
+                    rates, rows = [], None
+                    for _ in range(args.repeats):
+                        rate, rows = run_one(args, model, path, batch, CONFIGS[name])
+                        rates.append(rate)
+                    texts = [r["text"] for r in rows]
+                    if name == "none":
+                        baseline_texts = texts
+                    ver = sum(r.get("verifications", 0) for r in rows)
+                    drafts = sum(r.get("verified_draft_tokens", 0) for r in rows)
+                    acc = sum(r.get("accepted_draft_tokens", 0) for r in rows)
+                    same = (sum(a == b for a, b in zip(texts, baseline_texts)) / len(texts)
+                            if baseline_texts else float("nan"))
+                    res = {"model": os.path.basename(model) or "default", "workload": kind, "batch": batch,
+                           "config": name, "tok_s": statistics.median(rates), "runs": rates,
+                           "accepted_len": (acc + ver) / ver if ver else 0.0,
+                           "verified_per_step": drafts / ver if ver else 0.0,
+                           "same_as_none": same,
+                           "generated": sum(r["completion_tokens"] for r in rows)}
+                    results.append(res)
+                    base = next((r["tok_s"] for r in results if r["model"] == res["model"] and
+                                 r["workload"] == kind and r["batch"] == batch and r["config"] == "none"), None)
+                    speedup = res["tok_s"] / base if base else float("nan")
+                    print(f"{res['model']:>28} {kind:>8} b={batch:<4} {name:>10}: {res['tok_s']:9.1f} tok/s "
+                          f"({speedup:4.2f}x)  accepted len {res['accepted_len']:4.2f}  verified/step "
+                          f"{res['verified_per_step']:4.2f}  same as none {same:.0%}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
