@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,decode_ab,pdl,moe,kernels,profile,peer_llamacpp
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,decode_ab,pdl,moe,kernels,spec,profile,peer_llamacpp
 #                                   (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
@@ -232,6 +232,32 @@ if has pdl && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
         sed "s/^/    round $round PDL=$pdl: /" >> "$REPORT"
     done
   done
+fi
+if has spec; then
+  # Speculative decoding (scripts/bench_spec.py) on real GGUF weights carried
+  # in parts (SPEC_GGUF, joined here as in e2e), then the verify-cost curve
+  # of the 8B shape that the dynamic verify length reads.
+  echo -e "\n## Speculative decoding\n" >> "$REPORT"
+  for first in build-gguf/*.part_aa; do
+    [ -f "$first" ] || continue
+    cat "${first%aa}"* > "build-gguf/$(basename "$first" .part_aa)"
+  done
+  for m in ${SPEC_GGUF:-}; do
+    timeout "${SPEC_TIMEOUT:-300}" python3 scripts/bench_spec.py --deepinfer "$BIN/deepinfer" --device cuda \
+      --models "$m" --batches ${SPEC_BATCHES:-1 16 64 256} --repeats "${SPEC_REPEATS:-3}" \
+      --max-tokens "${SPEC_MAX_TOKENS:-256}" --json "$OUT/spec_$(basename "$m" .gguf).json" \
+      > "$OUT/spec_$(basename "$m" .gguf).log" 2>&1
+    echo "bench_spec $m: exit code $?" >> "$REPORT"
+    sed 's/^/    /' "$OUT/spec_$(basename "$m" .gguf).log" | tail -60 >> "$REPORT"
+  done
+  if [ -n "${SPEC_CURVE:-}" ]; then
+    make_llama8b
+    echo -e "\n### Verify-cost curve, llama8b (deepinfer bench --verify-curve 8)\n" >> "$REPORT"
+    timeout 240 "$BIN/deepinfer" bench --device cuda --model /tmp/deepinfer_e2e/llama8b --verify-curve 8 \
+      -b ${SPEC_CURVE_BATCHES:-1,16,64,256} -p 1024 -r 5 > "$OUT/verify_curve.txt" 2> "$OUT/verify_curve.log"
+    echo "exit code $?" >> "$REPORT"
+    sed 's/^/    /' "$OUT/verify_curve.txt" >> "$REPORT"
+  fi
 fi
 if has kernels; then
   # Kernel micro-benchmarks, when staged: attention (SIMT vs tensor-core
