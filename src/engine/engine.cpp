@@ -326,12 +326,12 @@ std::vector<RequestOutput> Engine::step() {
   }
   aborted_.clear();
 
-  if (speculator_) {
+  if (speculator_ && speculator_->should_propose()) {
     // Drafts continue the latest tokens, and a verified step's accepted count
-    // decides the next step's positions: with speculation the step in flight
-    // is finished before the next is planned (the host's work between steps
-    // is device idle time; the caller's handling of these outputs still
-    // overlaps the next step).
+    // decides the next step's positions: a drafting step finishes the step in
+    // flight before the next is planned (the host's work between steps is
+    // device idle time; the caller's handling of these outputs still overlaps
+    // the next step).
     if (inflight_) {
       std::unique_ptr<InflightStep> current = std::move(inflight_);
       complete(*current, outputs);

@@ -29,7 +29,17 @@ Speculator::Tracked& Speculator::feed(const Request& r) {
   return t;
 }
 
+bool Speculator::should_propose() {
+  if (!config_.dynamic || last_round_drafts_ > 0 || ++steps_since_probe_ >= kProbeInterval) {
+    steps_since_probe_ = 0;
+    return true;
+  }
+  return false;
+}
+
 void Speculator::propose(std::span<Request* const> candidates, int32_t base_tokens) {
+  // No request could draft (all prefilling): no evidence, try again next step.
+  last_round_drafts_ = candidates.empty() ? 1 : 0;
   std::vector<std::vector<double>> accept;
   std::vector<Request*> drafted;
   for (Request* r : candidates) {
@@ -49,12 +59,15 @@ void Speculator::propose(std::span<Request* const> candidates, int32_t base_toke
     std::vector<double>& a = accept.emplace_back();
     for (float c : scratch_.confidence) a.push_back(calibrator_.calibrated(c));
     drafted.push_back(r);
+    last_round_drafts_ += scratch_.size();
   }
   if (!config_.dynamic || drafted.empty()) return;
+  last_round_drafts_ = 0;
   const spec::VerifyChoice choice = spec::choose_verify_lengths(accept, base_tokens, base_tokens, curve_);
   for (size_t i = 0; i < drafted.size(); ++i) {
     const auto n = static_cast<size_t>(choice.lengths[i]);
     drafted[i]->draft_ids.resize(n);
+    last_round_drafts_ += static_cast<int64_t>(n);
     tracked_[drafted[i]->id()].raw_confidence.resize(n);
   }
 }

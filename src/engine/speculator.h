@@ -37,6 +37,12 @@ class Speculator {
   explicit Speculator(spec::SpeculativeConfig config);
   const spec::SpeculativeConfig& config() const { return config_; }
 
+  // Whether the next step should draft. Drafting costs the pipelined loop
+  // (the step in flight is finished first); when the dynamic policy verified
+  // nothing in its last round, the engine keeps pipelining and only probes
+  // again every kProbeInterval steps (fixed K always drafts).
+  static constexpr int kProbeInterval = 8;
+  bool should_propose();
   // Sets draft_ids of each candidate (requests decoding with nothing in
   // flight or being verified, in a stable order); base_tokens: the step's
   // other query tokens (about one per running request).
@@ -66,6 +72,8 @@ class Speculator {
   std::unordered_map<uint64_t, Tracked> tracked_;
   SpecDecodeStats stats_;
   spec::Draft scratch_;
+  int64_t last_round_drafts_ = 1;  // drafts the last propose() left to verify
+  int steps_since_probe_ = 0;
 };
 
 }  // namespace deepinfer
