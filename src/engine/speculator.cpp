@@ -38,8 +38,6 @@ bool Speculator::should_propose() {
 }
 
 void Speculator::propose(std::span<Request* const> candidates, int32_t base_tokens) {
-  // No request could draft (all prefilling): no evidence, try again next step.
-  last_round_drafts_ = candidates.empty() ? 1 : 0;
   std::vector<std::vector<double>> accept;
   std::vector<Request*> drafted;
   for (Request* r : candidates) {
@@ -59,17 +57,18 @@ void Speculator::propose(std::span<Request* const> candidates, int32_t base_toke
     std::vector<double>& a = accept.emplace_back();
     for (float c : scratch_.confidence) a.push_back(calibrator_.calibrated(c));
     drafted.push_back(r);
-    last_round_drafts_ += scratch_.size();
   }
-  if (!config_.dynamic || drafted.empty()) return;
-  last_round_drafts_ = 0;
-  const spec::VerifyChoice choice = spec::choose_verify_lengths(accept, base_tokens, base_tokens, curve_);
-  for (size_t i = 0; i < drafted.size(); ++i) {
-    const auto n = static_cast<size_t>(choice.lengths[i]);
-    drafted[i]->draft_ids.resize(n);
-    last_round_drafts_ += static_cast<int64_t>(n);
-    tracked_[drafted[i]->id()].raw_confidence.resize(n);
+  if (config_.dynamic && !drafted.empty()) {
+    const spec::VerifyChoice choice = spec::choose_verify_lengths(accept, base_tokens, base_tokens, curve_);
+    for (size_t i = 0; i < drafted.size(); ++i) {
+      const auto n = static_cast<size_t>(choice.lengths[i]);
+      drafted[i]->draft_ids.resize(n);
+      tracked_[drafted[i]->id()].raw_confidence.resize(n);
+    }
   }
+  // No request could draft (all prefilling) is no evidence: try again next step.
+  last_round_drafts_ = candidates.empty() ? 1 : 0;
+  for (const Request* r : drafted) last_round_drafts_ += r->num_draft_tokens();
 }
 
 void Speculator::record_verification(const Request& r, int32_t verified, int32_t accepted, bool rejected) {

@@ -27,9 +27,13 @@ float prior_confidence(int32_t matched_n, int32_t position) {
 
 }  // namespace
 
+void NgramIndex::check_config(const NgramConfig& config) {
+  DI_CHECK(config.min_n >= 1 && config.max_n >= config.min_n && config.max_n <= 64,
+           "n-gram drafting: need 1 <= min_n <= max_n <= 64, got {} and {}", config.min_n, config.max_n);
+}
+
 NgramIndex::NgramIndex(NgramConfig config) : config_(config) {
-  DI_CHECK(config_.min_n >= 1 && config_.max_n >= config_.min_n && config_.max_n <= 64,
-           "n-gram drafting: need 1 <= min_n <= max_n <= 64, got {} and {}", config_.min_n, config_.max_n);
+  check_config(config_);
   latest_end_.resize(static_cast<size_t>(config_.max_n - config_.min_n + 1));
 }
 

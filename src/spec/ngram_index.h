@@ -26,6 +26,8 @@ struct NgramConfig {
 class NgramIndex {
  public:
   explicit NgramIndex(NgramConfig config);
+  // Throws deepinfer::Error unless 1 <= min_n <= max_n <= 64.
+  static void check_config(const NgramConfig& config);
 
   // Extends the sequence (prompt first, then each accepted output token).
   void append(std::span<const int32_t> tokens);

@@ -31,7 +31,7 @@ class Proposer {
 // Prompt lookup: an NgramIndex per request.
 class NgramProposer final : public Proposer {
  public:
-  explicit NgramProposer(NgramConfig config) : config_(config) { NgramIndex check(config); }
+  explicit NgramProposer(NgramConfig config) : config_(config) { NgramIndex::check_config(config); }
   void start(uint64_t request_id, std::span<const int32_t> prompt) override;
   void append(uint64_t request_id, std::span<const int32_t> tokens) override;
   void propose(uint64_t request_id, int32_t max_tokens, Draft& out) override;

@@ -16,6 +16,7 @@
 #include "deepinfer/llm.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
+#include "../../support/scripted_workload.h"
 #include "../../support/smollm2_model.h"
 
 namespace deepinfer {
@@ -33,20 +34,8 @@ EngineConfig config(bool pipelined, int64_t kv_tokens) {
   return c;
 }
 
-struct Job {
-  int join_step;  // step() call before which the request is added
-  std::string prompt;
-  SamplingParams params;
-  int abort_after = -1;  // abort once this many tokens have arrived
-};
-
-struct Result {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  std::string text;
-  FinishReason reason = FinishReason::None;
-  std::string stop_reason;
-};
+using Job = testing::ScriptedJob;
+using Result = testing::ScriptedResult;
 
 SamplingParams params(int32_t max_tokens, float temperature = 0.0f) {
   SamplingParams p;
@@ -81,54 +70,10 @@ std::vector<Job> workload() {
   return jobs;
 }
 
-std::vector<Result> run(Engine& engine, const std::vector<Job>& jobs) {
-  std::vector<Result> results(jobs.size());
-  std::map<uint64_t, size_t> index;
-  std::map<size_t, uint64_t> id_of;
-  for (int step = 0; step < 10000; ++step) {
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      if (jobs[i].join_step == step) {
-        const uint64_t id = engine.add_request(engine.tokenizer().encode(jobs[i].prompt, true), jobs[i].params);
-        index[id] = i;
-        id_of[i] = id;
-      }
-    }
-    if (step > 20 && !engine.has_unfinished()) break;
-    for (RequestOutput& o : engine.step()) {
-      const size_t i = index.at(o.request_id);
-      Result& r = results[i];
-      for (const TokenOutput& t : o.new_tokens) {
-        r.tokens.push_back(t.token);
-        r.logprobs.push_back(t.logprob);
-      }
-      r.text += o.new_text;
-      if (o.finished) {
-        r.reason = o.finish_reason;
-        r.stop_reason = o.stop_reason;
-      }
-      const int abort_after = jobs[i].abort_after;
-      if (!o.finished && abort_after >= 0 && static_cast<int>(r.tokens.size()) >= abort_after) {
-        engine.abort(o.request_id);
-      }
-    }
-    engine.check_integrity();
-  }
-  EXPECT_FALSE(engine.has_unfinished());
-  engine.check_integrity();  // nothing in flight: every block is back in the pool
-  EXPECT_EQ(engine.stats().kv_usage, 0.0);
-  return results;
-}
+std::vector<Result> run(Engine& engine, const std::vector<Job>& jobs) { return testing::run_scripted(engine, jobs); }
 
 void expect_same(const std::vector<Result>& a, const std::vector<Result>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
-    EXPECT_EQ(a[i].text, b[i].text) << "request " << i;
-    EXPECT_EQ(a[i].reason, b[i].reason) << "request " << i;
-    EXPECT_EQ(a[i].stop_reason, b[i].stop_reason) << "request " << i;
-    ASSERT_EQ(a[i].logprobs.size(), b[i].logprobs.size());
-    for (size_t t = 0; t < a[i].logprobs.size(); ++t) EXPECT_EQ(a[i].logprobs[t], b[i].logprobs[t]);
-  }
+  testing::expect_same_results(a, b, "pipelined vs synchronous");
 }
 
 TEST(Pipeline, SameOutputsAsTheSynchronousLoopWithJoinsFinishesAbortsAndStops) {

@@ -18,6 +18,7 @@
 
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
+#include "../../support/scripted_workload.h"
 #include "../../support/smollm2_model.h"
 
 namespace deepinfer {
@@ -35,21 +36,8 @@ EngineConfig config(const std::string& speculative, int64_t kv_tokens) {
   return c;
 }
 
-struct Job {
-  int join_step;
-  std::string prompt;
-  SamplingParams params;
-  int abort_after = -1;
-};
-
-struct Result {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  std::string text;
-  FinishReason reason = FinishReason::None;
-  std::string stop_reason;
-  int64_t accepted_drafts = 0;
-};
+using Job = testing::ScriptedJob;
+using Result = testing::ScriptedResult;
 
 SamplingParams params(int32_t max_tokens, float temperature = 0.0f) {
   SamplingParams p;
@@ -102,62 +90,12 @@ std::vector<Job> workload() {
   return jobs;
 }
 
-std::vector<Result> run(Engine& engine, const std::vector<Job>& jobs) {
-  std::vector<Result> results(jobs.size());
-  std::map<uint64_t, size_t> index;
-  for (int step = 0; step < 20000; ++step) {
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      if (jobs[i].join_step == step) {
-        index[engine.add_request(engine.tokenizer().encode(jobs[i].prompt, true), jobs[i].params)] = i;
-      }
-    }
-    if (step > 20 && !engine.has_unfinished()) break;
-    for (RequestOutput& o : engine.step()) {
-      const size_t i = index.at(o.request_id);
-      Result& r = results[i];
-      for (const TokenOutput& t : o.new_tokens) {
-        r.tokens.push_back(t.token);
-        r.logprobs.push_back(t.logprob);
-      }
-      r.text += o.new_text;
-      if (o.finished) {
-        r.reason = o.finish_reason;
-        r.stop_reason = o.stop_reason;
-        if (auto s = engine.summary(o.request_id)) r.accepted_drafts = s->num_accepted_drafts;
-      }
-      if (!o.finished && jobs[i].abort_after >= 0 && static_cast<int>(r.tokens.size()) >= jobs[i].abort_after) {
-        engine.abort(o.request_id);
-      }
-    }
-    engine.check_integrity();
-  }
-  EXPECT_FALSE(engine.has_unfinished());
-  engine.check_integrity();
-  EXPECT_EQ(engine.stats().kv_usage, 0.0);
-  return results;
-}
+std::vector<Result> run(Engine& engine, const std::vector<Job>& jobs) { return testing::run_scripted(engine, jobs); }
 
+// Several tokens arrive per step when drafts are accepted: an aborted
+// request stops later in its stream, so only their common prefix must agree.
 void expect_same(const std::vector<Result>& a, const std::vector<Result>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].reason == FinishReason::Abort || b[i].reason == FinishReason::Abort) {
-      // Aborted once a count of tokens had arrived: a step that accepts
-      // drafts delivers several at once, so only the common prefix must agree.
-      EXPECT_EQ(a[i].reason, b[i].reason) << what << ", request " << i;
-      const size_t n = std::min(a[i].tokens.size(), b[i].tokens.size());
-      EXPECT_GT(n, 0u);
-      EXPECT_TRUE(std::equal(a[i].tokens.begin(), a[i].tokens.begin() + static_cast<ptrdiff_t>(n),
-                             b[i].tokens.begin()))
-          << what << ", request " << i;
-      continue;
-    }
-    EXPECT_EQ(a[i].tokens, b[i].tokens) << what << ", request " << i;
-    EXPECT_EQ(a[i].text, b[i].text) << what << ", request " << i;
-    EXPECT_EQ(a[i].reason, b[i].reason) << what << ", request " << i;
-    EXPECT_EQ(a[i].stop_reason, b[i].stop_reason) << what << ", request " << i;
-    ASSERT_EQ(a[i].logprobs.size(), b[i].logprobs.size()) << what << ", request " << i;
-    for (size_t t = 0; t < a[i].logprobs.size(); ++t) EXPECT_EQ(a[i].logprobs[t], b[i].logprobs[t]) << what;
-  }
+  testing::expect_same_results(a, b, what, /*aborted_prefix_only=*/true);
 }
 
 const char* const kMethods[] = {
