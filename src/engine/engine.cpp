@@ -48,6 +48,7 @@ struct Engine::InflightStep {
   uint64_t id = 0;
   int slot = -1;
   int32_t num_tokens = 0;
+  bool drafting = false;  // planned after drafting (the step before it was finished first)
   std::vector<StepRow> rows;
 };
 
@@ -231,7 +232,7 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
     stats_.device_idle_ms += res.idle_ms_before;
     stats_.device_idle_max_ms = std::max(stats_.device_idle_max_ms, res.idle_ms_before);
   }
-  if (speculator_) speculator_->record_step(step.num_tokens, res.device_ms);
+  if (speculator_) speculator_->record_step(step.num_tokens, res.device_ms, res.idle_ms_before, step.drafting);
   const size_t vocab = static_cast<size_t>(vocab_size());
   for (size_t i = 0; i < step.rows.size(); ++i) {
     const StepRow& row = step.rows[i];
@@ -326,7 +327,8 @@ std::vector<RequestOutput> Engine::step() {
   }
   aborted_.clear();
 
-  if (speculator_ && speculator_->should_propose()) {
+  const bool drafting = speculator_ && speculator_->should_propose();
+  if (drafting) {
     // Drafts continue the latest tokens, and a verified step's accepted count
     // decides the next step's positions: a drafting step finishes the step in
     // flight before the next is planned (the host's work between steps is
@@ -344,7 +346,10 @@ std::vector<RequestOutput> Engine::step() {
   // Launch this step before finishing the previous one: the device works on
   // it while the host reads the previous step's tokens.
   std::unique_ptr<InflightStep> previous = std::move(inflight_);
-  if (!batch.empty()) inflight_ = std::make_unique<InflightStep>(launch(batch));
+  if (!batch.empty()) {
+    inflight_ = std::make_unique<InflightStep>(launch(batch));
+    inflight_->drafting = drafting;
+  }
   if (previous) complete(*previous, outputs);
   // Synchronous loop, or nothing left that the step in flight could serve
   // (flush at the end of the pipeline): finish it now.

@@ -59,7 +59,8 @@ void Speculator::propose(std::span<Request* const> candidates, int32_t base_toke
     drafted.push_back(r);
   }
   if (config_.dynamic && !drafted.empty()) {
-    const spec::VerifyChoice choice = spec::choose_verify_lengths(accept, base_tokens, base_tokens, curve_);
+    const spec::VerifyChoice choice =
+        spec::choose_verify_lengths(accept, base_tokens, base_tokens, curve_, drafting_overhead_ms());
     for (size_t i = 0; i < drafted.size(); ++i) {
       const auto n = static_cast<size_t>(choice.lengths[i]);
       drafted[i]->draft_ids.resize(n);
@@ -69,6 +70,19 @@ void Speculator::propose(std::span<Request* const> candidates, int32_t base_toke
   // No request could draft (all prefilling) is no evidence: try again next step.
   last_round_drafts_ = candidates.empty() ? 1 : 0;
   for (const Request* r : drafted) last_round_drafts_ += r->num_draft_tokens();
+}
+
+void Speculator::record_step(int32_t tokens, double device_ms, double idle_ms_before, bool drafting) {
+  curve_.record(tokens, device_ms);
+  if (idle_ms_before < 0.0) return;
+  double& mean = drafting ? idle_drafting_ms_ : idle_pipelined_ms_;
+  constexpr double kAlpha = 0.1;
+  mean = mean < 0.0 ? idle_ms_before : (1.0 - kAlpha) * mean + kAlpha * idle_ms_before;
+}
+
+double Speculator::drafting_overhead_ms() const {
+  if (idle_drafting_ms_ < 0.0) return 0.0;
+  return std::max(0.0, idle_drafting_ms_ - std::max(idle_pipelined_ms_, 0.0));
 }
 
 void Speculator::record_verification(const Request& r, int32_t verified, int32_t accepted, bool rejected) {

@@ -51,8 +51,12 @@ class Speculator {
   // `rejected` when the next one was sampled differently (not when the
   // request ended first, by a stop, its length or a fault).
   void record_verification(const Request& r, int32_t verified, int32_t accepted, bool rejected);
-  // A completed step: its query tokens and device time.
-  void record_step(int32_t tokens, double device_ms) { curve_.record(tokens, device_ms); }
+  // A completed step: its query tokens, device time, the device's idle time
+  // before it (negative: unknown), and whether it was planned after drafting
+  // (which finishes the step before it first, so that idle is host work).
+  void record_step(int32_t tokens, double device_ms, double idle_ms_before, bool drafting);
+  // Idle before a drafting step beyond the idle before a pipelined one (ms).
+  double drafting_overhead_ms() const;
   void finish(uint64_t request_id);
 
   const SpecDecodeStats& stats() const { return stats_; }
@@ -74,6 +78,8 @@ class Speculator {
   spec::Draft scratch_;
   int64_t last_round_drafts_ = 1;  // drafts the last propose() left to verify
   int steps_since_probe_ = 0;
+  // Mean idle before drafting and before pipelined steps (EWMA; < 0: none seen).
+  double idle_drafting_ms_ = -1.0, idle_pipelined_ms_ = -1.0;
 };
 
 }  // namespace deepinfer

@@ -90,7 +90,7 @@ SuffixSource SuffixProposer::propose(uint64_t request_id, int32_t max_tokens, Dr
   if (pc.max_tokens == 0) return SuffixSource::None;
   const std::span<const int32_t> context = r.tree.tokens(r.seq);
 
-  r.tree.propose(context, pc, out);
+  r.tree.propose_after(r.seq, pc, out);
   SuffixSource source = out.size() > 0 ? SuffixSource::Request : SuffixSource::None;
   if (global_.num_sequences() > 0) {
     Draft other;

@@ -53,14 +53,8 @@ int32_t SuffixTree::add_sequence() {
   return seq;
 }
 
-int32_t SuffixTree::child(int32_t parent, int32_t token) const {
-  auto it = children_.find(key(parent, token));
-  return it == children_.end() ? kNone : it->second;
-}
-
 int32_t SuffixTree::child_or_new(int32_t parent, int32_t token) {
-  auto [it, inserted] = children_.try_emplace(key(parent, token), kNone);
-  if (!inserted) return it->second;
+  if (const int32_t existing = children_.find(parent, token); existing != kNone) return existing;
   int32_t node;
   if (free_head_ != kNone) {
     node = free_head_;
@@ -78,14 +72,14 @@ int32_t SuffixTree::child_or_new(int32_t parent, int32_t token) {
            .prev_sibling = kNone};
   if (p.first_child != kNone) nodes_[static_cast<size_t>(p.first_child)].prev_sibling = node;
   p.first_child = node;
-  it->second = node;
+  children_.insert(parent, token, node);
   return node;
 }
 
 void SuffixTree::free_node(int32_t node) {
   Node& n = nodes_[static_cast<size_t>(node)];
   // Callers free children before parents, so a node at count 0 has none left.
-  children_.erase(key(n.parent, n.token));
+  children_.erase(n.parent, n.token);
   if (n.prev_sibling != kNone) {
     nodes_[static_cast<size_t>(n.prev_sibling)].next_sibling = n.next_sibling;
   } else {
@@ -153,29 +147,17 @@ int32_t SuffixTree::count(std::span<const int32_t> substring) const {
   return nodes_[static_cast<size_t>(node)].count;
 }
 
-int32_t SuffixTree::propose(std::span<const int32_t> context, const SuffixProposeConfig& config,
-                            Draft& out) const {
-  check_propose_config(config);
-  out.clear();
-  const int32_t n = static_cast<int32_t>(context.size());
-  const int32_t longest = std::min({config.max_match, max_depth_ - 1, n});
-  if (longest < config.min_match) return 0;
-
-  // The node of the context's last `len` tokens if it has a continuation.
-  auto continued_suffix = [&](int32_t len) {
-    int32_t node = kRoot;
-    for (int32_t i = n - len; i < n && node != kNone; ++i) node = child(node, context[static_cast<size_t>(i)]);
-    return node != kNone && nodes_[static_cast<size_t>(node)].first_child != kNone ? node : kNone;
-  };
+template <typename NodeOf>
+std::pair<int32_t, int32_t> SuffixTree::longest_continued(int32_t min_match, int32_t longest, NodeOf node_of) const {
   // "Suffix of length L occurred followed by some t" implies the same for
   // every shorter suffix (it occurs inside that run, still within max_depth),
   // so the lengths that qualify form a prefix [1, best]: binary search for
   // best instead of a lookup per length.
-  int32_t lo = config.min_match, hi = longest, best = 0, node = kNone;
+  int32_t lo = min_match, hi = longest, best = 0, node = kNone;
   while (lo <= hi) {
     const int32_t mid = lo + (hi - lo) / 2;
-    const int32_t found = continued_suffix(mid);
-    if (found != kNone) {
+    const int32_t found = node_of(mid);
+    if (found != kNone && nodes_[static_cast<size_t>(found)].first_child != kNone) {
       best = mid;
       node = found;
       lo = mid + 1;
@@ -183,8 +165,38 @@ int32_t SuffixTree::propose(std::span<const int32_t> context, const SuffixPropos
       hi = mid - 1;
     }
   }
-  if (best == 0) return 0;
+  return {best, node};
+}
 
+int32_t SuffixTree::propose(std::span<const int32_t> context, const SuffixProposeConfig& config,
+                            Draft& out) const {
+  check_propose_config(config);
+  out.clear();
+  const int32_t n = static_cast<int32_t>(context.size());
+  const int32_t longest = std::min({config.max_match, max_depth_ - 1, n});
+  if (longest < config.min_match) return 0;
+  const auto [best, node] = longest_continued(config.min_match, longest, [&](int32_t len) {
+    int32_t at = kRoot;
+    for (int32_t i = n - len; i < n && at != kNone; ++i) at = child(at, context[static_cast<size_t>(i)]);
+    return at;
+  });
+  if (best > 0) walk(node, config, out);
+  return best;
+}
+
+int32_t SuffixTree::propose_after(int32_t seq, const SuffixProposeConfig& config, Draft& out) const {
+  check_propose_config(config);
+  out.clear();
+  const Sequence& s = live_sequence(seq);
+  const int32_t longest = std::min({config.max_match, static_cast<int32_t>(s.suffix_nodes.size())});
+  if (longest < config.min_match) return 0;
+  const auto [best, node] = longest_continued(config.min_match, longest,
+                                              [&](int32_t len) { return s.suffix_nodes[static_cast<size_t>(len - 1)]; });
+  if (best > 0) walk(node, config, out);
+  return best;
+}
+
+void SuffixTree::walk(int32_t node, const SuffixProposeConfig& config, Draft& out) const {
   // Greedy walk down the most frequent continuation. Counts under a node on
   // the context's own path include only earlier occurrences' continuations
   // (the latest occurrence has none yet), which is the distribution wanted.
@@ -212,7 +224,6 @@ int32_t SuffixTree::propose(std::span<const int32_t> context, const SuffixPropos
     out.confidence.push_back(std::clamp(prob, 0.01f, 0.99f));
     node = pick;
   }
-  return best;
 }
 
 }  // namespace deepinfer::spec

@@ -14,9 +14,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
+#include "spec/child_table.h"
 #include "spec/draft.h"
 
 namespace deepinfer::spec {
@@ -48,6 +48,10 @@ class SuffixTree {
   // matched (then `out` is empty; it can also be empty after a match, when
   // even the first token is less likely than min_prob).
   int32_t propose(std::span<const int32_t> context, const SuffixProposeConfig& config, Draft& out) const;
+  // The same as propose(tokens(seq), ...) for a sequence this tree holds, but
+  // each candidate suffix's node comes from the sequence's own suffix list
+  // instead of a walk from the root.
+  int32_t propose_after(int32_t seq, const SuffixProposeConfig& config, Draft& out) const;
 
   // How often `substring` occurs in the held sequences; 0 when it is empty,
   // absent or longer than max_depth (such substrings are not counted).
@@ -83,10 +87,14 @@ class SuffixTree {
     std::vector<int32_t> suffix_nodes;
   };
 
-  static uint64_t key(int32_t parent, int32_t token) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(parent)) << 32) | static_cast<uint32_t>(token);
-  }
-  int32_t child(int32_t parent, int32_t token) const;
+  int32_t child(int32_t parent, int32_t token) const { return children_.find(parent, token); }
+  // The longest suffix length in [min_match, longest] whose node
+  // (node_of(len), kNone when absent) has a continuation, and that node;
+  // {0, kNone} when none has.
+  template <typename NodeOf>
+  std::pair<int32_t, int32_t> longest_continued(int32_t min_match, int32_t longest, NodeOf node_of) const;
+  // Drafts by walking down the most frequent continuation from `node`.
+  void walk(int32_t node, const SuffixProposeConfig& config, Draft& out) const;
   // The child of `parent` for `token`, created with count 0 if absent.
   int32_t child_or_new(int32_t parent, int32_t token);
   void free_node(int32_t node);
@@ -96,7 +104,7 @@ class SuffixTree {
 
   int32_t max_depth_;
   std::vector<Node> nodes_;  // nodes_[0] is the root (the empty substring)
-  std::unordered_map<uint64_t, int32_t> children_;  // key(parent, token) -> child
+  ChildTable children_;  // (parent, token) -> child
   int32_t free_head_ = kNone;
   size_t free_nodes_ = 0;
   std::vector<Sequence> sequences_;

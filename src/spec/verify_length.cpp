@@ -5,7 +5,8 @@
 namespace deepinfer::spec {
 
 VerifyChoice choose_verify_lengths(std::span<const std::vector<double>> accept, int32_t base_tokens,
-                                   int32_t base_outputs, const StepTimeCurve& curve) {
+                                   int32_t base_outputs, const StepTimeCurve& curve,
+                                   double drafting_overhead_ms) {
   struct Token {
     double reach;  // probability that this draft and all before it are accepted
     int32_t request;
@@ -37,7 +38,8 @@ VerifyChoice choose_verify_lengths(std::span<const std::vector<double>> accept, 
     double best_rate = -1.0;
     for (size_t n = 0; n <= tokens.size(); ++n) {
       if (n > 0) running += tokens[n - 1].reach;
-      const double ms = curve.predict(base_tokens + static_cast<int32_t>(n));
+      const double ms =
+          curve.predict(base_tokens + static_cast<int32_t>(n)) + (n > 0 ? std::max(drafting_overhead_ms, 0.0) : 0.0);
       const double rate = ms > 0.0 ? running / ms : running;
       if (rate > best_rate) {  // strict: an equal rate does not buy more verification
         best_rate = rate;

@@ -26,8 +26,11 @@ struct VerifyChoice {
 // accept[i][j]: calibrated probability that request i's draft j is accepted
 // given drafts 0..j-1 were. base_tokens: query tokens of the step besides
 // drafts (decode tokens, prompt chunks); base_outputs: tokens the step yields
-// without drafts. Before the curve has any measurement every draft is verified.
+// without drafts. drafting_overhead_ms: time a step that verifies drafts
+// costs beyond its device time (the host work the pipelined loop would have
+// hidden). Before the curve has any measurement every draft is verified.
 VerifyChoice choose_verify_lengths(std::span<const std::vector<double>> accept, int32_t base_tokens,
-                                   int32_t base_outputs, const StepTimeCurve& curve);
+                                   int32_t base_outputs, const StepTimeCurve& curve,
+                                   double drafting_overhead_ms = 0.0);
 
 }  // namespace deepinfer::spec

@@ -221,6 +221,13 @@ TEST(SuffixTree, DraftsAreRealContinuationsAndMatchTheDefinition) {
       ASSERT_EQ(matched, scan_propose(seqs, depth, context, c, want)) << "trial " << trial << " query " << q;
       ASSERT_EQ(got.tokens, want.tokens) << "trial " << trial << " query " << q;
       for (int32_t i = 0; i < got.size(); ++i) EXPECT_FLOAT_EQ(got.confidence[i], want.confidence[i]);
+      if (q % 2 == 0) {
+        // A held sequence: its own suffix list gives the same draft.
+        Draft after;
+        EXPECT_EQ(tree.propose_after(handles[static_cast<size_t>(q) % seqs.size()], c, after), matched);
+        EXPECT_EQ(after.tokens, got.tokens);
+        EXPECT_EQ(after.confidence, got.confidence);
+      }
       if (matched == 0) continue;
       Tokens run(context.end() - matched, context.end());
       run.insert(run.end(), got.tokens.begin(), got.tokens.end());

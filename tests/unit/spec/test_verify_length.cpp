@@ -81,5 +81,20 @@ TEST(VerifyLength, ShrinksAsStepsBecomeComputeBound) {
   EXPECT_GE(tight.lengths[0], tight.lengths[1]) << "the surer request is not cut first";
 }
 
+TEST(VerifyLength, DraftingOverheadMustBeEarned) {
+  // Steps cost 5 ms whatever their size, but a step that verifies drafts
+  // also costs the host work the pipelined loop would have hidden.
+  StepTimeCurve flat;
+  flat.record(1, 5.0);
+  flat.record(256, 5.0);
+  const std::vector<std::vector<double>> weak(64, {0.3, 0.2});
+  // 64 outputs in 5 ms vs 64 + 64 * (0.3 + 0.06) = 87 in 10 ms: not worth it.
+  EXPECT_EQ(total(choose_verify_lengths(weak, 64, 64, flat, 5.0)), 0);
+  EXPECT_EQ(total(choose_verify_lengths(weak, 64, 64, flat, 0.0)), 128) << "free when there is no overhead";
+  const std::vector<std::vector<double>> strong(64, {0.95, 0.95, 0.95});
+  // 64 + 64 * 2.71 = 237 in 10 ms beats 64 in 5 ms.
+  EXPECT_EQ(total(choose_verify_lengths(strong, 64, 64, flat, 5.0)), 192);
+}
+
 }  // namespace
 }  // namespace deepinfer::spec

@@ -1,0 +1,67 @@
+// Host cost of drafting: time per proposal (and per appended token) of the
+// n-gram and suffix proposers for many concurrent requests, each with a
+// prompt and a growing output drawn from a small vocabulary with repeats (so
+// matches exist). This is work a drafting step adds between device steps.
+//   bench_proposers [requests=256] [prompt=1024] [steps=128]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "spec/proposer.h"
+
+using namespace deepinfer::spec;
+
+int main(int argc, char** argv) {
+  const int requests = argc > 1 ? std::atoi(argv[1]) : 256;
+  const int prompt_len = argc > 2 ? std::atoi(argv[2]) : 1024;
+  const int steps = argc > 3 ? std::atoi(argv[3]) : 128;
+  for (SpecMethod method : {SpecMethod::Ngram, SpecMethod::Suffix}) {
+    SpeculativeConfig config;
+    config.method = method;
+    auto proposer = make_proposer(config);
+    std::mt19937 rng(7);
+    // Text that repeats phrases: 64 phrases of 8 tokens from a 4k vocabulary.
+    std::vector<std::vector<int32_t>> phrases(64, std::vector<int32_t>(8));
+    for (auto& p : phrases) {
+      for (auto& t : p) t = static_cast<int32_t>(rng() % 4096);
+    }
+    auto next_chunk = [&] { return phrases[rng() % phrases.size()]; };
+    for (int r = 0; r < requests; ++r) {
+      std::vector<int32_t> prompt;
+      while (static_cast<int>(prompt.size()) < prompt_len) {
+        auto c = next_chunk();
+        prompt.insert(prompt.end(), c.begin(), c.end());
+      }
+      proposer->start(static_cast<uint64_t>(r), prompt);
+    }
+    Draft draft;
+    int64_t drafted = 0;
+    double propose_s = 0, append_s = 0;
+    std::vector<std::vector<int32_t>> pending(static_cast<size_t>(requests));
+    for (int s = 0; s < steps; ++s) {
+      auto t0 = std::chrono::steady_clock::now();
+      for (int r = 0; r < requests; ++r) {
+        proposer->propose(static_cast<uint64_t>(r), 5, draft);
+        drafted += draft.size();
+      }
+      auto t1 = std::chrono::steady_clock::now();
+      for (int r = 0; r < requests; ++r) {
+        auto& p = pending[static_cast<size_t>(r)];
+        if (p.empty()) p = next_chunk();
+        proposer->append(static_cast<uint64_t>(r), std::span<const int32_t>(p.data(), 1));
+        p.erase(p.begin());
+      }
+      auto t2 = std::chrono::steady_clock::now();
+      propose_s += std::chrono::duration<double>(t1 - t0).count();
+      append_s += std::chrono::duration<double>(t2 - t1).count();
+    }
+    for (int r = 0; r < requests; ++r) proposer->finish(static_cast<uint64_t>(r));
+    std::printf("%-6s %d requests x %d-token prompts: propose %.2f us, append %.2f us per request and step "
+                "(%.2f ms per step of all requests); %.2f drafts per proposal\n",
+                std::string(to_string(method)).c_str(), requests, prompt_len, propose_s / steps / requests * 1e6,
+                append_s / steps / requests * 1e6, (propose_s + append_s) / steps * 1e3,
+                static_cast<double>(drafted) / (static_cast<double>(steps) * requests));
+  }
+}
