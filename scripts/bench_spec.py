@@ -26,12 +26,15 @@ import subprocess
 import sys
 import tempfile
 
+# name -> (--speculative-config, extra flags)
 CONFIGS = {
-    "none": None,
-    "ngram-k5": {"method": "ngram", "num_speculative_tokens": 5, "dynamic": False},
-    "ngram-dyn": {"method": "ngram", "num_speculative_tokens": 5, "dynamic": True},
-    "suffix-k5": {"method": "suffix", "num_speculative_tokens": 5, "dynamic": False},
-    "suffix-dyn": {"method": "suffix", "num_speculative_tokens": 5, "dynamic": True},
+    "none": (None, []),
+    "ngram-k5": ({"method": "ngram", "num_speculative_tokens": 5, "dynamic": False}, []),
+    "ngram-dyn": ({"method": "ngram", "num_speculative_tokens": 5, "dynamic": True}, []),
+    "suffix-k5": ({"method": "suffix", "num_speculative_tokens": 5, "dynamic": False}, []),
+    "suffix-dyn": ({"method": "suffix", "num_speculative_tokens": 5, "dynamic": True}, []),
+    # Verify steps without CUDA graphs, to see what the graphs buy.
+    "ngram-k5-eager": ({"method": "ngram", "num_speculative_tokens": 5, "dynamic": False}, ["--enforce-eager"]),
 }
 
 WORDS = ("alpha beta gamma delta omega river stone cloud lamp paper engine bridge garden signal "
@@ -94,9 +97,10 @@ def run_one(args, model, inputs_path, batch, config):
         cmd += ["--model", model]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
-    if config is not None:
-        cmd += ["--speculative-config", json.dumps(config)]
-    cmd += args.extra
+    spec, flags = config
+    if spec is not None:
+        cmd += ["--speculative-config", json.dumps(spec)]
+    cmd += flags + args.extra
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{p.stderr[-3000:]}")
@@ -115,7 +119,7 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--workloads", nargs="*", default=["grounded", "chat"])
     ap.add_argument("--batches", nargs="*", type=int, default=[1, 16, 64, 256])
-    ap.add_argument("--configs", nargs="*", default=list(CONFIGS))
+    ap.add_argument("--configs", nargs="*", default=[c for c in CONFIGS if not c.endswith("-eager")])
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", help="write all results here")

@@ -41,6 +41,7 @@ int32_t max_sampling_rows(int32_t max_num_batched_tokens, int32_t max_num_seqs, 
 struct ModelRunner::Staged {
   Layout l;
   int32_t tokens = 0, seqs = 0, rows = 0;
+  int32_t graph_q = 0;  // tokens per sequence of a graph step; 0: eager
   std::vector<int32_t> pages;  // listed page-table entries per KV group
   int32_t max_q = 0, max_kv = 0;
   int64_t penalty_entries = -1;  // entries staged for apply_penalties; -1: no row has penalties
@@ -131,11 +132,20 @@ ModelRunner::Layout ModelRunner::layout(int32_t tokens, int32_t seqs, int32_t ro
   return l;
 }
 
-int32_t ModelRunner::graph_batch_size(const StepPlan& plan) const {
-  if (graph_sizes_.empty() || !plan.decode_only()) return 0;
+ModelRunner::GraphShape ModelRunner::graph_shape(const StepPlan& plan) const {
+  if (graph_sizes_.empty() || plan.empty()) return {};
+  // Every sequence q tokens, each sampled (a verify step samples every token).
+  const int32_t q = plan.seqs.front().num_tokens;
+  const bool uniform = std::all_of(plan.seqs.begin(), plan.seqs.end(),
+                                   [&](const PlannedSeq& s) { return s.num_tokens == q && s.num_rows == q; });
+  // Padding sequences keep their q positions in the one padding page.
+  if (!uniform || q > limits_.max_rows_per_seq || q > kv_.page_size()) return {};
   const auto n = static_cast<int32_t>(plan.seqs.size());
   auto it = std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), n);
-  return it == graph_sizes_.end() ? 0 : *it;
+  if (it == graph_sizes_.end()) return {};
+  const int64_t padded_tokens = int64_t{*it} * q;
+  if (padded_tokens > limits_.max_num_batched_tokens || padded_tokens > max_rows_) return {};
+  return {*it, q};
 }
 
 void ModelRunner::stage_penalties(int slot, const StepPlan& plan, Staged& st) {
@@ -168,16 +178,18 @@ void ModelRunner::stage_penalties(int slot, const StepPlan& plan, Staged& st) {
   }
 }
 
-ModelRunner::Staged ModelRunner::stage(int slot, const StepPlan& plan, int32_t padded) {
+ModelRunner::Staged ModelRunner::stage(int slot, const StepPlan& plan, GraphShape graph) {
   const int32_t ps = kv_.page_size();
   DI_CHECK(plan.page_size == ps && static_cast<int32_t>(plan.groups.size()) == num_groups_,
            "step plan for pages of {} in {} groups, but the KV cache has pages of {} in {} groups", plan.page_size,
            plan.groups.size(), ps, num_groups_);
   const auto real_seqs = static_cast<int32_t>(plan.seqs.size());
   Staged st;
-  st.seqs = padded > 0 ? padded : real_seqs;
-  st.tokens = padded > 0 ? padded : plan.num_tokens();
-  st.rows = padded > 0 ? padded : plan.num_rows();
+  const bool padded = graph.seqs > 0;
+  st.graph_q = padded ? graph.q : 0;
+  st.seqs = padded ? graph.seqs : real_seqs;
+  st.tokens = padded ? graph.seqs * graph.q : plan.num_tokens();
+  st.rows = padded ? graph.seqs * graph.q : plan.num_rows();
   st.l = layout(st.tokens, st.seqs, st.rows);
   const Layout& l = st.l;
   int32_t* base = slots_[slot].staging;
@@ -221,15 +233,18 @@ ModelRunner::Staged ModelRunner::stage(int slot, const StepPlan& plan, int32_t p
     logit_rows[r] = s.token_begin + row.query;
     std::memcpy(base + l.params + int64_t{r} * kParamInts, &row.sampling.params, sizeof(SamplingRowParams));
   }
-  // Padding sequences: one token each, attending to the zeroed padding page
-  // and storing nothing (negative slot).
+  // Padding sequences: q tokens each (every one a row), attending to the
+  // zeroed padding page and storing nothing (negative slot).
+  const int32_t pad_q = std::max(st.graph_q, 1);
   for (int32_t si = real_seqs; si < st.seqs; ++si) {
-    const int32_t pt = t + (si - real_seqs);
-    host_tokens[pt] = 0;
-    gather[pt] = static_cast<int32_t>(host_source + pt);
-    positions[pt] = 0;
-    logit_rows[plan.num_rows() + (si - real_seqs)] = pt;
-    q_indptr[si + 1] = pt + 1;
+    for (int32_t i = 0; i < pad_q; ++i) {
+      const int32_t pt = t + (si - real_seqs) * pad_q + i;
+      host_tokens[pt] = 0;
+      gather[pt] = static_cast<int32_t>(host_source + pt);
+      positions[pt] = i;
+      logit_rows[plan.num_rows() + (si - real_seqs) * pad_q + i] = pt;
+    }
+    q_indptr[si + 1] = t + (si - real_seqs + 1) * pad_q;
   }
 
   st.pages.assign(static_cast<size_t>(num_groups_), 0);
@@ -266,10 +281,10 @@ ModelRunner::Staged ModelRunner::stage(int slot, const StepPlan& plan, int32_t p
     }
     int32_t np = static_cast<int32_t>(gp.pages.size());
     for (int32_t si = real_seqs; si < st.seqs; ++si) {
-      kv_slots[t + (si - real_seqs)] = -1;
+      for (int32_t i = 0; i < pad_q; ++i) kv_slots[t + (si - real_seqs) * pad_q + i] = -1;
       pages[np++] = kv_.padding_page();
       kv_indptr[si + 1] = np;
-      last_len[si] = 1;
+      last_len[si] = pad_q;
       start_pos[si] = 0;
     }
     st.pages[static_cast<size_t>(g)] = np;
@@ -303,7 +318,7 @@ ForwardInputs ModelRunner::device_inputs(const Staged& st, int32_t graph_kv_len)
     AttentionMetadata& a = group.attention;
     a.num_seqs = st.seqs;
     // A graph is replayed for any context length: its plan must hold for the longest.
-    a.max_q_len = graph ? 1 : st.max_q;
+    a.max_q_len = graph ? st.graph_q : st.max_q;
     a.max_kv_len = graph ? graph_kv_len : st.max_kv;
     a.q_indptr = view(l.q_indptr, st.seqs + 1);
     a.kv_indptr = view(gl.kv_indptr, st.seqs + 1);
@@ -357,8 +372,9 @@ int ModelRunner::launch(const StepPlan& plan) {
   const int slot = next_slot_;
   Slot& s = slots_[slot];
   DI_CHECK(!s.in_flight, "ModelRunner: more than {} steps in flight; wait() for the oldest first", kSlots);
-  const int32_t padded = graph_batch_size(plan);
-  const Staged st = stage(slot, plan, padded);
+  const GraphShape shape = graph_shape(plan);
+  const bool graph = shape.seqs > 0;
+  const Staged st = stage(slot, plan, shape);
   const int64_t vocab = model_.config().vocab_size;
   const auto n_rows = static_cast<int64_t>(plan.num_rows());
   int64_t n_copied = 0;
@@ -392,11 +408,11 @@ int ModelRunner::launch(const StepPlan& plan) {
   const Tensor counts_flat = count_cells_ > 0 ? counts_dev_.view(DType::I32, {count_cells_}) : Tensor();
   if (counts_flat.defined()) backend_.copy_async(counts_flat, Tensor(counts_zero_host_, DType::I32, {count_cells_}));
 
-  const int32_t graph_kv_len = padded > 0 ? graph_kv_bucket(st.max_kv) : 0;
+  const int32_t graph_kv_len = graph ? graph_kv_bucket(st.max_kv) : 0;
   const ForwardInputs in = device_inputs(st, graph_kv_len);
   const Tensor logits = logits_dev_.view(DType::F32, {st.rows, vocab});
-  if (padded > 0) {
-    const auto key = std::make_pair(padded, graph_kv_len);
+  if (graph) {
+    const auto key = std::make_tuple(shape.seqs, shape.q, graph_kv_len);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       backend_.begin_capture();
@@ -444,7 +460,7 @@ int ModelRunner::launch(const StepPlan& plan) {
   s.end->record();
 
   s.in_flight = true;
-  s.graph = padded > 0;
+  s.graph = graph;
   s.num_rows = static_cast<int32_t>(n_rows);
   s.num_copied = static_cast<int32_t>(n_copied);
   s.sequence = ++launches_;

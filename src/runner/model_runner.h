@@ -12,9 +12,11 @@
 // of a device gather that fills step N+1's input ids (a TokenSource that
 // names the step's slot and row).
 //
-// Decode-only steps run as CUDA graphs captured per padded batch size when the
-// backend supports them; padding rows attend to the KV storage's padding page
-// and store nothing.
+// Steps whose sequences all compute q tokens and sample each of them — decode
+// steps (q = 1) and speculative verify steps of one draft length — run as
+// CUDA graphs captured per (padded batch size, q, context bucket) when the
+// backend supports them; padding sequences attend to the KV storage's padding
+// page and store nothing.
 //
 // Rows with a PenaltyState (logit_bias, min_tokens mask, penalties) are
 // processed on the device before the device sampler (ops::apply_penalties):
@@ -29,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -107,10 +110,15 @@ class ModelRunner {
     std::vector<GroupLayout> groups;  // page lists last, max_kv_pages_ apart
   };
   struct Staged;
+  // The shape of a step run as a graph: `seqs` sequences (padded) of q tokens
+  // and q sampling rows each; seqs == 0: the step runs eagerly.
+  struct GraphShape {
+    int32_t seqs = 0;
+    int32_t q = 1;
+  };
   Layout layout(int32_t tokens, int32_t seqs, int32_t rows) const;
-  // Fills the slot's staging with the plan (padded to `padded` sequences of
-  // one token each for a graph; 0 = no padding).
-  Staged stage(int slot, const StepPlan& plan, int32_t padded);
+  // Fills the slot's staging with the plan (padded to the graph's shape).
+  Staged stage(int slot, const StepPlan& plan, GraphShape graph);
   void stage_penalties(int slot, const StepPlan& plan, Staged& st);
   // graph_kv_len > 0: the inputs of a graph, whose attention plan must hold
   // for every context up to that length.
@@ -118,7 +126,7 @@ class ModelRunner {
   // Context-length bucket a decode graph is captured for (a few per batch
   // size, so short contexts do not pay for a plan sized for --max-model-len).
   int32_t graph_kv_bucket(int32_t max_kv_len) const;
-  int32_t graph_batch_size(const StepPlan& plan) const;
+  GraphShape graph_shape(const StepPlan& plan) const;
   void ensure_logits_capacity(int slot, int64_t rows);
   // Room for `entries` penalty entries in the slot's staging and on the device.
   void ensure_penalty_capacity(int slot, int64_t entries);
@@ -168,7 +176,8 @@ class ModelRunner {
   uint64_t launches_ = 0;
   int last_launched_slot_ = -1;
 
-  std::map<std::pair<int32_t, int32_t>, std::unique_ptr<OpGraph>> graphs_;  // by (padded batch, context bucket)
+  // By (padded batch, tokens per sequence, context bucket).
+  std::map<std::tuple<int32_t, int32_t, int32_t>, std::unique_ptr<OpGraph>> graphs_;
   std::vector<int32_t> graph_sizes_;
 };
 
