@@ -58,11 +58,19 @@ bool aligned16(const void* p, int64_t stride) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
 }
 
+// Rows up to which a dense linear takes the gemv. Measured on the H200 at the
+// Llama-3-8B shape (docs/benchmarks.md, the verify-cost curve): one row 4.62
+// ms per step with the gemv, but 2, 3 and 4 rows 5.82, 7.26 and 8.78 ms
+// against 5.31 ms for 5 rows through cuBLAS — past one row the kernel's f32
+// dot products, not the weight stream, bound it. (The MoE experts' batched
+// products keep kGemvMaxRows: not measured there.)
+constexpr int64_t kDenseGemvMaxRows = 1;
+
 // Whether x [n, k] times weight [m, k]^T takes the decode gemv: a few rows,
 // one 16-bit type, 16-byte aligned rows.
 bool gemv_fits(const Tensor& x, const Tensor& weight) {
   const int64_t n = x.size(0), k = x.size(1);
-  return n >= 1 && n <= kGemvMaxRows && x.dtype() == weight.dtype() && x.dtype() != DType::F32 && k % 8 == 0 &&
+  return n >= 1 && n <= kDenseGemvMaxRows && x.dtype() == weight.dtype() && x.dtype() != DType::F32 && k % 8 == 0 &&
          aligned16(x.data(), x.stride_bytes(0)) && aligned16(weight.data(), weight.stride_bytes(0));
 }
 
