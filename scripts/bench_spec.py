@@ -108,7 +108,19 @@ def run_one(args, model, inputs_path, batch, config):
     if not m:
         sys.exit(f"no summary line in:\n{p.stderr[-2000:]}")
     rows = [json.loads(line) for line in open(out_path)]
-    return float(m.group(1)), rows
+    t = re.search(r"steps: (\d+) \((\d+) as graphs\), device busy ([0-9.]+) ms, idle ([0-9.]+) ms", p.stderr)
+    timeline = {"steps": int(t.group(1)), "graph_steps": int(t.group(2)), "busy_ms": float(t.group(3)),
+                "idle_ms": float(t.group(4))} if t else {}
+    return float(m.group(1)), rows, timeline
+
+
+def idle_text(t):
+    """Steps, graph share and device idle share of the last run."""
+    if not t:
+        return ""
+    busy, idle = t["busy_ms"], t["idle_ms"]
+    return (f"steps {t['steps']} ({t['graph_steps']} graphs), device idle {idle / max(busy + idle, 1e-9):.0%}, "
+            f"{(busy + idle) / max(t['steps'], 1):.2f} ms/step")
 
 
 def main():
@@ -137,9 +149,9 @@ def main():
                         f.write(json.dumps(row) + "\n")
                 baseline_texts = None
                 for name in args.configs:
-                    rates, rows = [], None
+                    rates, rows, timeline = [], None, {}
                     for _ in range(args.repeats):
-                        rate, rows = run_one(args, model, path, batch, CONFIGS[name])
+                        rate, rows, timeline = run_one(args, model, path, batch, CONFIGS[name])
                         rates.append(rate)
                     texts = [r["text"] for r in rows]
                     if name == "none":
@@ -153,7 +165,7 @@ def main():
                            "config": name, "tok_s": statistics.median(rates), "runs": rates,
                            "accepted_len": (acc + ver) / ver if ver else 0.0,
                            "verified_per_step": drafts / ver if ver else 0.0,
-                           "same_as_none": same,
+                           "same_as_none": same, "timeline": timeline,
                            "generated": sum(r["completion_tokens"] for r in rows)}
                     results.append(res)
                     base = next((r["tok_s"] for r in results if r["model"] == res["model"] and
@@ -161,7 +173,7 @@ def main():
                     speedup = res["tok_s"] / base if base else float("nan")
                     print(f"{res['model']:>28} {kind:>8} b={batch:<4} {name:>10}: {res['tok_s']:9.1f} tok/s "
                           f"({speedup:4.2f}x)  accepted len {res['accepted_len']:4.2f}  verified/step "
-                          f"{res['verified_per_step']:4.2f}  same as none {same:.0%}", flush=True)
+                          f"{res['verified_per_step']:4.2f}  same as none {same:.0%}  {idle_text(timeline)}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

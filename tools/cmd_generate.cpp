@@ -154,6 +154,15 @@ int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) 
                outputs.size(), static_cast<long long>(prompt_tokens), static_cast<long long>(cached),
                static_cast<long long>(generated), secs, generated / secs, (prompt_tokens + generated) / secs,
                ttft_sum / outputs.size());
+  const EngineStats st = llm.engine().stats();
+  std::fprintf(stderr, "steps: %lld (%lld as graphs), device busy %.1f ms, idle %.1f ms between steps (max %.2f ms)\n",
+               static_cast<long long>(st.steps), static_cast<long long>(st.graph_steps), st.device_busy_ms,
+               st.device_idle_ms, st.device_idle_max_ms);
+  if (st.speculative) {
+    std::fprintf(stderr, "speculative: %lld verifications, %lld drafts proposed, %lld verified, %lld accepted\n",
+                 static_cast<long long>(st.spec.num_drafts), static_cast<long long>(st.spec.num_proposed_tokens),
+                 static_cast<long long>(st.spec.num_draft_tokens), static_cast<long long>(st.spec.num_accepted_tokens));
+  }
   return 0;
 }
 
