@@ -232,7 +232,10 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
     stats_.device_idle_ms += res.idle_ms_before;
     stats_.device_idle_max_ms = std::max(stats_.device_idle_max_ms, res.idle_ms_before);
   }
-  if (speculator_) speculator_->record_step(step.num_tokens, res.device_ms, res.idle_ms_before, step.drafting);
+  // A step that captured its graph timed the capture, not the step.
+  if (speculator_ && !res.captured) {
+    speculator_->record_step(step.num_tokens, res.device_ms, res.idle_ms_before, step.drafting);
+  }
   const size_t vocab = static_cast<size_t>(vocab_size());
   for (size_t i = 0; i < step.rows.size(); ++i) {
     const StepRow& row = step.rows[i];

@@ -414,6 +414,7 @@ int ModelRunner::launch(const StepPlan& plan) {
   if (graph) {
     const auto key = std::make_tuple(shape.seqs, shape.q, graph_kv_len);
     auto it = graphs_.find(key);
+    s.captured = it == graphs_.end();
     if (it == graphs_.end()) {
       backend_.begin_capture();
       try {
@@ -430,6 +431,7 @@ int ModelRunner::launch(const StepPlan& plan) {
     }
     it->second->replay();
   } else {
+    s.captured = false;
     model_.forward(in, kv_, logits);
   }
 
@@ -480,6 +482,7 @@ StepResults ModelRunner::wait(int slot) {
   const auto vocab = static_cast<size_t>(model_.config().vocab_size);
   r.logits = std::span<const float>(s.logits_host, static_cast<size_t>(s.num_copied) * vocab);
   r.graph = s.graph;
+  r.captured = s.captured;
   if (count_cells_ > 0) r.expert_counts = std::span<const int32_t>(s.counts_host, static_cast<size_t>(count_cells_));
   r.device_ms = s.end->elapsed_ms_since(*s.start);
   if (s.prev_slot >= 0) {

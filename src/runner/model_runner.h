@@ -67,6 +67,9 @@ struct StepResults {
   double device_ms = 0.0;
   double idle_ms_before = -1.0;
   bool graph = false;  // ran as a captured graph
+  // The graph was captured by this step: device_ms includes the capture (host
+  // work between the step's events), so it says nothing about the step's cost.
+  bool captured = false;
   // With RunnerLimits::count_experts: i32[moe_layers x n_experts], row-major,
   // the step's routed (token, expert) choices; padding rows of graph batches
   // are not counted. Empty otherwise.
@@ -167,7 +170,7 @@ class ModelRunner {
     int64_t penalty_entries_capacity = 0;
     std::unique_ptr<DeviceEvent> start, end;
     int32_t num_rows = 0, num_copied = 0;
-    bool in_flight = false, graph = false;
+    bool in_flight = false, graph = false, captured = false;
     uint64_t sequence = 0;  // launch order
     int prev_slot = -1;     // slot of the step launched just before
   };
