@@ -134,9 +134,16 @@ def main():
     ap.add_argument("--configs", nargs="*", default=[c for c in CONFIGS if not c.endswith("-eager")])
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--draft-model", help="adds draft-k5 and draft-dyn: speculation with this draft model")
     ap.add_argument("--json", help="write all results here")
     ap.add_argument("extra", nargs="*", help="more flags for deepinfer generate (after --)")
     args = ap.parse_args()
+    if args.draft_model:
+        for name, dynamic in (("draft-k5", False), ("draft-dyn", True)):
+            CONFIGS[name] = ({"method": "draft_model", "num_speculative_tokens": 5, "dynamic": dynamic,
+                              "model": args.draft_model}, [])
+            if name not in args.configs:
+                args.configs.append(name)
     results = []
     tmp = tempfile.mkdtemp(prefix="bench_spec_")
     for model in args.models:

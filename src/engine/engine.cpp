@@ -63,7 +63,9 @@ bool needs_host_sampling(const SamplingParams& p) { return p.logprobs.has_value(
 
 Engine::Engine(EngineConfig config) : parts_(build_engine(std::move(config))) {
   sampler_ = std::make_unique<Sampler>(parts_.model->config().vocab_size);
-  if (parts_.config.speculative.enabled()) speculator_ = std::make_unique<Speculator>(parts_.config.speculative);
+  if (parts_.config.speculative.enabled()) {
+    speculator_ = std::make_unique<Speculator>(parts_.config, vocab_size(), parts_.backend->memory_info());
+  }
 }
 
 Engine::~Engine() = default;

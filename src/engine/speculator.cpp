@@ -3,13 +3,20 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/draft_model_proposer.h"
 #include "sched/request.h"
 #include "spec/verify_length.h"
 
 namespace deepinfer {
 
-Speculator::Speculator(spec::SpeculativeConfig config)
-    : config_(config), proposer_(spec::make_proposer(config)) {
+Speculator::Speculator(const EngineConfig& target, int32_t target_vocab,
+                       std::optional<DeviceMemoryInfo> device_memory)
+    : config_(target.speculative) {
+  if (config_.method == spec::SpecMethod::DraftModel) {
+    proposer_ = std::make_unique<DraftModelProposer>(target, target_vocab, device_memory);
+  } else {
+    proposer_ = spec::make_proposer(config_);
+  }
   stats_.acceptance_lengths.assign(static_cast<size_t>(config_.num_speculative_tokens) + 1, 0);
 }
 
@@ -38,24 +45,33 @@ bool Speculator::should_propose() {
 }
 
 void Speculator::propose(std::span<Request* const> candidates, int32_t base_tokens) {
-  std::vector<std::vector<double>> accept;
-  std::vector<Request*> drafted;
+  std::vector<Request*> asked;
+  std::vector<uint64_t> ids;
+  std::vector<int32_t> rooms;
   for (Request* r : candidates) {
     // Every output the step could yield must fit the request's limit: the
     // drafts plus the token sampled after them.
     const int32_t room = std::min(config_.num_speculative_tokens, r->token_limit - r->num_tokens() - 1);
-    Tracked& t = feed(*r);
+    feed(*r);
     if (room <= 0) continue;
-    proposer_->propose(r->id(), room, scratch_);
-    if (scratch_.tokens.empty()) continue;
-    DI_CHECK(scratch_.size() <= room && scratch_.confidence.size() == scratch_.tokens.size(),
-             "proposer returned {} drafts with {} confidences for room {}", scratch_.size(),
-             scratch_.confidence.size(), room);
-    stats_.num_proposed_tokens += scratch_.size();
-    r->draft_ids = scratch_.tokens;
-    t.raw_confidence = scratch_.confidence;
+    asked.push_back(r);
+    ids.push_back(r->id());
+    rooms.push_back(room);
+  }
+  proposer_->propose_batch(ids, rooms, drafts_);
+  std::vector<std::vector<double>> accept;
+  std::vector<Request*> drafted;
+  for (size_t i = 0; i < asked.size(); ++i) {
+    const spec::Draft& d = drafts_[i];
+    if (d.tokens.empty()) continue;
+    DI_CHECK(d.size() <= rooms[i] && d.confidence.size() == d.tokens.size(),
+             "proposer returned {} drafts with {} confidences for room {}", d.size(), d.confidence.size(), rooms[i]);
+    Request* r = asked[i];
+    stats_.num_proposed_tokens += d.size();
+    r->draft_ids = d.tokens;
+    tracked_[r->id()].raw_confidence = d.confidence;
     std::vector<double>& a = accept.emplace_back();
-    for (float c : scratch_.confidence) a.push_back(calibrator_.calibrated(c));
+    for (float c : d.confidence) a.push_back(calibrator_.calibrated(c));
     drafted.push_back(r);
   }
   if (config_.dynamic && !drafted.empty()) {

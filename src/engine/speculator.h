@@ -10,10 +10,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
+#include "backend/backend.h"
+#include "engine/engine_config.h"
 #include "spec/acceptance_calibrator.h"
 #include "spec/proposer.h"
 #include "spec/speculative_config.h"
@@ -34,7 +37,10 @@ struct SpecDecodeStats {
 
 class Speculator {
  public:
-  explicit Speculator(spec::SpeculativeConfig config);
+  // target: the engine's configuration (its speculative member is this
+  // speculator's); target_vocab: the model's vocabulary (a draft model must match).
+  // device_memory: the device's memory after the target engine was built (GPUs).
+  Speculator(const EngineConfig& target, int32_t target_vocab, std::optional<DeviceMemoryInfo> device_memory);
   const spec::SpeculativeConfig& config() const { return config_; }
 
   // Whether the next step should draft. Drafting costs the pipelined loop
@@ -75,7 +81,7 @@ class Speculator {
   spec::StepTimeCurve curve_;
   std::unordered_map<uint64_t, Tracked> tracked_;
   SpecDecodeStats stats_;
-  spec::Draft scratch_;
+  std::vector<spec::Draft> drafts_;  // this round's proposals, per candidate
   int64_t last_round_drafts_ = 1;  // drafts the last propose() left to verify
   int steps_since_probe_ = 0;
   // Mean idle before drafting and before pipelined steps (EWMA; < 0: none seen).

@@ -5,6 +5,12 @@
 
 namespace deepinfer::spec {
 
+void Proposer::propose_batch(std::span<const uint64_t> request_ids, std::span<const int32_t> max_tokens,
+                             std::vector<Draft>& out) {
+  out.resize(request_ids.size());
+  for (size_t i = 0; i < request_ids.size(); ++i) propose(request_ids[i], max_tokens[i], out[i]);
+}
+
 NgramIndex& NgramProposer::index(uint64_t request_id) {
   auto it = indexes_.find(request_id);
   DI_CHECK(it != indexes_.end(), "n-gram proposer: unknown request {}", request_id);
@@ -52,6 +58,7 @@ std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config) {
       sc.global_max_tokens = config.suffix_global_max_tokens;
       return std::make_unique<SuffixDrafts>(sc);
     }
+    case SpecMethod::DraftModel:
     case SpecMethod::None: break;
   }
   fail("speculative decoding: no proposer for method {}", to_string(config.method));

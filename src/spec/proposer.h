@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <vector>
 
 #include "spec/draft.h"
 #include "spec/ngram_index.h"
@@ -24,6 +25,10 @@ class Proposer {
   virtual void append(uint64_t request_id, std::span<const int32_t> tokens) = 0;
   // Up to max_tokens drafts following the request's last token (possibly none).
   virtual void propose(uint64_t request_id, int32_t max_tokens, Draft& out) = 0;
+  // Drafts for several requests at once (out[i] for request_ids[i]); a
+  // proposer that runs a model batches them. Default: one by one.
+  virtual void propose_batch(std::span<const uint64_t> request_ids, std::span<const int32_t> max_tokens,
+                             std::vector<Draft>& out);
   // The request ended; its state is dropped (or kept in shared form).
   virtual void finish(uint64_t request_id) = 0;
 };
@@ -43,7 +48,8 @@ class NgramProposer final : public Proposer {
   std::unordered_map<uint64_t, NgramIndex> indexes_;
 };
 
-// The proposer of an enabled configuration.
+// The proposer of a configuration whose method needs no model (n-gram,
+// suffix); the engine builds the draft-model one.
 std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config);
 
 }  // namespace deepinfer::spec

@@ -10,6 +10,7 @@ std::string_view to_string(SpecMethod m) {
     case SpecMethod::None: return "none";
     case SpecMethod::Ngram: return "ngram";
     case SpecMethod::Suffix: return "suffix";
+    case SpecMethod::DraftModel: return "draft_model";
   }
   return "?";
 }
@@ -34,10 +35,11 @@ SpecMethod method_of(const nlohmann::json& j) {
   const auto m = j.get<std::string>();
   if (m == "ngram" || m == "prompt_lookup") return SpecMethod::Ngram;
   if (m == "suffix") return SpecMethod::Suffix;
-  if (m == "draft_model" || m == "mtp" || m == "eagle" || m == "eagle3" || m == "deepseek_mtp" || m == "medusa") {
-    fail("{}: method \"{}\" is not supported yet; available: \"ngram\", \"suffix\"", kWhat, m);
+  if (m == "draft_model") return SpecMethod::DraftModel;
+  if (m == "mtp" || m == "eagle" || m == "eagle3" || m == "deepseek_mtp" || m == "medusa") {
+    fail("{}: method \"{}\" is not supported yet; available: \"ngram\", \"suffix\", \"draft_model\"", kWhat, m);
   }
-  fail("{}: unknown method {}; available: \"ngram\", \"suffix\"", kWhat, excerpt(m));
+  fail("{}: unknown method {}; available: \"ngram\", \"suffix\", \"draft_model\"", kWhat, excerpt(m));
 }
 
 }  // namespace
@@ -66,13 +68,18 @@ SpeculativeConfig SpeculativeConfig::parse(std::string_view json) {
     } else if (key == "suffix_decoding_max_cached_tokens") {
       c.suffix_global_max_tokens = number<int64_t>(value, key, 0, int64_t{1} << 32);
     } else if (key == "model") {
-      // A draft model path only means something to the draft-model method,
-      // which method_of() refuses; a stray one is a mistake worth naming.
-      fail("{}: \"model\" applies to the draft_model method, which is not supported yet", kWhat);
+      DI_CHECK(value.is_string() && !value.get<std::string>().empty(),
+               "{}: \"model\" must be a non-empty path, got {}", kWhat, json_excerpt(value));
+      c.draft_model = value.get<std::string>();
     } else {
       fail("{}: unknown field {}", kWhat, excerpt(key));
     }
   }
+  // A draft model path only means something to the draft-model method.
+  DI_CHECK((c.method == SpecMethod::DraftModel) == !c.draft_model.empty(),
+           "{}: {}", kWhat,
+           c.method == SpecMethod::DraftModel ? "the draft_model method needs \"model\" (the draft model's path)"
+                                              : "\"model\" applies to the draft_model method only");
   DI_CHECK(c.prompt_lookup_min <= c.prompt_lookup_max,
            "{}: prompt_lookup_min ({}) must not exceed prompt_lookup_max ({})", kWhat, c.prompt_lookup_min,
            c.prompt_lookup_max);
@@ -86,6 +93,8 @@ std::string SpeculativeConfig::to_json() const {
   if (method == SpecMethod::Ngram) {
     j["prompt_lookup_min"] = prompt_lookup_min;
     j["prompt_lookup_max"] = prompt_lookup_max;
+  } else if (method == SpecMethod::DraftModel) {
+    j["model"] = draft_model;
   } else if (method == SpecMethod::Suffix) {
     j["suffix_decoding_max_tree_depth"] = suffix_max_depth;
     j["suffix_decoding_min_token_prob"] = suffix_min_token_prob;

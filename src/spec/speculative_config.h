@@ -9,7 +9,7 @@
 
 namespace deepinfer::spec {
 
-enum class SpecMethod : uint8_t { None, Ngram, Suffix };
+enum class SpecMethod : uint8_t { None, Ngram, Suffix, DraftModel };
 
 std::string_view to_string(SpecMethod m);
 
@@ -30,6 +30,9 @@ struct SpeculativeConfig {
   int32_t suffix_max_depth = 24;
   float suffix_min_token_prob = 0.1f;
   int64_t suffix_global_max_tokens = 1 << 20;
+  // Draft model: a GGUF file or Hugging Face folder of a model with the
+  // target's vocabulary, run by its own engine (its own KV cache).
+  std::string draft_model;
 
   bool enabled() const { return method != SpecMethod::None; }
 

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "engine/engine.h"
@@ -98,19 +99,28 @@ void expect_same(const std::vector<Result>& a, const std::vector<Result>& b, con
   testing::expect_same_results(a, b, what, /*aborted_prefix_only=*/true);
 }
 
-const char* const kMethods[] = {
-    R"({"method": "ngram"})",
-    R"({"method": "ngram", "dynamic": false, "num_speculative_tokens": 7})",
-    R"({"method": "suffix"})",
-    R"({"method": "suffix", "dynamic": false, "num_speculative_tokens": 3})",
-};
+// Every method, dynamic and fixed K. The draft model is the target itself:
+// its greedy drafts are what the target samples greedily, so it must be
+// accepted almost always there, and the outputs must still be the same
+// (fixed K: the dynamic policy rightly stops drafting with a draft model as
+// costly as the target).
+std::vector<std::string> methods() {
+  return {
+      R"({"method": "ngram"})",
+      R"({"method": "ngram", "dynamic": false, "num_speculative_tokens": 7})",
+      R"({"method": "suffix"})",
+      R"({"method": "suffix", "dynamic": false, "num_speculative_tokens": 3})",
+      R"({"method": "draft_model", "dynamic": false, "num_speculative_tokens": 4, "model": ")" +
+          testing::smollm2_path() + "\"}",
+  };
+}
 
 TEST(Speculative, SameOutputsAsWithoutSpeculationForEveryMethod) {
   REQUIRE_SMOLLM2();
   const auto jobs = workload();
   Engine plain(config("", 8192));
   const auto expected = run(plain, jobs);
-  for (const char* method : kMethods) {
+  for (const std::string& method : methods()) {
     Engine engine(config(method, 8192));
     const auto got = run(engine, jobs);
     expect_same(expected, got, method);
@@ -119,6 +129,10 @@ TEST(Speculative, SameOutputsAsWithoutSpeculationForEveryMethod) {
     EXPECT_GT(s.spec.num_draft_tokens, 50) << method << ": the workload must verify drafts";
     EXPECT_GT(s.spec.num_accepted_tokens, 20) << method << ": and accept some";
     EXPECT_LE(s.spec.num_accepted_tokens, s.spec.num_draft_tokens);
+    if (method.find("draft_model") != std::string::npos) {
+      // The target as its own draft: only sampled and penalised rows differ.
+      EXPECT_GT(s.spec.num_accepted_tokens * 2, s.spec.num_draft_tokens) << method;
+    }
     EXPECT_GT(s.prefix_hit_tokens, 0) << method << ": the workload must hit the prefix cache";
     EXPECT_LT(s.steps, plain.stats().steps) << method << ": accepted drafts save steps";
     int64_t hist = 0;
@@ -137,7 +151,7 @@ TEST(Speculative, SameOutputsUnderPreemption) {
   for (Job& j : jobs) j.join_step = 0;  // everyone at once into a small cache
   Engine plain(config("", 16 * 14));
   const auto expected = run(plain, jobs);
-  Engine engine(config(kMethods[1], 16 * 14));
+  Engine engine(config(methods()[1], 16 * 14));
   const auto got = run(engine, jobs);
   EXPECT_GT(engine.stats().num_preemptions, 0) << "the test must exercise preemption";
   EXPECT_GT(engine.stats().spec.num_accepted_tokens, 0);
@@ -217,7 +231,9 @@ TEST(Speculative, ConfigErrorsNameTheField) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(error_of(R"({"method": "draft_model", "model": "x"})").find("not supported yet"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "mtp"})").find("not supported yet"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "draft_model"})").find("needs \"model\""), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "model": "x"})").find("draft_model method only"), std::string::npos);
   EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 0})").find("num_speculative_tokens"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 2.5})").find("integer"), std::string::npos);
@@ -232,6 +248,18 @@ TEST(Speculative, ConfigErrorsNameTheField) {
   EXPECT_EQ(c.num_speculative_tokens, 8);
   EXPECT_FALSE(c.dynamic);
   EXPECT_EQ(spec::SpeculativeConfig::parse(c.to_json()).to_json(), c.to_json());
+}
+
+TEST(Speculative, DraftModelMustShareTheVocabulary) {
+  REQUIRE_SMOLLM2();
+  const std::string gemma = std::string(DEEPINFER_SOURCE_DIR) + "/models/gemma-3-270m-q4_k_m.gguf";
+  if (!std::filesystem::exists(gemma)) GTEST_SKIP() << "Gemma 3 270M not fetched: run ./build.sh";
+  try {
+    Engine engine(config(R"({"method": "draft_model", "model": ")" + gemma + "\"}", 1024));
+    FAIL() << "a draft model with another vocabulary was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("share the target's vocabulary"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
