@@ -20,7 +20,7 @@ Speculator::Speculator(const EngineConfig& target, int32_t target_vocab,
   stats_.acceptance_lengths.assign(static_cast<size_t>(config_.num_speculative_tokens) + 1, 0);
 }
 
-Speculator::Tracked& Speculator::feed(const Request& r) {
+void Speculator::feed(const Request& r) {
   auto [it, fresh] = tracked_.try_emplace(r.id());
   Tracked& t = it->second;
   if (fresh) {
@@ -33,7 +33,6 @@ Speculator::Tracked& Speculator::feed(const Request& r) {
     proposer_->append(r.id(), std::span<const int32_t>(out).subspan(from));
     t.fed = r.num_tokens();
   }
-  return t;
 }
 
 bool Speculator::should_propose() {

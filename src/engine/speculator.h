@@ -73,7 +73,7 @@ class Speculator {
     int32_t fed = 0;                     // tokens of the request given to the proposer
     std::vector<float> raw_confidence;   // of the drafts being verified
   };
-  Tracked& feed(const Request& r);  // gives the proposer the tokens it has not seen
+  void feed(const Request& r);  // gives the proposer the tokens it has not seen
 
   spec::SpeculativeConfig config_;
   std::unique_ptr<spec::Proposer> proposer_;
