@@ -76,7 +76,7 @@ def chat_prompt(rng):
                        f"What are the pros and cons of living near a {a}?"])
 
 
-def workload(kind, n, max_tokens, seed):
+def workload(kind, n, max_tokens, seed, plain=False):
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -84,8 +84,9 @@ def workload(kind, n, max_tokens, seed):
             text = code_prompt(rng) if i % 2 == 0 else quote_prompt(rng)
         else:
             text = chat_prompt(rng)
-        out.append({"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
-                    "temperature": 0})
+        # A model without a chat template gets the request as plain text.
+        body = {"prompt": text + "\n\n"} if plain else {"messages": [{"role": "user", "content": text}]}
+        out.append({**body, "max_tokens": max_tokens, "temperature": 0})
     return out
 
 
@@ -134,6 +135,7 @@ def main():
     ap.add_argument("--configs", nargs="*", default=[c for c in CONFIGS if not c.endswith("-eager")])
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--plain", action="store_true", help="plain prompts instead of chat messages")
     ap.add_argument("--draft-model", help="adds draft-k5 and draft-dyn: speculation with this draft model")
     ap.add_argument("--json", help="write all results here")
     ap.add_argument("extra", nargs="*", help="more flags for deepinfer generate (after --)")
@@ -149,7 +151,7 @@ def main():
     for model in args.models:
         for kind in args.workloads:
             for batch in args.batches:
-                inputs = workload(kind, batch, args.max_tokens, seed=batch)
+                inputs = workload(kind, batch, args.max_tokens, seed=batch, plain=args.plain)
                 path = os.path.join(tmp, f"{kind}_{batch}.jsonl")
                 with open(path, "w") as f:
                     for row in inputs:

@@ -36,8 +36,14 @@ void Speculator::feed(const Request& r) {
 }
 
 bool Speculator::should_propose() {
-  if (!config_.dynamic || last_round_drafts_ > 0 || ++steps_since_probe_ >= kProbeInterval) {
+  probing_ = false;
+  if (!config_.dynamic || last_round_drafts_ > 0) {
     steps_since_probe_ = 0;
+    return true;
+  }
+  if (++steps_since_probe_ >= kProbeInterval) {
+    steps_since_probe_ = 0;
+    probing_ = true;
     return true;
   }
   return false;
@@ -76,8 +82,10 @@ void Speculator::propose(std::span<Request* const> candidates, int32_t base_toke
   if (config_.dynamic && !drafted.empty()) {
     const spec::VerifyChoice choice =
         spec::choose_verify_lengths(accept, base_tokens, base_tokens, curve_, drafting_overhead_ms());
+    const int32_t explore = ++rounds_ % kProbeInterval == 0 ? 1 : 0;
     for (size_t i = 0; i < drafted.size(); ++i) {
-      const auto n = static_cast<size_t>(choice.lengths[i]);
+      const int32_t chosen = std::max(choice.lengths[i] + explore, probing_ ? 1 : 0);
+      const auto n = static_cast<size_t>(std::min(chosen, drafted[i]->num_draft_tokens()));
       drafted[i]->draft_ids.resize(n);
       tracked_[drafted[i]->id()].raw_confidence.resize(n);
     }

@@ -46,7 +46,11 @@ class Speculator {
   // Whether the next step should draft. Drafting costs the pipelined loop
   // (the step in flight is finished first); when the dynamic policy verified
   // nothing in its last round, the engine keeps pipelining and only probes
-  // again every kProbeInterval steps (fixed K always drafts).
+  // again every kProbeInterval steps (fixed K always drafts). A probe
+  // verifies at least each request's first draft, so that the calibration
+  // keeps learning: one unlucky round must not switch drafting off for good.
+  // Likewise every kProbeInterval-th drafting round verifies one draft more
+  // per request than chosen, so positions the policy has cut keep being measured.
   static constexpr int kProbeInterval = 8;
   bool should_propose();
   // Sets draft_ids of each candidate (requests decoding with nothing in
@@ -84,6 +88,8 @@ class Speculator {
   std::vector<spec::Draft> drafts_;  // this round's proposals, per candidate
   int64_t last_round_drafts_ = 1;  // drafts the last propose() left to verify
   int steps_since_probe_ = 0;
+  bool probing_ = false;  // this round drafts because the probe interval passed
+  int64_t rounds_ = 0;    // drafting rounds with a dynamic choice
   // Mean idle before drafting and before pipelined steps (EWMA; < 0: none seen).
   double idle_drafting_ms_ = -1.0, idle_pipelined_ms_ = -1.0;
 };
