@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/prefix_cache.h"
 #include "sched/request.h"
 #include "sched/scheduler.h"
 #include "sched/step_plan_builder.h"
@@ -193,6 +194,115 @@ TEST(StepPlan, SchedulerJoinsChunksFinishesAndPreempts) {
   s.finish(b.get());
   s.finish(c.get());
   EXPECT_EQ(kv.pool().num_free(), 8);
+}
+
+// Blocks of `tokens` the prefix cache holds (full blocks only).
+size_t cached_blocks(const KvCacheManager& kv, const std::vector<int32_t>& tokens) {
+  const auto hashes = PrefixCache::compute_block_hashes(tokens, kv.block_size());
+  return kv.prefix_cache()->lookup(hashes, tokens).size();
+}
+
+TEST(StepPlan, DraftsAreVerifiedThenRolledBackAndOnlyAcceptedTokensAreCached) {
+  KvCacheManager kv(KvLayout::from_windows(std::vector<int32_t>{0}), 16, manager_config(64));
+  Scheduler s(SchedulerConfig{}, kv);
+  auto r = make_request(4, 14);
+  s.add(r.get());
+  ScheduledBatch prefill = s.schedule();
+  s.commit(prefill);
+  r->append_output(7);  // position 14; the step below computes it
+  // Drafts for positions 15..19: the first one completes block 0.
+  r->draft_ids = {8, 9, 10, 11, 12};
+  ScheduledBatch verify = s.schedule();
+  ASSERT_EQ(verify.seqs.size(), 1u);
+  EXPECT_EQ(verify.seqs[0].start, 14);
+  EXPECT_EQ(verify.seqs[0].num_tokens, 6);
+  EXPECT_EQ(verify.seqs[0].num_sample_rows, 6);
+  EXPECT_EQ(verify.seqs[0].num_draft_tokens, 5);
+  const StepPlan plan = build_step_plan(verify, kv, sampling_row);
+  ASSERT_EQ(plan.num_tokens(), 6);
+  EXPECT_EQ(plan.tokens[0].id, 7);
+  EXPECT_EQ(plan.tokens[1].id, 8);
+  EXPECT_EQ(plan.tokens[5].id, 12);
+  ASSERT_EQ(plan.num_rows(), 6);
+  for (int32_t j = 0; j < 6; ++j) {
+    EXPECT_EQ(plan.rows[static_cast<size_t>(j)].query, j);
+    EXPECT_EQ(plan.rows[static_cast<size_t>(j)].sampling.params.position, 1 + j) << "output index of row " << j;
+  }
+  EXPECT_EQ(plan.groups[0].pages.size(), 2u) << "the drafts' slots reach into block 1";
+  s.commit(verify);
+  EXPECT_TRUE(r->verifying);
+  EXPECT_FALSE(r->schedulable()) << "nothing is planned until the verification is read";
+  EXPECT_EQ(r->num_computed_tokens, 15) << "only the known token counts as computed";
+  const std::vector<int32_t> with_draft = [&] {
+    std::vector<int32_t> t = r->all_tokens();
+    t.push_back(8);
+    return t;
+  }();
+  EXPECT_EQ(cached_blocks(kv, with_draft), 0u) << "a draft is not cached before it is accepted";
+
+  // The target sampled 5 instead of the first draft: rejected, and 5 is the
+  // new output. Block 0's last position holds the rejected draft's K/V, so
+  // it must not be cached until 5 has been computed there.
+  r->append_output(5);
+  s.accept_drafts(*r);
+  EXPECT_FALSE(r->verifying);
+  EXPECT_TRUE(r->draft_ids.empty());
+  EXPECT_EQ(r->num_computed_tokens, 15);
+  EXPECT_EQ(cached_blocks(kv, r->all_tokens()), 0u);
+  EXPECT_EQ(cached_blocks(kv, with_draft), 0u);
+  ScheduledBatch decode = s.schedule();
+  ASSERT_EQ(decode.seqs.size(), 1u);
+  EXPECT_EQ(decode.seqs[0].start, 15);
+  EXPECT_EQ(decode.seqs[0].num_tokens, 1);
+  EXPECT_EQ(decode.seqs[0].num_draft_tokens, 0);
+  s.commit(decode);
+  EXPECT_EQ(cached_blocks(kv, r->all_tokens()), 1u) << "block 0 with the accepted token";
+  EXPECT_EQ(cached_blocks(kv, with_draft), 0u) << "never the rejected draft";
+
+  // Accepted drafts: three of four, then the target's own token.
+  r->append_output(6);
+  r->draft_ids = {20, 21, 22, 23};
+  ScheduledBatch v2 = s.schedule();
+  ASSERT_EQ(v2.seqs[0].num_draft_tokens, 4);
+  s.commit(v2);
+  for (int32_t t : {20, 21, 22, 30}) r->append_output(t);
+  s.accept_drafts(*r);
+  EXPECT_EQ(r->num_computed_tokens, r->num_tokens() - 1);
+  kv.check_integrity();
+  s.finish(r.get());
+  EXPECT_EQ(kv.pool().num_free(), 16);
+}
+
+TEST(StepPlan, DraftsGiveWayToTheBudgetAndToMemory) {
+  KvCacheManager kv(KvLayout::from_windows(std::vector<int32_t>{0}), 3, manager_config(64));
+  SchedulerConfig sc;
+  sc.capacity.watermark_blocks = 0;
+  sc.planner.max_num_batched_tokens = 3;
+  Scheduler s(sc, kv);
+  auto r = make_request(5, 3);
+  s.add(r.get());
+  s.commit(s.schedule());
+  r->append_output(1);
+  r->draft_ids = {2, 3, 4, 5};
+  // The budget of 3 tokens keeps the known token and two drafts.
+  ScheduledBatch b = s.schedule();
+  ASSERT_EQ(b.seqs.size(), 1u);
+  EXPECT_EQ(b.seqs[0].num_draft_tokens, 2);
+  EXPECT_EQ(r->draft_ids, (std::vector<int32_t>{2, 3}));
+  s.commit(b);
+  for (int32_t t : {2, 3, 9}) r->append_output(t);
+  s.accept_drafts(*r);
+  // 3 blocks of 16 tokens hold 48: 45 more drafts do not fit; they are dropped, not
+  // the request preempted.
+  r->draft_ids.assign(45, 1);
+  ScheduledBatch c = s.schedule();
+  EXPECT_TRUE(c.preempted.empty());
+  ASSERT_EQ(c.seqs.size(), 1u);
+  EXPECT_EQ(c.seqs[0].num_draft_tokens, 0);
+  EXPECT_TRUE(r->draft_ids.empty());
+  s.commit(c);
+  kv.check_integrity();
+  s.finish(r.get());
 }
 
 TEST(StepPlan, RefusesARequestThatCanNeverFit) {
