@@ -22,6 +22,7 @@ if ((${#missing[@]})); then
 fi
 
 scripts/fetch_models.sh
+scripts/fetch_xgrammar.sh
 
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo

@@ -41,14 +41,15 @@ std::vector<GenerateInput> read_jsonl(const std::string& path, const SamplingPar
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     JsonLimits limits;
     limits.duplicates = DuplicateKeys::LastWins;
-    nlohmann::json j = parse_json(line, fmt::format("{}:{}", path, line_no), limits);
+    // Ordered: a JSON schema's properties keep the order they were written in.
+    nlohmann::ordered_json j = parse_ordered_json(line, fmt::format("{}:{}", path, line_no), limits);
     DI_CHECK(j.is_object(), "{}:{}: not a JSON object", path, line_no);
     GenerateInput g;
     try {
-      nlohmann::json fields = j;
+      nlohmann::ordered_json fields = j;
       for (const char* k : {"prompt", "messages", "tools", "prompt_token_ids", "cache_salt"}) fields.erase(k);
       // Per-line sampling fields override the command-line defaults.
-      nlohmann::json merged = nlohmann::json::object();
+      nlohmann::ordered_json merged = nlohmann::ordered_json::object();
       merged["temperature"] = defaults.temperature;
       merged["max_tokens"] = *defaults.max_tokens;
       if (defaults.seed) merged["seed"] = *defaults.seed;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "deepinfer/structured_outputs.h"
 
 namespace deepinfer {
 
@@ -56,6 +57,8 @@ struct SamplingParams {
   std::optional<int32_t> prompt_logprobs;  // same for prompt tokens
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
+  // Constrains the output to a JSON schema, regex, grammar or choice list.
+  std::optional<StructuredOutputs> structured_outputs;
 
   bool greedy() const { return temperature < kGreedyTemperature; }
   bool top_k_enabled() const { return top_k > 0; }
@@ -70,7 +73,7 @@ struct SamplingParams {
   // integer or, chat-style, as a boolean with `top_logprobs`, and
   // `max_completion_tokens` for max_tokens. Names of unrecognised fields are
   // appended to *unknown_fields when given, so callers can log them.
-  static SamplingParams from_json(const nlohmann::json& object, std::vector<std::string>* unknown_fields = nullptr);
+  static SamplingParams from_json(const nlohmann::ordered_json& object, std::vector<std::string>* unknown_fields = nullptr);
 };
 
 }  // namespace deepinfer

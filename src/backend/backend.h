@@ -365,6 +365,20 @@ class Backend {
   // pending token (no token could be sampled) counts as none.
   virtual void apply_penalties(Tensor logits, const Tensor& params, const Tensor& entries,
                                const Tensor& pending_tokens) = 0;
+
+  // Grammar-constrained decoding: rows of logits f32[rows, vocab] (outer
+  // stride free) in place, logits[rows[i], t] = -inf for every token t that
+  // mask row i does not allow; everything else is left as it was (logits rows
+  // that rows does not name, allowed tokens, the gap of a strided row).
+  // bitmask: contiguous i32[m, words], m >= 1; token t is allowed when bit
+  // (t & 31) of word (t >> 5) is set (XGrammar's FillNextTokenBitmask layout);
+  // tokens t >= words * 32 (a mask narrower than the logits, e.g. a model
+  // vocabulary padded past the tokenizer's) are not allowed, and bits past
+  // vocab are ignored. rows: i32[m]; a row named twice gets both masks. A
+  // row outside [0, rows) is an error: raised at once on the CPU before any
+  // logit changes; a device skips that mask row (no out-of-bounds write),
+  // applies the others and raises the error by synchronize().
+  virtual void apply_token_bitmask(Tensor logits, const Tensor& bitmask, const Tensor& rows) = 0;
 };
 
 struct BackendOptions {

@@ -17,6 +17,8 @@
 #include "runner/rng.h"
 #include "sched/scheduler.h"
 #include "sched/step_plan_builder.h"
+#include "structured/grammar_compiler.h"
+#include "structured/token_matcher.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer {
@@ -27,6 +29,10 @@ struct Engine::Live {
   bool abort_requested = false;
   // Logits processing done on the device (requests the host does not sample).
   std::optional<PenaltyState> penalties;
+  // Structured output: the grammar state after the request's outputs, and
+  // the same as a host-side processor for rows the host samples.
+  std::optional<structured::TokenMatcher> grammar;
+  std::unique_ptr<structured::GrammarLogitsProcessor> grammar_processor;
 
   Live(std::unique_ptr<Request> r, const Tokenizer& tok) : request(std::move(r)), output(request->params(), tok) {}
 };
@@ -37,6 +43,7 @@ struct StepRow {
   uint32_t generation = 0;
   bool host_sample = false;    // sampled on the host from the copied logits
   int32_t logits_index = -1;   // row in the copied logits, or -1
+  int32_t mask_index = -1;     // the row's token mask in the runner (grammar), or -1
   // Rows of a step that verifies drafts: the request's num_drafts drafts give
   // num_drafts + 1 rows; row draft_index samples the token after draft
   // draft_index - 1 (row 0: after the last known token).
@@ -49,6 +56,7 @@ struct Engine::InflightStep {
   int slot = -1;
   int32_t num_tokens = 0;
   bool drafting = false;  // planned after drafting (the step before it was finished first)
+  int32_t num_masks = 0;  // rows whose token masks the host fills after launch
   std::vector<StepRow> rows;
 };
 
@@ -57,7 +65,10 @@ namespace {
 // The min_tokens mask, logit_bias and penalties run on the device
 // (PenaltyState). Logprobs are those of the raw logits, which the device
 // would overwrite, so such a request with logprobs is sampled on the host.
-bool needs_host_sampling(const SamplingParams& p) { return p.logprobs.has_value() && PenaltyState::needed(p); }
+// The same holds for a grammar's token mask.
+bool needs_host_sampling(const SamplingParams& p) {
+  return p.logprobs.has_value() && (PenaltyState::needed(p) || p.structured_outputs.has_value());
+}
 
 }  // namespace
 
@@ -99,6 +110,8 @@ uint64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams par
                                                "maximum context length {}",
                                                *params.max_tokens, prompt_len, max_len));
   }
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
+  if (params.structured_outputs) grammar = compile_grammar(*params.structured_outputs);
   const uint64_t id = next_id_++;
   const uint64_t seed = params.seed ? *params.seed : rng::derive_seed(parts_.config.seed, id);
   const int32_t token_limit = std::min(max_len, prompt_len + *params.max_tokens);
@@ -110,10 +123,23 @@ uint64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams par
   if (!r.host_sampling && PenaltyState::needed(r.params())) {
     live->penalties.emplace(r.params(), r.prompt_ids(), parts_.tokenizer->eos_ids());
   }
+  if (grammar) {
+    live->request->grammar = true;
+    live->grammar.emplace(std::move(grammar), parts_.tokenizer->eos_ids());
+    live->grammar_processor =
+        std::make_unique<structured::GrammarLogitsProcessor>(*live->grammar, grammar_compiler_->mask_words());
+  }
   parts_.scheduler->add(live->request.get());
   stats_.prompt_tokens += prompt_len;
   requests_.emplace(id, std::move(live));
   return id;
+}
+
+std::shared_ptr<const structured::CompiledGrammar> Engine::compile_grammar(const StructuredOutputs& so) const {
+  std::call_once(grammar_once_, [&] {
+    grammar_compiler_ = std::make_shared<structured::GrammarCompiler>(*parts_.tokenizer, vocab_size());
+  });
+  return grammar_compiler_->compile(so);
 }
 
 void Engine::abort(uint64_t request_id) {
@@ -167,6 +193,7 @@ Engine::InflightStep Engine::launch(const ScheduledBatch& batch) {
     row.generation = r.generation;
     row.host_sample = r.host_sampling;
     row.logits_index = rs.copy_logits ? copied++ : -1;
+    row.mask_index = rs.token_mask ? step.num_masks++ : -1;
     row.num_drafts = r.num_draft_tokens();
     row.draft_index = offset;
     step.rows.push_back(row);
@@ -187,7 +214,8 @@ Engine::InflightStep Engine::launch(const ScheduledBatch& batch) {
   return step;
 }
 
-SampleResult Engine::sample_on_host(const Request& r, std::span<const float> logits) {
+SampleResult Engine::sample_on_host(Live& live, std::span<const float> logits) {
+  const Request& r = *live.request;
   SamplingRow srow;
   srow.params = &r.params();
   srow.prompt_ids = r.prompt_ids();
@@ -195,14 +223,44 @@ SampleResult Engine::sample_on_host(const Request& r, std::span<const float> log
   srow.seed = r.seed();
   srow.position = r.num_output_tokens();
   srow.eos_ids = parts_.tokenizer->eos_ids();
+  srow.processor = live.grammar_processor.get();
   return sampler_->sample_row(logits, srow);
 }
 
-std::string Engine::sample_row(const Request& r, std::span<const float> logits, bool host_sample,
+void Engine::fill_token_masks(const InflightStep& step) {
+  ModelRunner& runner = *parts_.runner;
+  for (const StepRow& row : step.rows) {
+    if (row.mask_index < 0) continue;
+    std::span<int32_t> words = runner.token_mask(step.slot, row.mask_index);
+    auto it = requests_.find(row.request_id);
+    Live* live = it == requests_.end() ? nullptr : it->second.get();
+    bool filled = false;
+    if (live != nullptr && !live->abort_requested && !live->request->is_finished() &&
+        live->request->generation == row.generation && live->grammar) {
+      // The row samples output token num_output_tokens(): every token before
+      // it has been read back (the step before this one was completed first).
+      const Request& r = *live->request;
+      if (live->grammar->num_accepted() == r.num_output_tokens()) {
+        filled = live->grammar->fill_mask(words);
+      } else {
+        log_error("request {}: grammar state holds {} tokens but the row samples token {}", r.id(),
+                  live->grammar->num_accepted(), r.num_output_tokens());
+      }
+    }
+    // A row whose result will be dropped, or whose grammar allows nothing
+    // (its token is then refused by the grammar and the request ends with
+    // an error): any token.
+    if (!filled) std::fill(words.begin(), words.end(), -1);
+  }
+  runner.finish_launch(step.slot);
+}
+
+std::string Engine::sample_row(Live& live, std::span<const float> logits, bool host_sample,
                                int32_t device_token, SampleResult& result) {
+  const Request& r = *live.request;
   try {
     if (host_sample) {
-      result = sample_on_host(r, logits);
+      result = sample_on_host(live, logits);
     } else {
       result.token = device_token;
     }
@@ -284,11 +342,17 @@ int32_t Engine::append_row(Live& live, std::span<const float> logits, bool host_
   RequestOutput out;
   out.request_id = r.id();
   SampleResult result;
-  if (std::string fault = sample_row(r, logits, host_sample, device_token, result); !fault.empty()) {
-    // A numerical fault (NaN or infinite logits) ends this request only; the
-    // engine and every other request go on.
+  std::string fault = sample_row(live, logits, host_sample, device_token, result);
+  if (!fault.empty()) ++stats_.numerical_faults;
+  if (fault.empty() && live.grammar && !live.grammar->accept(result.token)) {
+    fault = fmt::format("structured output: the grammar allows no continuation after {} tokens (token {} "
+                        "was sampled); the constraint cannot be met with this vocabulary",
+                        r.num_output_tokens(), result.token);
+  }
+  if (!fault.empty()) {
+    // A numerical fault (NaN or infinite logits) or a grammar's dead end ends
+    // this request only; the engine and every other request go on.
     log_error("request {}: {}", r.id(), fault);
-    ++stats_.numerical_faults;
     out.error = std::move(fault);
     finish(live, FinishReason::Abort, out);
     outputs.push_back(std::move(out));
@@ -297,7 +361,9 @@ int32_t Engine::append_row(Live& live, std::span<const float> logits, bool host_
   if (live.penalties) live.penalties->add_output(result.token);
   ++stats_.generation_tokens;
   if (r.num_output_tokens() == 0) r.timings.first_token = Clock::now();
-  const FinishReason reason = live.output.add_token(r, result, parts_.max_model_len, out);
+  FinishReason reason = live.output.add_token(r, result, parts_.max_model_len, out);
+  // A grammar that has taken its stop token ends the output (even with ignore_eos).
+  if (reason == FinishReason::None && live.grammar && live.grammar->terminated()) reason = FinishReason::Stop;
   if (reason != FinishReason::None) finish(live, reason, out);
   outputs.push_back(std::move(out));
   return result.token;
@@ -307,7 +373,7 @@ void Engine::propose_drafts() {
   std::vector<Request*> candidates;
   for (auto& [id, live] : requests_) {
     Request& r = *live->request;
-    if (r.state != RequestState::Running || live->abort_requested || r.verifying || r.host_sampling ||
+    if (r.state != RequestState::Running || live->abort_requested || r.verifying || r.host_sampling || r.grammar ||
         !r.inflight.empty() || r.num_computed_tokens != r.num_tokens() - 1) {
       continue;
     }
@@ -356,6 +422,9 @@ std::vector<RequestOutput> Engine::step() {
     inflight_->drafting = drafting;
   }
   if (previous) complete(*previous, outputs);
+  // The new step's grammar masks need the tokens just read: the device runs
+  // the step's forward meanwhile.
+  if (inflight_ && inflight_->num_masks > 0) fill_token_masks(*inflight_);
   // Synchronous loop, or nothing left that the step in flight could serve
   // (flush at the end of the pipeline): finish it now.
   if (inflight_ && (!pipelined() || requests_.empty())) {

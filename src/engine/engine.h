@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -23,6 +24,10 @@
 namespace deepinfer {
 
 struct StepPlan;
+namespace structured {
+class GrammarCompiler;
+struct CompiledGrammar;
+}  // namespace structured
 
 struct EngineStats {
   size_t num_running = 0;
@@ -84,6 +89,11 @@ class Engine {
   // Validates and queues one sequence (params.n must be 1; callers fan out n).
   // Throws deepinfer::Error (ParamError for sampling parameters) on bad input.
   uint64_t add_request(std::vector<int32_t> prompt_ids, SamplingParams params, std::string cache_salt = {});
+  // Compiles (or finds in the cache) a structured-output constraint; throws
+  // ParamError when it is invalid or too costly to compile. Thread-safe, so a
+  // server checks a request's schema in its handler before submitting it;
+  // add_request then finds it compiled.
+  std::shared_ptr<const structured::CompiledGrammar> compile_grammar(const StructuredOutputs& so) const;
   // Stops a request now, freeing its KV; its final output comes from the next step().
   void abort(uint64_t request_id);
 
@@ -118,10 +128,13 @@ class Engine {
   // Waits for the step's results and turns them into outputs; rows of
   // requests that finished, were aborted or were preempted meanwhile are dropped.
   void complete(const InflightStep& step, std::vector<RequestOutput>& outputs);
-  SampleResult sample_on_host(const Request& r, std::span<const float> logits);
+  SampleResult sample_on_host(Live& live, std::span<const float> logits);
+  // Fills the token masks of the launched step's grammar-constrained rows
+  // from their requests' grammar states and lets the runner sample them.
+  void fill_token_masks(const InflightStep& step);
   // The row's token (sampled here, or `device_token` from the device) into
   // `result`; a non-empty message when the logits allow no token.
-  std::string sample_row(const Request& r, std::span<const float> logits, bool host_sample, int32_t device_token,
+  std::string sample_row(Live& live, std::span<const float> logits, bool host_sample, int32_t device_token,
                          SampleResult& result);
   // The row's token appended to the request (its output into `outputs`);
   // the request may finish on it. Returns the token, or -1 after a numerical fault.
@@ -136,6 +149,10 @@ class Engine {
   EngineParts parts_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<Speculator> speculator_;  // null without speculative decoding
+  // Structured output's grammar compiler, made on first use (building its
+  // vocabulary index takes a moment), from any thread.
+  mutable std::once_flag grammar_once_;
+  mutable std::shared_ptr<structured::GrammarCompiler> grammar_compiler_;
 
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Live>> requests_;

@@ -491,6 +491,22 @@ void apply_penalties(Backend& backend, Tensor logits, const Tensor& params, cons
   backend.apply_penalties(logits, params, entries, pending_tokens);
 }
 
+void apply_token_bitmask(Backend& backend, Tensor logits, const Tensor& bitmask, const Tensor& rows) {
+  const char* op = "apply_token_bitmask";
+  check_logits(op, logits, backend);
+  check_device(op, "bitmask", bitmask, backend);
+  check_rank(op, "bitmask", bitmask, 2);
+  check_dtype(op, "bitmask", bitmask, DType::I32);
+  // Words past the vocabulary are ignored and a vocabulary past the words is
+  // masked (a padded model vocabulary), so any positive word count is valid.
+  DI_CHECK(bitmask.size(1) > 0 && bitmask.is_contiguous(),
+           "{}: bitmask {} must be a contiguous i32[m, words] with at least one word per row", op, bitmask.describe());
+  const int64_t m = bitmask.size(0);
+  check_index_vector(op, "rows", rows, backend, m);
+  if (m == 0) return;
+  backend.apply_token_bitmask(logits, bitmask, rows);
+}
+
 namespace {
 
 // Shapes shared by moe_workspace_bytes and moe_experts: E experts of ffn F over hidden H.

@@ -83,4 +83,11 @@ void sample(Backend& backend, const Tensor& logits, const Tensor& params, Tensor
 void apply_penalties(Backend& backend, Tensor logits, const Tensor& params, const Tensor& entries,
                      const Tensor& pending_tokens);
 
+// Structured output: every token a grammar forbids becomes -inf, in place (see
+// Backend::apply_token_bitmask). logits: f32[n, vocab] with a free row stride;
+// bitmask: contiguous i32[m, words] (bit t & 31 of word t >> 5 set = token t
+// allowed); rows: i32[m], the logits row each mask row applies to. m may be 0
+// (nothing to do). The row indices may live on a device: the backend checks them.
+void apply_token_bitmask(Backend& backend, Tensor logits, const Tensor& bitmask, const Tensor& rows);
+
 }  // namespace deepinfer::ops

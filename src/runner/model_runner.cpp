@@ -60,6 +60,7 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLi
   sampled_ints_ = round_up(int64_t{kSlots} * max_rows_, 16);
   staging_ints_ = layout(T, S, max_rows_).groups.back().kv_pages + max_kv_pages_;
   const int64_t vocab = model.config().vocab_size;
+  mask_words_ = static_cast<int32_t>((vocab + 31) / 32);
   step_dev_ = Buffer(backend, static_cast<size_t>(sampled_ints_ + staging_ints_) * 4);
   token_ids_dev_ = Buffer(backend, static_cast<size_t>(T) * 4);
   logits_dev_ = Buffer(backend, static_cast<size_t>(max_rows_) * static_cast<size_t>(vocab) * 4);
@@ -99,6 +100,8 @@ ModelRunner::~ModelRunner() {
     backend_.deallocate_host(s.logits_host);
     backend_.deallocate_host(s.counts_host);
     backend_.deallocate_host(s.penalties_host);
+    backend_.deallocate_host(s.mask_rows_host);
+    backend_.deallocate_host(s.masks_host);
   }
   backend_.deallocate_host(counts_zero_host_);
 }
@@ -364,11 +367,56 @@ void ModelRunner::ensure_logits_capacity(int slot, int64_t rows) {
   s.logits_rows_capacity = want;
 }
 
+void ModelRunner::ensure_mask_capacity(int slot, int64_t rows) {
+  Slot& s = slots_[slot];
+  if (s.mask_rows_host == nullptr) {
+    s.mask_rows_host = static_cast<int32_t*>(backend_.allocate_host(static_cast<size_t>(max_rows_) * 4));
+  }
+  if (mask_rows_dev_.size() == 0) mask_rows_dev_ = Buffer(backend_, static_cast<size_t>(max_rows_) * 4);
+  const int64_t want = std::min<int64_t>(max_rows_, std::max<int64_t>(rows, 8));
+  const size_t row_bytes = static_cast<size_t>(mask_words_) * 4;
+  if (rows > masks_capacity_) {
+    // Steps in flight may still read the old device masks.
+    for (Slot& other : slots_) {
+      if (other.in_flight) other.end->synchronize();
+    }
+    masks_capacity_ = std::min<int64_t>(max_rows_, std::max(want, masks_capacity_ * 2));
+    masks_dev_ = Buffer();
+    masks_dev_ = Buffer(backend_, static_cast<size_t>(masks_capacity_) * row_bytes);
+  }
+  if (rows <= s.masks_capacity) return;
+  backend_.deallocate_host(s.masks_host);
+  s.masks_host = nullptr;
+  s.masks_capacity = std::min<int64_t>(max_rows_, std::max(want, s.masks_capacity * 2));
+  s.masks_host = static_cast<int32_t*>(backend_.allocate_host(static_cast<size_t>(s.masks_capacity) * row_bytes));
+}
+
+int32_t ModelRunner::num_masked_rows(int slot) const {
+  DI_CHECK(slot >= 0 && slot < kSlots, "ModelRunner: no slot {}", slot);
+  const Slot& s = slots_[slot];
+  return s.awaiting_masks ? s.tail.num_masks : 0;
+}
+
+std::span<int32_t> ModelRunner::token_mask(int slot, int32_t i) {
+  DI_CHECK(slot >= 0 && slot < kSlots && slots_[slot].awaiting_masks && i >= 0 && i < slots_[slot].tail.num_masks,
+           "ModelRunner: slot {} has no token mask {}", slot, i);
+  return {slots_[slot].masks_host + static_cast<size_t>(i) * mask_words_, static_cast<size_t>(mask_words_)};
+}
+
+void ModelRunner::finish_launch(int slot) {
+  DI_CHECK(slot >= 0 && slot < kSlots && slots_[slot].awaiting_masks,
+           "ModelRunner: slot {} is not waiting for token masks", slot);
+  enqueue_sampling(slot);
+}
+
 int ModelRunner::launch(const StepPlan& plan) {
   DI_CHECK(!plan.empty() && plan.num_tokens() <= limits_.max_num_batched_tokens &&
                static_cast<int32_t>(plan.seqs.size()) <= limits_.max_num_seqs && plan.num_rows() <= max_rows_,
            "step of {} tokens / {} sequences / {} rows exceeds the runner's limits", plan.num_tokens(),
            plan.seqs.size(), plan.num_rows());
+  for (const Slot& other : slots_) {
+    DI_CHECK(!other.awaiting_masks, "ModelRunner: a launched step still waits for its token masks (finish_launch)");
+  }
   const int slot = next_slot_;
   Slot& s = slots_[slot];
   DI_CHECK(!s.in_flight, "ModelRunner: more than {} steps in flight; wait() for the oldest first", kSlots);
@@ -435,32 +483,25 @@ int ModelRunner::launch(const StepPlan& plan) {
     model_.forward(in, kv_, logits);
   }
 
-  if (n_rows > 0) {
-    const Tensor sampled = step_dev_.view(DType::I32, {n_rows}, static_cast<size_t>(slot) * max_rows_ * 4);
-    const Tensor params = step_dev_.view(DType::U8, {n_rows, static_cast<int64_t>(sizeof(SamplingRowParams))},
-                                         static_cast<size_t>(sampled_ints_ + st.l.params) * 4);
-    if (penalty_entries.defined()) {
-      const Tensor penalty_params =
-          step_dev_.view(DType::U8, {n_rows, static_cast<int64_t>(sizeof(PenaltyRowParams))},
-                         static_cast<size_t>(sampled_ints_ + st.l.penalty_params) * 4);
-      ops::apply_penalties(backend_, logits.slice_rows(0, n_rows), penalty_params, penalty_entries,
-                           token_ids_dev_.view(DType::I32, {st.tokens}));
-    }
-    ops::sample(backend_, logits.slice_rows(0, n_rows), params, sampled);
-    backend_.copy_async(Tensor(s.tokens_host, DType::I32, {n_rows}), sampled);
-    // The host reads -1 for a row that could not be sampled (a numerical
-    // fault); the next step, already queued behind this one, reads a valid id.
-    ops::sanitize_ids(backend_, sampled, model_.config().vocab_size);
-    int64_t k = 0;
-    for (int64_t j = 0; j < n_rows; ++j) {
-      if (!plan.rows[static_cast<size_t>(j)].sampling.copy_logits) continue;
-      backend_.copy_async(Tensor(s.logits_host + k * vocab, DType::F32, {1, vocab}), logits.slice_rows(j, 1));
-      ++k;
+  Slot::Tail& tail = s.tail;
+  tail.params_at = st.l.params;
+  tail.penalty_params_at = st.l.penalty_params;
+  tail.penalty_entries = st.penalty_entries;
+  tail.tokens = st.tokens;
+  tail.copy_rows.clear();
+  tail.num_masks = 0;
+  for (int32_t j = 0; j < static_cast<int32_t>(n_rows); ++j) {
+    const RowSampling& rs = plan.rows[static_cast<size_t>(j)].sampling;
+    if (rs.copy_logits) tail.copy_rows.push_back(j);
+    if (rs.token_mask) ++tail.num_masks;
+  }
+  if (tail.num_masks > 0) {
+    ensure_mask_capacity(slot, tail.num_masks);
+    int32_t k = 0;
+    for (int32_t j = 0; j < static_cast<int32_t>(n_rows); ++j) {
+      if (plan.rows[static_cast<size_t>(j)].sampling.token_mask) s.mask_rows_host[k++] = j;
     }
   }
-  if (counts_flat.defined()) backend_.copy_async(Tensor(s.counts_host, DType::I32, {count_cells_}), counts_flat);
-  s.end->record();
-
   s.in_flight = true;
   s.graph = graph;
   s.num_rows = static_cast<int32_t>(n_rows);
@@ -469,12 +510,60 @@ int ModelRunner::launch(const StepPlan& plan) {
   s.prev_slot = last_launched_slot_;
   last_launched_slot_ = slot;
   next_slot_ = (slot + 1) % kSlots;
+  // The rows' token masks come from the host: the rest waits for finish_launch().
+  s.awaiting_masks = tail.num_masks > 0;
+  if (!s.awaiting_masks) enqueue_sampling(slot);
   return slot;
+}
+
+void ModelRunner::enqueue_sampling(int slot) {
+  Slot& s = slots_[slot];
+  const Slot::Tail& tail = s.tail;
+  s.awaiting_masks = false;
+  const int64_t vocab = model_.config().vocab_size;
+  const int64_t n_rows = s.num_rows;
+  const Tensor logits = logits_dev_.view(DType::F32, {std::max<int64_t>(n_rows, 1), vocab});
+  if (n_rows > 0) {
+    const Tensor sampled = step_dev_.view(DType::I32, {n_rows}, static_cast<size_t>(slot) * max_rows_ * 4);
+    const Tensor params = step_dev_.view(DType::U8, {n_rows, static_cast<int64_t>(sizeof(SamplingRowParams))},
+                                         static_cast<size_t>(sampled_ints_ + tail.params_at) * 4);
+    if (tail.penalty_entries >= 0) {
+      constexpr auto kEntryBytes = static_cast<int64_t>(sizeof(PenaltyEntry));
+      const Tensor penalty_entries = penalty_entries_dev_.view(DType::U8, {tail.penalty_entries, kEntryBytes});
+      const Tensor penalty_params =
+          step_dev_.view(DType::U8, {n_rows, static_cast<int64_t>(sizeof(PenaltyRowParams))},
+                         static_cast<size_t>(sampled_ints_ + tail.penalty_params_at) * 4);
+      ops::apply_penalties(backend_, logits.slice_rows(0, n_rows), penalty_params, penalty_entries,
+                           token_ids_dev_.view(DType::I32, {tail.tokens}));
+    }
+    if (tail.num_masks > 0) {
+      const int64_t m = tail.num_masks;
+      const Tensor rows = mask_rows_dev_.view(DType::I32, {m});
+      const Tensor masks = masks_dev_.view(DType::I32, {m, mask_words_});
+      backend_.copy_async(rows, Tensor(s.mask_rows_host, DType::I32, {m}));
+      backend_.copy_async(masks, Tensor(s.masks_host, DType::I32, {m, mask_words_}));
+      ops::apply_token_bitmask(backend_, logits.slice_rows(0, n_rows), masks, rows);
+    }
+    ops::sample(backend_, logits.slice_rows(0, n_rows), params, sampled);
+    backend_.copy_async(Tensor(s.tokens_host, DType::I32, {n_rows}), sampled);
+    // The host reads -1 for a row that could not be sampled (a numerical
+    // fault); the next step, already queued behind this one, reads a valid id.
+    ops::sanitize_ids(backend_, sampled, model_.config().vocab_size);
+    for (size_t k = 0; k < tail.copy_rows.size(); ++k) {
+      backend_.copy_async(Tensor(s.logits_host + static_cast<int64_t>(k) * vocab, DType::F32, {1, vocab}),
+                          logits.slice_rows(tail.copy_rows[k], 1));
+    }
+  }
+  if (count_cells_ > 0) {
+    backend_.copy_async(Tensor(s.counts_host, DType::I32, {count_cells_}), counts_dev_.view(DType::I32, {count_cells_}));
+  }
+  s.end->record();
 }
 
 StepResults ModelRunner::wait(int slot) {
   DI_CHECK(slot >= 0 && slot < kSlots && slots_[slot].in_flight, "ModelRunner: slot {} has no step in flight", slot);
   Slot& s = slots_[slot];
+  DI_CHECK(!s.awaiting_masks, "ModelRunner: the step in slot {} still waits for its token masks", slot);
   s.end->synchronize();
   s.in_flight = false;
   StepResults r;

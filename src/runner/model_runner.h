@@ -18,6 +18,13 @@
 // backend supports them; padding sequences attend to the KV storage's padding
 // page and store nothing.
 //
+// Rows constrained by a grammar (RowSampling::token_mask) are sampled only
+// after the host has filled their token bitmasks: launch() then enqueues the
+// forward alone and returns, the host computes the masks while the device
+// runs it (for the pipelined loop, after reading the previous step's tokens,
+// which the masks depend on), and finish_launch() enqueues the masks' upload,
+// ops::apply_token_bitmask and the sampling.
+//
 // Rows with a PenaltyState (logit_bias, min_tokens mask, penalties) are
 // processed on the device before the device sampler (ops::apply_penalties):
 // the step uploads each such row's entry list with its inputs, and a row
@@ -91,6 +98,14 @@ class ModelRunner {
   // Enqueues the step and returns its slot. A token sampled by an earlier
   // step names that step's slot and its row (StepResults::tokens index).
   int launch(const StepPlan& plan);
+  // A launched step with token_mask rows waits for their masks: the i-th such
+  // row (in plan order) has token_mask(slot, i), mask_words() int32s to fill
+  // (bit t % 32 of word t / 32 set: token t allowed). finish_launch() then
+  // enqueues the rest of the step; it must come before the next launch().
+  int32_t num_masked_rows(int slot) const;
+  std::span<int32_t> token_mask(int slot, int32_t i);
+  void finish_launch(int slot);
+  int32_t mask_words() const { return mask_words_; }
   // Blocks until the step in `slot` has finished and its results are on the host.
   StepResults wait(int slot);
 
@@ -131,6 +146,10 @@ class ModelRunner {
   int32_t graph_kv_bucket(int32_t max_kv_len) const;
   GraphShape graph_shape(const StepPlan& plan) const;
   void ensure_logits_capacity(int slot, int64_t rows);
+  void ensure_mask_capacity(int slot, int64_t rows);
+  // What launch() leaves for after the forward: penalties, token masks,
+  // sampling and the copies back (see Slot::tail).
+  void enqueue_sampling(int slot);
   // Room for `entries` penalty entries in the slot's staging and on the device.
   void ensure_penalty_capacity(int slot, int64_t entries);
 
@@ -155,6 +174,12 @@ class ModelRunner {
   // Expert counting: one device count table every step zeroes and fills (a
   // fixed address, so captured graphs write it too) and a pinned zero image
   // the zeroing copies from.
+  // Token masks of grammar-constrained rows: the row each mask applies to
+  // and the masks themselves (grown on demand, outside captured graphs).
+  int32_t mask_words_ = 0;
+  Buffer mask_rows_dev_;  // i32[max_rows_]
+  Buffer masks_dev_;      // i32[masks_capacity_, mask_words_]
+  int64_t masks_capacity_ = 0;
   int32_t moe_layers_ = 0;
   int64_t count_cells_ = 0;  // moe_layers_ * n_experts
   Buffer counts_dev_;
@@ -166,10 +191,22 @@ class ModelRunner {
     float* logits_host = nullptr;    // pinned, grown on demand
     int32_t* counts_host = nullptr;  // pinned i32[count_cells_] when counting
     PenaltyEntry* penalties_host = nullptr;  // pinned, grown on demand
+    int32_t* mask_rows_host = nullptr;       // pinned i32[max_rows_], on first use
+    int32_t* masks_host = nullptr;           // pinned [rows, mask_words_], grown on demand
+    int64_t masks_capacity = 0;
     int64_t logits_rows_capacity = 0;
     int64_t penalty_entries_capacity = 0;
     std::unique_ptr<DeviceEvent> start, end;
     int32_t num_rows = 0, num_copied = 0;
+    // The part of the step after the forward, as launch() planned it.
+    struct Tail {
+      int64_t params_at = 0, penalty_params_at = 0;  // int32 offsets in the step's device inputs
+      int64_t penalty_entries = -1;                  // -1: no row has penalties
+      int32_t tokens = 0;                            // the step's (padded) token count
+      std::vector<int32_t> copy_rows;                // rows whose logits come back
+      int32_t num_masks = 0;
+    } tail;
+    bool awaiting_masks = false;
     bool in_flight = false, graph = false, captured = false;
     uint64_t sequence = 0;  // launch order
     int prev_slot = -1;     // slot of the step launched just before

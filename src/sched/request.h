@@ -89,6 +89,10 @@ class Request {
   // a request is never scheduled with a token in flight, because its next
   // input is only known after host sampling.
   bool host_sampling = false;
+  // A grammar constrains the output (structured output): the host fills a
+  // token mask for each of its rows from the request's grammar state, which
+  // the previous token must have advanced. It does not draft.
+  bool grammar = false;
   // Speculative decoding: draft tokens proposed to follow the known ones.
   // They count towards total_tokens while the next step is planned; a step
   // that verifies them leaves the request `verifying` (never scheduled) until

@@ -12,7 +12,8 @@ namespace deepinfer {
 
 namespace {
 
-using json = nlohmann::json;
+// Ordered: a JSON schema keeps its properties in the order the client wrote them.
+using json = nlohmann::ordered_json;
 
 [[noreturn]] void param_fail(const std::string& param, const std::string& message) {
   throw ParamError(param, message);
@@ -174,6 +175,15 @@ SamplingParams SamplingParams::from_json(const json& object, std::vector<std::st
                                                              object.type_name()));
   SamplingParams p;
   bool chat_logprobs = false;
+  // Where the structured-output constraint came from: one source per request.
+  std::string structured_from;
+  auto set_structured = [&](const std::string& field, StructuredOutputs so) {
+    if (!structured_from.empty()) {
+      param_fail(field, fmt::format("'{}' and '{}' both constrain the output; give one", structured_from, field));
+    }
+    structured_from = field;
+    p.structured_outputs = std::move(so);
+  };
   std::optional<int32_t> top_logprobs;
   for (const auto& [key, v] : object.items()) {
     if (v.is_null()) continue;
@@ -222,6 +232,16 @@ SamplingParams SamplingParams::from_json(const json& object, std::vector<std::st
       p.skip_special_tokens = read_bool(v, k);
     } else if (key == "include_stop_str_in_output") {
       p.include_stop_str_in_output = read_bool(v, k);
+    } else if (key == "structured_outputs" || key == "guided_decoding") {
+      set_structured(key, StructuredOutputs::from_vllm(v, key));
+    } else if (key == "response_format") {
+      StructuredOutputs so;
+      if (StructuredOutputs::from_response_format(v, so)) set_structured(key, std::move(so));
+    } else if (key == "guided_json" || key == "guided_regex" || key == "guided_choice" || key == "guided_grammar") {
+      // vLLM's older spellings of structured_outputs' fields.
+      set_structured(key, StructuredOutputs::from_vllm(json{{key.substr(7), v}}, key));
+    } else if (key == "guided_decoding_backend" || key == "guided_whitespace_pattern") {
+      param_fail(key, "not supported: the engine has one grammar backend (XGrammar) and its own whitespace rules");
     } else if (unknown_fields != nullptr) {
       unknown_fields->push_back(key);
     }

@@ -33,6 +33,9 @@ struct RowSampling {
   // logits then hold the processed values); null: none. Must stay alive and
   // unchanged until the runner's launch() returns.
   const PenaltyState* penalties = nullptr;
+  // A grammar constrains the row: the host fills its token bitmask after the
+  // step is launched (ModelRunner::finish_launch), while the forward runs.
+  bool token_mask = false;
 };
 
 struct PlannedSeq {

@@ -251,6 +251,39 @@ std::vector<int32_t> ApiServer::chat_prompt(const GenerationRequest& r) {
   return pb.encode_chat(r.messages, tools, r.chat_template_kwargs);
 }
 
+namespace {
+
+// tool_choice "required" (Anthropic "any") or a named function: the output
+// must be a call, so it is constrained to one call of the allowed tools in the
+// template's format, its arguments valid for the tool's parameter schema.
+// "auto" leaves the choice between text and a call to the model.
+void constrain_tool_choice(GenerationRequest& req, ToolCallFormat format) {
+  if ((req.tool_choice != ToolChoice::Required && req.tool_choice != ToolChoice::Named) || req.tools.is_null()) return;
+  if (req.params.structured_outputs) {
+    bad_param("tool_choice", fmt::format("tool_choice '{}' and '{}' both constrain the output; give one",
+                                         req.tool_choice == ToolChoice::Named ? req.tool_choice_name : "required",
+                                         req.params.structured_outputs->param));
+  }
+  if (format == ToolCallFormat::None) {
+    bad_param("tool_choice", "this model's chat template has no tool-call format to constrain the output to");
+  }
+  ojson tools = ojson::array();
+  for (const ojson& t : req.tools) {
+    const ojson& fn = t["function"];
+    if (req.tool_choice == ToolChoice::Named && fn["name"] != req.tool_choice_name) continue;
+    ojson tool = {{"name", fn["name"]}};
+    if (fn.contains("parameters")) tool["parameters"] = fn["parameters"];
+    tools.push_back(std::move(tool));
+  }
+  StructuredOutputs so;
+  so.kind = StructuredOutputs::Kind::ToolCall;
+  so.param = "tool_choice";
+  so.spec = ojson{{"format", format == ToolCallFormat::Llama3Json ? "llama3_json" : "hermes"}, {"tools", tools}}.dump();
+  req.params.structured_outputs = std::move(so);
+}
+
+}  // namespace
+
 void ApiServer::generate(Api api, const HttpRequest& r, const std::shared_ptr<ResponseChannel>& ch) {
   const ojson body = parse_json_body(r.body(), options_.limits.max_json_depth);
   GenerationRequest req = api == Api::Chat         ? parse_chat_request(body, options_.limits)
@@ -271,6 +304,16 @@ void ApiServer::generate(Api api, const HttpRequest& r, const std::shared_ptr<Re
   const PromptBuilder& pb = prompts();
   const Engine* engine = engine_.engine();
   validate_for_model(req, engine->vocab_size());
+  constrain_tool_choice(req, tool_call_format_for_template(pb.chat_template_source()));
+  if (req.params.structured_outputs) {
+    // Compiled here, on the request's worker thread: an invalid or too costly
+    // schema is a 400 now, and the engine thread finds the grammar cached.
+    try {
+      engine->compile_grammar(*req.params.structured_outputs);
+    } catch (const ParamError& e) {
+      throw ApiError(400, e.what(), e.param());
+    }
+  }
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> texts;
   if (api == Api::Completion) {

@@ -49,7 +49,7 @@ namespace {
 // Sampling parameters from the listed fields of `body` (renamed where the API
 // uses another name); the ranges are checked later against the model.
 SamplingParams sampling_from(const ojson& body, const std::vector<std::pair<const char*, const char*>>& names) {
-  nlohmann::json s = nlohmann::json::object();
+  ojson s = ojson::object();
   for (const auto& [from, to] : names) {
     auto it = body.find(from);
     if (it != body.end()) s[to] = *it;
@@ -75,7 +75,12 @@ const std::vector<std::pair<const char*, const char*>>& openai_sampling_fields()
       {"stop", "stop"}, {"stop_token_ids", "stop_token_ids"}, {"ignore_eos", "ignore_eos"},
       {"min_tokens", "min_tokens"}, {"max_tokens", "max_tokens"}, {"max_completion_tokens", "max_completion_tokens"},
       {"logprobs", "logprobs"}, {"top_logprobs", "top_logprobs"}, {"prompt_logprobs", "prompt_logprobs"},
-      {"skip_special_tokens", "skip_special_tokens"}, {"include_stop_str_in_output", "include_stop_str_in_output"}};
+      {"skip_special_tokens", "skip_special_tokens"}, {"include_stop_str_in_output", "include_stop_str_in_output"},
+      // Structured output (SamplingParams::structured_outputs and its spellings).
+      {"response_format", "response_format"}, {"structured_outputs", "structured_outputs"},
+      {"guided_json", "guided_json"}, {"guided_regex", "guided_regex"}, {"guided_choice", "guided_choice"},
+      {"guided_grammar", "guided_grammar"}, {"guided_decoding_backend", "guided_decoding_backend"},
+      {"guided_whitespace_pattern", "guided_whitespace_pattern"}};
   return f;
 }
 
@@ -382,9 +387,32 @@ GenerationRequest parse_responses_request(const ojson& body, const RequestLimits
   }
   r.params = sampling_from(body, {{"temperature", "temperature"}, {"top_p", "top_p"},
                                   {"max_output_tokens", "max_tokens"}, {"top_logprobs", "logprobs"}});
+  if (const ojson* text = field(body, "text")) {
+    // The Responses API's text.format: chat's response_format with the
+    // json_schema fields flattened into it.
+    if (!text->is_object()) bad_param("text", "'text' must be an object");
+    if (const ojson* format = field(*text, "format")) {
+      if (!format->is_object()) bad_param("text.format", "'text.format' must be an object");
+      ojson rf = ojson::object();
+      rf["type"] = format->value("type", ojson());
+      if (rf["type"] == "json_schema") {
+        ojson js = ojson::object();
+        for (const char* k : {"name", "schema", "strict", "description"}) {
+          if (format->contains(k)) js[k] = (*format)[k];
+        }
+        rf["json_schema"] = js;
+      }
+      try {
+        StructuredOutputs so;
+        if (StructuredOutputs::from_response_format(rf, so)) r.params.structured_outputs = std::move(so);
+      } catch (const ParamError& e) {
+        throw ApiError(400, e.what(), "text.format");
+      }
+    }
+  }
   collect_ignored(body, {"model", "input", "instructions", "stream", "tools", "tool_choice", "temperature", "top_p",
                          "max_output_tokens", "top_logprobs", "store", "metadata", "user", "parallel_tool_calls",
-                         "cache_salt", "chat_template_kwargs"},
+                         "cache_salt", "chat_template_kwargs", "text"},
                   r);
   return r;
 }

@@ -28,6 +28,10 @@ class ByteLevelDecoder final : public Decoder {
     }
     tokens.assign(1, utf8_sanitize(bytes));
   }
+  void token_bytes(std::string& token) const override {
+    std::string bytes;
+    if (byte_level_decode(token, bytes)) token = std::move(bytes);
+  }
 };
 
 class MetaspaceDecoder final : public Decoder {
@@ -49,6 +53,18 @@ class MetaspaceDecoder final : public Decoder {
       if (i == 0 && strip_first_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
       tokens[i] = std::move(out);
     }
+  }
+  void token_bytes(std::string& token) const override {
+    std::string out;
+    for (size_t pos = 0; pos < token.size();) {
+      if (token.compare(pos, replacement_.size(), replacement_) == 0) {
+        out.push_back(' ');
+        pos += replacement_.size();
+      } else {
+        out.push_back(token[pos++]);
+      }
+    }
+    token = std::move(out);
   }
 
  private:
@@ -86,6 +102,9 @@ class ByteFallbackDecoder final : public Decoder {
     }
     flush();
     tokens = std::move(out);
+  }
+  void token_bytes(std::string& token) const override {
+    if (int byte = parse_byte_token(token); byte >= 0) token.assign(1, static_cast<char>(byte));
   }
 
   static int parse_byte_token(const std::string& t) {
@@ -138,6 +157,7 @@ class ReplaceDecoder final : public Decoder {
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (auto& t : tokens) t = regex_.replace_all(t, content_);
   }
+  void token_bytes(std::string& token) const override { token = regex_.replace_all(token, content_); }
 
  private:
   Regex regex_;
@@ -154,6 +174,9 @@ class BpeSuffixDecoder final : public Decoder {
       if (!suffix_.empty()) tokens[i] = Regex(suffix_, true).replace_all(tokens[i], replacement);
     }
   }
+  void token_bytes(std::string& token) const override {
+    if (!suffix_.empty()) token = Regex(suffix_, true).replace_all(token, " ");
+  }
 
  private:
   std::string suffix_;
@@ -164,6 +187,9 @@ class SequenceDecoder final : public Decoder {
   explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts) : parts_(std::move(parts)) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (const auto& p : parts_) p->decode_chain(tokens);
+  }
+  void token_bytes(std::string& token) const override {
+    for (const auto& p : parts_) p->token_bytes(token);
   }
 
  private:

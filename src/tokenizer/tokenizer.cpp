@@ -72,6 +72,13 @@ std::string_view Tokenizer::id_to_token(int32_t id) const {
   return id_to_token_[id];
 }
 
+std::string Tokenizer::token_bytes(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size() || is_special(id)) return {};
+  std::string bytes(id_to_token_[static_cast<size_t>(id)]);
+  if (decoder_) decoder_->token_bytes(bytes);
+  return bytes;
+}
+
 void Tokenizer::encode_plain(std::string_view text, bool at_text_start, std::vector<int32_t>& out) const {
   std::string normalized(text);
   if (normalizer_) normalizer_->normalize(normalized);

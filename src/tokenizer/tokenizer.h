@@ -61,6 +61,10 @@ class Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   // "" for ids outside the vocabulary.
   std::string_view id_to_token(int32_t id) const;
+  // The bytes token `id` adds in the middle of a decoded text (possibly part
+  // of a UTF-8 character); "" for special tokens and ids outside the
+  // vocabulary. What a grammar matcher compares with its grammar.
+  std::string token_bytes(int32_t id) const;
 
   const std::string& chat_template() const { return chat_template_; }
   // Token texts for chat templates ("" when the tokenizer has none).

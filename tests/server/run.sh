@@ -11,8 +11,8 @@ if [ ! -x "$bin" ]; then
   exit 1
 fi
 export DEEPINFER_BIN="$bin"
-if ! python3 -c "import openai, anthropic, pytest, httpx" 2>/dev/null; then
-  python3 -m pip install -q openai anthropic pytest httpx
+if ! python3 -c "import openai, anthropic, pytest, httpx, jsonschema" 2>/dev/null; then
+  python3 -m pip install -q openai anthropic pytest httpx jsonschema
 fi
 if [ $# -eq 0 ]; then set -- .; fi
 exec python3 -m pytest -q -p no:cacheprovider "$@"

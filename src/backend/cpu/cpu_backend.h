@@ -82,6 +82,8 @@ class CpuBackend final : public Backend {
   // cpu_penalties.cpp
   void apply_penalties(Tensor logits, const Tensor& params, const Tensor& entries,
                        const Tensor& pending_tokens) override;
+  // cpu_token_mask.cpp
+  void apply_token_bitmask(Tensor logits, const Tensor& bitmask, const Tensor& rows) override;
 
   // Up to this many rows of x, linear runs as matrix-vector products on the
   // quantised activations; above it, as dequantised tiles times OpenBLAS sgemm.

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_moe.h"
 #include "backend/cuda/cuda_penalties.h"
 #include "backend/cuda/cuda_sampling.h"
+#include "backend/cuda/cuda_token_mask.h"
 #include "core/error.h"
 #include "core/logging.h"
 
@@ -273,6 +274,7 @@ void CudaBackend::synchronize() {
   if (err & kErrMoeExpertId) what.push_back("moe_experts: expert id out of range");
   if (err & kErrExpertCountId) what.push_back("count_experts: expert id out of range");
   if (err & kErrPenaltyData) what.push_back("apply_penalties: entry range, token id or pending token out of range");
+  if (err & kErrTokenMaskRow) what.push_back("apply_token_bitmask: logits row out of range");
   fail("CUDA backend: bad input data detected on the device: {}", fmt::join(what, "; "));
 }
 
@@ -653,6 +655,12 @@ void CudaBackend::apply_penalties(Tensor logits, const Tensor& params, const Ten
                          pending ? pending_tokens.data_as<const int32_t>() : nullptr,
                          pending ? pending_tokens.size(0) : 0, error_word_, stream_);
   check_launch("apply_penalties");
+}
+
+void CudaBackend::apply_token_bitmask(Tensor logits, const Tensor& bitmask, const Tensor& rows) {
+  launch_apply_token_bitmask(rows_of(logits), bitmask.data_as<const uint32_t>(), bitmask.size(1),
+                             rows.data_as<const int32_t>(), bitmask.size(0), error_word_, stream_);
+  check_launch("apply_token_bitmask");
 }
 
 }  // namespace deepinfer::cuda

@@ -85,6 +85,9 @@ class CudaBackend final : public Backend {
   // logit_bias, min_tokens mask and penalties (cuda_penalties.cu).
   void apply_penalties(Tensor logits, const Tensor& params, const Tensor& entries,
                        const Tensor& pending_tokens) override;
+  // Grammar token masks (cuda_token_mask.cu); a bad row index is skipped on
+  // the device and raised by synchronize().
+  void apply_token_bitmask(Tensor logits, const Tensor& bitmask, const Tensor& rows) override;
 
   int num_sms() const { return num_sms_; }
   CUstream_st* stream() const { return stream_; }

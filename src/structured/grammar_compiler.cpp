@@ -1,0 +1,191 @@
+#include "structured/grammar_compiler.h"
+
+#include <fmt/format.h>
+
+#include <future>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include <xgrammar/xgrammar.h>
+
+#include "core/error.h"
+#include "deepinfer/sampling_params.h"
+#include "structured/compiled_grammar.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::structured {
+
+namespace {
+
+// An EBNF string literal holding `text` exactly.
+std::string ebnf_literal(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          out += fmt::format("\\x{:02x}", c);
+        } else {
+          out.push_back(static_cast<char>(c));  // UTF-8 passes through whole
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string choice_grammar(const std::vector<std::string>& choices) {
+  std::string g = "root ::= ";
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i > 0) g += " | ";
+    g += ebnf_literal(choices[i]);
+  }
+  return g;
+}
+
+// One tool call in the template's format: Hermes wraps a {"name",
+// "arguments"} object in <tool_call> tags; Llama 3.1 writes a bare {"name",
+// "parameters"} object.
+xgrammar::Grammar tool_call_grammar(const std::string& spec) {
+  const auto j = nlohmann::ordered_json::parse(spec, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("tools") || !j["tools"].is_array() || j["tools"].empty()) {
+    throw Error("a tool-call constraint needs a non-empty 'tools' list");
+  }
+  const std::string format = j.value("format", "hermes");
+  if (format != "hermes" && format != "llama3_json") throw Error(fmt::format("unknown tool-call format '{}'", format));
+  const char* args_key = format == "hermes" ? "arguments" : "parameters";
+  nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+  for (const auto& tool : j["tools"]) {
+    if (!tool.is_object() || !tool.contains("name") || !tool["name"].is_string()) {
+      throw Error("each tool needs a string 'name'");
+    }
+    nlohmann::ordered_json params = tool.value("parameters", nlohmann::ordered_json());
+    if (params.is_null()) params = nlohmann::ordered_json{{"type", "object"}};
+    nlohmann::ordered_json call = {
+        {"type", "object"},
+        {"properties", {{"name", {{"const", tool["name"]}}}, {args_key, params}}},
+        {"required", {"name", args_key}},
+        {"additionalProperties", false}};
+    calls.push_back(std::move(call));
+  }
+  const nlohmann::ordered_json schema = calls.size() == 1 ? calls[0] : nlohmann::ordered_json{{"anyOf", calls}};
+  xgrammar::Grammar call = xgrammar::Grammar::FromJSONSchema(schema.dump(), /*any_whitespace=*/false);
+  if (format == "llama3_json") return call;
+  return xgrammar::Grammar::Concat({xgrammar::Grammar::FromEBNF(R"(root ::= "<tool_call>
+")"), call,
+                                    xgrammar::Grammar::FromEBNF(R"(root ::= "
+</tool_call>")")});
+}
+
+// XGrammar's EBNF names rules with `::=`; Lark uses `:`.
+bool looks_like_ebnf(const std::string& grammar) { return grammar.find("::=") != std::string::npos; }
+
+}  // namespace
+
+struct GrammarCompiler::Impl {
+  xgrammar::TokenizerInfo info;
+  xgrammar::GrammarCompiler compiler;
+  Impl(xgrammar::TokenizerInfo i, int threads)
+      // XGrammar's own cache stays off: ours is bounded and keyed the same way.
+      : info(std::move(i)), compiler(info, threads, /*cache_enabled=*/false) {}
+
+  xgrammar::CompiledGrammar run(const StructuredOutputs& so) {
+    switch (so.kind) {
+      case StructuredOutputs::Kind::Json:
+        // Any whitespace between tokens, as JSON allows; strict mode: no
+        // properties beyond those the schema names unless it allows them.
+        return compiler.CompileJSONSchema(so.spec, /*any_whitespace=*/true);
+      case StructuredOutputs::Kind::JsonObject: return compiler.CompileBuiltinJSONGrammar();
+      case StructuredOutputs::Kind::Regex: return compiler.CompileRegex(so.spec);
+      case StructuredOutputs::Kind::Choice: return compiler.CompileGrammar(choice_grammar(so.choices), "root");
+      case StructuredOutputs::Kind::Grammar:
+        return looks_like_ebnf(so.spec) ? compiler.CompileGrammar(so.spec, "root") : compiler.CompileLark(so.spec);
+      case StructuredOutputs::Kind::ToolCall: return compiler.CompileGrammar(tool_call_grammar(so.spec));
+    }
+    throw Error("unknown structured output kind");
+  }
+};
+
+namespace {
+
+xgrammar::TokenizerInfo make_tokenizer_info(const Tokenizer& tok, int32_t vocab_size) {
+  DI_CHECK(vocab_size >= tok.vocab_size(), "structured output: the model's vocabulary ({}) is smaller than the "
+           "tokenizer's ({})", vocab_size, tok.vocab_size());
+  // Decoded bytes per token (XGrammar's RAW vocabulary): special tokens are
+  // empty, which XGrammar never allows except as stop tokens.
+  std::vector<std::string> vocab(static_cast<size_t>(tok.vocab_size()));
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) vocab[static_cast<size_t>(id)] = tok.token_bytes(id);
+  std::vector<int32_t> stops(tok.eos_ids().begin(), tok.eos_ids().end());
+  DI_CHECK(!stops.empty(), "structured output needs the tokenizer's end-of-sequence token");
+  return xgrammar::TokenizerInfo(vocab, xgrammar::VocabType::RAW, vocab_size, stops, /*add_prefix_space=*/false);
+}
+
+}  // namespace
+
+GrammarCompiler::GrammarCompiler(const Tokenizer& tokenizer, int32_t vocab_size, CompilerOptions options)
+    : impl_(std::make_shared<Impl>(make_tokenizer_info(tokenizer, vocab_size), options.threads)),
+      vocab_size_(vocab_size),
+      options_(options) {}
+
+GrammarCompiler::~GrammarCompiler() = default;
+
+std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const StructuredOutputs& so) {
+  so.validate();
+  const std::string key = so.key();
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      ++stats_.cache_hits;
+      return it->second.grammar;
+    }
+  }
+  // Compile on a thread of its own, so the caller can stop waiting at the
+  // budget; the thread holds the compiler (impl_) and the constraint alive.
+  auto promise = std::make_shared<std::promise<std::shared_ptr<const CompiledGrammar>>>();
+  std::future<std::shared_ptr<const CompiledGrammar>> result = promise->get_future();
+  std::thread([impl = impl_, so, promise] {
+    try {
+      promise->set_value(std::make_shared<const CompiledGrammar>(CompiledGrammar{impl->run(so)}));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  }).detach();
+  if (result.wait_for(options_.timeout) != std::future_status::ready) {
+    std::lock_guard lock(mutex_);
+    ++stats_.timed_out;
+    throw ParamError(so.param, fmt::format("compiling the {} took longer than the {} ms budget; simplify it",
+                                           to_string(so.kind), options_.timeout.count()));
+  }
+  std::shared_ptr<const CompiledGrammar> grammar;
+  try {
+    grammar = result.get();
+  } catch (const std::exception& e) {
+    {
+      std::lock_guard lock(mutex_);
+      ++stats_.failed;
+    }
+    throw ParamError(so.param, fmt::format("invalid {}: {}", to_string(so.kind), e.what()));
+  }
+  std::lock_guard lock(mutex_);
+  ++stats_.compiled;
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second.grammar;  // compiled twice meanwhile
+  lru_.push_front(key);
+  cache_.emplace(key, Entry{grammar, lru_.begin()});
+  while (cache_.size() > options_.cache_entries) {
+    cache_.erase(lru_.back());
+    lru_.pop_back();
+  }
+  return grammar;
+}
+
+GrammarCompiler::Stats GrammarCompiler::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+}  // namespace deepinfer::structured
