@@ -18,7 +18,9 @@
 //     is timed too and must allow EOS; every instance has tokens + 1 steps.
 //     Each instance is walked --repeat times, each on a fresh matcher, and
 //     every step's time is the median over the walks.
-// The matcher runs on this thread only. Percentiles are nearest-rank.
+// XGrammar's warnings during a compilation (a keyword or regex feature it
+// ignores or approximates; the schema still compiles) are caught and counted
+// per kind. The matcher runs on this thread only. Percentiles are nearest-rank.
 //
 //   bench_grammar TOKENIZER SCHEMAS.jsonl INSTANCES.jsonl [--out result.json] [--repeat N] [--limit K]
 //

@@ -18,5 +18,8 @@ target_compile_options(xgrammar_core PRIVATE -w -O2 -g0)
 target_include_directories(xgrammar_core PUBLIC ${XGRAMMAR_SOURCE_DIR}/include)
 target_include_directories(xgrammar_core SYSTEM PUBLIC ${XGRAMMAR_SOURCE_DIR}/3rdparty/picojson
                            ${XGRAMMAR_SOURCE_DIR}/3rdparty/dlpack/include)
-target_compile_definitions(xgrammar_core PUBLIC XGRAMMAR_ENABLE_CPPTRACE=0 XGRAMMAR_ENABLE_INTERNAL_CHECK=0)
+# Log hooks: src/structured/xgrammar_logging.cpp turns its errors into plain
+# exceptions and its warnings into per-compilation reports.
+target_compile_definitions(xgrammar_core PUBLIC XGRAMMAR_ENABLE_CPPTRACE=0 XGRAMMAR_ENABLE_INTERNAL_CHECK=0
+                           XGRAMMAR_LOG_CUSTOMIZE=1)
 target_link_libraries(xgrammar_core PUBLIC Threads::Threads)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,decode_ab,pdl,moe,kernels,spec,profile,peer_llamacpp
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,decode_ab,pdl,moe,kernels,spec,structured,profile,peer_llamacpp
 #                                   (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
@@ -258,6 +258,23 @@ if has spec; then
     echo "exit code $?" >> "$REPORT"
     sed 's/^/    /' "$OUT/verify_curve.txt" >> "$REPORT"
   fi
+fi
+if has structured; then
+  # Structured output on the 8B shape: decode tok/s under a JSON schema vs
+  # unconstrained (scripts/bench_structured.py). The model gets the real
+  # Llama 3.1 tokenizer (carried in build-gguf/llama3_1/), whose 128,256
+  # tokens match its vocabulary, so the grammar masks are those of real text.
+  echo -e "\n## Structured output (llama8b, Llama 3.1 tokenizer)\n" >> "$REPORT"
+  make_llama8b
+  if [ -f build-gguf/llama3_1/tokenizer.json.xz ]; then
+    xz -dc build-gguf/llama3_1/tokenizer.json.xz > /tmp/deepinfer_e2e/llama8b/tokenizer.json
+    cp build-gguf/llama3_1/tokenizer_config.json /tmp/deepinfer_e2e/llama8b/tokenizer_config.json
+  fi
+  timeout "${STRUCTURED_TIMEOUT:-400}" python3 scripts/bench_structured.py --deepinfer "$BIN/deepinfer" --device cuda \
+    --model /tmp/deepinfer_e2e/llama8b --batches ${STRUCTURED_BATCHES:-1 64} --max-tokens "${STRUCTURED_MAX_TOKENS:-256}" \
+    --repeats "${STRUCTURED_REPEATS:-3}" --json "$OUT/structured.json" > "$OUT/structured.log" 2>&1
+  echo "exit code $?" >> "$REPORT"
+  sed 's/^/    /' "$OUT/structured.log" | tail -20 >> "$REPORT"
 fi
 if has kernels; then
   # Kernel micro-benchmarks, when staged: attention (SIMT vs tensor-core

@@ -8,9 +8,14 @@
 
 #include <xgrammar/xgrammar.h>
 
+// XGrammar's error type (an internal header: its what() adds a log header).
+#include "support/logging.h"
+
 #include "core/error.h"
 #include "deepinfer/sampling_params.h"
 #include "structured/compiled_grammar.h"
+#include "structured/xgrammar_logging.h"
+#include "core/logging.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::structured {
@@ -75,14 +80,71 @@ xgrammar::Grammar tool_call_grammar(const std::string& spec) {
   const nlohmann::ordered_json schema = calls.size() == 1 ? calls[0] : nlohmann::ordered_json{{"anyOf", calls}};
   xgrammar::Grammar call = xgrammar::Grammar::FromJSONSchema(schema.dump(), /*any_whitespace=*/false);
   if (format == "llama3_json") return call;
-  return xgrammar::Grammar::Concat({xgrammar::Grammar::FromEBNF(R"(root ::= "<tool_call>
-")"), call,
-                                    xgrammar::Grammar::FromEBNF(R"(root ::= "
-</tool_call>")")});
+  return xgrammar::Grammar::Concat({xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal("<tool_call>\n")), call,
+                                    xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal("\n</tool_call>"))});
 }
 
 // XGrammar's EBNF names rules with `::=`; Lark uses `:`.
 bool looks_like_ebnf(const std::string& grammar) { return grammar.find("::=") != std::string::npos; }
+
+// Regex features XGrammar 0.2.9 reads wrongly rather than refusing: Unicode
+// classes (\p{L} becomes the letters p, L, ...), \A and \Z anchors (literal
+// letters) and look-around (ignored). A grammar built from them would force
+// outputs the pattern does not allow, so such patterns are refused instead.
+std::string unsupported_regex_feature(std::string_view re) {
+  for (size_t i = 0; i + 1 < re.size(); ++i) {
+    if (re[i] == '\\') {
+      const char c = re[i + 1];
+      if (c == 'p' || c == 'P') return "Unicode property classes (\\p{...})";
+      if (c == 'A' || c == 'Z' || c == 'z') return fmt::format("the \\{} anchor", c);
+      if (c == 'b' || c == 'B') return "word boundaries (\\b)";
+      ++i;  // the escaped character is not special
+      continue;
+    }
+    if (re[i] == '(' && re[i + 1] == '?' && i + 2 < re.size()) {
+      const char c = re[i + 2];
+      if (c == '=' || c == '!' || (c == '<' && i + 3 < re.size() && (re[i + 3] == '=' || re[i + 3] == '!'))) {
+        return "look-around assertions";
+      }
+    }
+  }
+  return {};
+}
+
+// Every regex a JSON schema holds (pattern, patternProperties keys), checked.
+void check_schema_patterns(const nlohmann::ordered_json& node, const std::string& path) {
+  if (node.is_array()) {
+    for (size_t i = 0; i < node.size(); ++i) check_schema_patterns(node[i], fmt::format("{}/{}", path, i));
+    return;
+  }
+  if (!node.is_object()) return;
+  for (const auto& [key, value] : node.items()) {
+    if (key == "pattern" && value.is_string()) {
+      if (auto why = unsupported_regex_feature(value.get<std::string>()); !why.empty()) {
+        throw Error(fmt::format("the pattern at {}/pattern uses {}, which structured output cannot enforce", path, why));
+      }
+    }
+    if (key == "patternProperties" && value.is_object()) {
+      for (const auto& [re, sub] : value.items()) {
+        if (auto why = unsupported_regex_feature(re); !why.empty()) {
+          throw Error(fmt::format("a patternProperties key at {} uses {}, which structured output cannot enforce", path, why));
+        }
+      }
+    }
+    check_schema_patterns(value, path + "/" + key);
+  }
+}
+
+void check_supported(const StructuredOutputs& so) {
+  if (so.kind == StructuredOutputs::Kind::Regex) {
+    if (auto why = unsupported_regex_feature(so.spec); !why.empty()) {
+      throw Error(fmt::format("the regex uses {}, which structured output cannot enforce", why));
+    }
+  } else if (so.kind == StructuredOutputs::Kind::Json || so.kind == StructuredOutputs::Kind::ToolCall) {
+    const auto schema = nlohmann::ordered_json::parse(so.spec, nullptr, /*allow_exceptions=*/false);
+    check_schema_patterns(schema, "#");
+  }
+}
 
 }  // namespace
 
@@ -150,7 +212,20 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const Structured
   std::future<std::shared_ptr<const CompiledGrammar>> result = promise->get_future();
   std::thread([impl = impl_, so, promise] {
     try {
-      promise->set_value(std::make_shared<const CompiledGrammar>(CompiledGrammar{impl->run(so)}));
+      check_supported(so);
+      WarningCollector approximations;
+      const auto t0 = std::chrono::steady_clock::now();
+      auto grammar = std::make_shared<const CompiledGrammar>(CompiledGrammar{impl->run(so)});
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (!approximations.warnings().empty()) {
+        // Parts XGrammar enforces loosely (e.g. oneOf as anyOf): the operator should know.
+        log_info("structured output: {} compiled in {:.0f} ms with {} approximation(s), first: {}", to_string(so.kind),
+                 ms, approximations.warnings().size(), approximations.warnings().front());
+      }
+      promise->set_value(std::move(grammar));
+    } catch (const xgrammar::LogFatalError& e) {
+      // Its bare message, without the log header what() adds (time, source file).
+      promise->set_exception(std::make_exception_ptr(Error(e.std::runtime_error::what())));
     } catch (...) {
       promise->set_exception(std::current_exception());
     }

@@ -32,7 +32,9 @@ namespace deepinfer::structured {
 struct CompiledGrammar;
 
 struct CompilerOptions {
-  std::chrono::milliseconds timeout{10000};
+  // Generous: XGrammar precomputes token masks at compile time, and a large
+  // schema takes seconds on a busy 2-core machine.
+  std::chrono::milliseconds timeout{30000};
   size_t cache_entries = 256;
   int threads = 2;  // XGrammar's threads for the token-mask cache of one compilation
 };

@@ -115,8 +115,10 @@ def test_bad_constraints_are_400(openai_client, extra, param):
 # Keywords XGrammar accepts but does not enforce while generating (it warns
 # and approximates: oneOf as anyOf, uniqueItems ignored, ...). An output may
 # break only these; the test counts such outputs apart from the valid ones.
+# minLength/maxLength are ignored next to a pattern.
 UNENFORCED = {"uniqueItems", "oneOf", "not", "if", "then", "else", "dependencies", "dependentRequired",
-              "dependentSchemas", "allOf", "propertyNames", "contains", "format"}
+              "dependentSchemas", "allOf", "propertyNames", "contains", "format", "minLength", "maxLength",
+              "multipleOf"}
 
 
 def test_schema_corpus(server):
@@ -171,3 +173,66 @@ def test_schema_corpus(server):
     # Most schemas compile and most outputs finish inside the token budget.
     assert len(rejected) <= len(corpus) // 4
     assert valid >= len(corpus) // 2
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "strict": True,
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                                    "unit": {"enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "strict": True,
+    "parameters": {"type": "object", "properties": {"timezone": {"enum": ["UTC", "CET", "PST"]}},
+                   "required": ["timezone"], "additionalProperties": False}}}
+TOOL_SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TIME)}
+
+
+def test_tool_choice_named_and_required(openai_client):
+    """A named function or "required" constrains the output to a call whose
+    arguments satisfy the tool's schema — from a 135M model that on its own
+    rarely calls tools at all."""
+    ask = [{"role": "user", "content": "What should I wear in Oslo today?"}]
+    for choice, expect in (({"type": "function", "function": {"name": "get_time"}}, {"get_time"}),
+                           ("required", {"get_weather", "get_time"})):
+        for temperature in (0, 1.0):
+            r = openai_client.chat.completions.create(model=MODEL_NAME, messages=ask, tools=[WEATHER, TIME],
+                                                      tool_choice=choice, max_tokens=80, temperature=temperature,
+                                                      seed=2)
+            c = r.choices[0]
+            assert c.finish_reason == "tool_calls", c
+            assert len(c.message.tool_calls) == 1
+            call = c.message.tool_calls[0].function
+            assert call.name in expect
+            jsonschema.validate(json.loads(call.arguments), TOOL_SCHEMAS[call.name])
+    # Streamed: the deltas reassemble into the same call.
+    kwargs = dict(model=MODEL_NAME, messages=ask, tools=[WEATHER, TIME], tool_choice="required", max_tokens=80,
+                  temperature=0)
+    full = openai_client.chat.completions.create(**kwargs).choices[0].message.tool_calls[0].function
+    name, args, finish = None, "", None
+    for chunk in openai_client.chat.completions.create(stream=True, **kwargs):
+        if not chunk.choices:
+            continue
+        for d in chunk.choices[0].delta.tool_calls or []:
+            name = d.function.name or name
+            args += d.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert (name, json.loads(args), finish) == (full.name, json.loads(full.arguments), "tool_calls")
+
+
+def test_tool_choice_conflicts_are_400(openai_client):
+    with pytest.raises(openai.BadRequestError) as e:
+        openai_client.chat.completions.create(model=MODEL_NAME, messages=ASK, tools=[WEATHER], tool_choice="required",
+                                              response_format={"type": "json_object"}, max_tokens=8)
+    assert e.value.body["param"] == "tool_choice"
+
+
+def test_anthropic_tool_choice(anthropic_client):
+    tools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in (WEATHER, TIME)]
+    for choice, expect in (({"type": "tool", "name": "get_weather"}, {"get_weather"}),
+                           ({"type": "any"}, {"get_weather", "get_time"})):
+        m = anthropic_client.messages.create(model=MODEL_NAME, max_tokens=80, tools=tools, tool_choice=choice,
+                                             messages=[{"role": "user", "content": "Plan my day in Rome."}])
+        assert m.stop_reason == "tool_use", m
+        uses = [b for b in m.content if b.type == "tool_use"]
+        assert len(uses) == 1 and uses[0].name in expect
+        jsonschema.validate(uses[0].input, TOOL_SCHEMAS[uses[0].name])

@@ -177,6 +177,35 @@ TEST(GrammarCompiler, InvalidConstraintsAreParamErrors) {
   EXPECT_EQ(compile(StructuredOutputs::Kind::Regex, "[0-9]{3}"), "(no error)");
 }
 
+// Regex features the grammar engine would misread are refused, not
+// approximated, and errors carry the problem alone (no library log header).
+TEST(GrammarCompiler, MisreadRegexFeaturesAreRefused) {
+  REQUIRE_SMOLLM2();
+  auto tok = smollm2_tokenizer();
+  structured::GrammarCompiler compiler(*tok, tok->vocab_size());
+  auto message = [&](StructuredOutputs::Kind kind, const std::string& spec) -> std::string {
+    StructuredOutputs so;
+    so.kind = kind;
+    so.spec = spec;
+    try {
+      compiler.compile(so);
+    } catch (const ParamError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  using K = StructuredOutputs::Kind;
+  EXPECT_NE(message(K::Regex, R"([\p{L}]+)").find("Unicode property"), std::string::npos);
+  EXPECT_NE(message(K::Regex, R"(\Aabc\Z)").find("anchor"), std::string::npos);
+  EXPECT_NE(message(K::Regex, R"((?!x)[a-z]+)").find("look-around"), std::string::npos);
+  EXPECT_NE(message(K::Json, R"({"type": "object", "properties": {"k": {"type": "string", "pattern": "^[\\p{L}]*$"}}})")
+                .find("#/properties/k/pattern"),
+            std::string::npos);
+  EXPECT_EQ(message(K::Regex, R"([a-z\\]+\.txt)"), "(no error)");  // escaped backslash and dot are fine
+  const std::string bad = message(K::Regex, "(unclosed");
+  EXPECT_EQ(bad.find(".cc:"), std::string::npos) << bad;
+}
+
 TEST(GrammarCompiler, BudgetOverrunIsAnErrorNotAHang) {
   REQUIRE_SMOLLM2();
   auto tok = smollm2_tokenizer();
