@@ -15,6 +15,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "GGUF file or Hugging Face folder (default: built-in SmolLM2-135M-Instruct; "
                  "DEEPINFER_HF_MODEL_DIR also sets it)");
   app.add_option("--tokenizer", c.tokenizer_path, "tokenizer.json or folder (default: the model's)");
+  app.add_option("--chat-template", c.chat_template,
+                 "chat template: a Jinja file, or the template text (default: the tokenizer's)");
   app.add_option("--device", f.device, "compute device: cpu or cuda (DEEPINFER_ACCELERATOR also sets it)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--threads", c.num_threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 1024));

@@ -18,7 +18,8 @@ struct StructuredOutputs {
     Regex,       // spec: a regular expression the whole output matches
     Choice,      // choices: the output is exactly one of them
     Grammar,     // spec: an EBNF grammar with a `root` rule, or a Lark grammar with a `start` rule
-    // spec: {"format": "hermes" | "llama3_json", "tools": [{"name": ..., "parameters": <JSON schema>}]}:
+    // spec: {"format": "hermes" | "llama3_json" | "deepseek_v3",
+    //        "tools": [{"name": ..., "parameters": <JSON schema>}]}:
     // the output is one call of one of the tools, in the chat template's
     // tool-call format, its arguments valid for the tool's schema (what
     // tool_choice "required" or a named function asks for).
@@ -30,6 +31,10 @@ struct StructuredOutputs {
   Kind kind = Kind::JsonObject;
   std::string spec;
   std::vector<std::string> choices;
+  // Json: whitespace between JSON tokens as the model likes (vLLM's default),
+  // or none (vLLM's disable_any_whitespace): compact output, which keeps a
+  // small model from spending its tokens on blank space.
+  bool any_whitespace = true;
 
   // The request field it came from, for error messages (e.g. "response_format").
   std::string param = "structured_outputs";

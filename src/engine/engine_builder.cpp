@@ -1,9 +1,11 @@
 #include "engine/engine_builder.h"
 
 #include <chrono>
+#include <filesystem>
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/logging.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_storage.h"
@@ -161,6 +163,18 @@ EngineParts build_engine(EngineConfig config) {
     p.tokenizer = Tokenizer::from_file(c.model_path);
   }
   log_info("engine: tokenizer with {} tokens loaded in {:.2f} s", p.tokenizer->vocab_size(), seconds_since(t0));
+  if (!c.chat_template.empty()) {
+    // A readable file's contents, else the text itself (vLLM's --chat-template).
+    std::string source = c.chat_template;
+    std::error_code ec;
+    if (c.chat_template.find("{%") == std::string::npos && c.chat_template.find("{{") == std::string::npos) {
+      DI_CHECK(std::filesystem::is_regular_file(c.chat_template, ec),
+               "--chat-template '{}' is neither a file nor a Jinja template", c.chat_template);
+      source = read_regular_file(c.chat_template, 1 << 20);
+    }
+    p.tokenizer->set_chat_template(std::move(source));
+    log_info("engine: chat template from --chat-template ({} bytes)", p.tokenizer->chat_template().size());
+  }
 
   p.max_model_len = c.max_model_len > 0 ? c.max_model_len : std::min(mc.max_position, 8192);
   DI_CHECK(p.max_model_len > 1, "--max-model-len must be at least 2");

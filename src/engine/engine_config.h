@@ -17,6 +17,9 @@ namespace deepinfer {
 struct EngineConfig {
   std::string model_path;
   std::string tokenizer_path;  // empty = the model's own (GGUF metadata or the model folder)
+  // --chat-template: a Jinja file or the template itself, replacing the
+  // tokenizer's (or supplying one for models that ship none).
+  std::string chat_template;
   DeviceType device = DeviceType::CPU;
   int32_t num_threads = 0;          // CPU backend threads (0 = all cores)
   int32_t max_model_len = 0;        // --max-model-len; 0 = min(model's context, 8192)

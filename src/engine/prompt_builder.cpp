@@ -23,7 +23,8 @@ const std::string& PromptBuilder::chat_template_source() const { return tokenize
 std::string PromptBuilder::apply_chat_template(const nlohmann::ordered_json& messages,
                                                const nlohmann::ordered_json& tools, bool add_generation_prompt,
                                                const nlohmann::ordered_json& extra_context) const {
-  DI_CHECK(chat_template_ != nullptr, "the model has no chat template; pass a plain prompt instead");
+  DI_CHECK(chat_template_ != nullptr,
+           "the model has no chat template: give one with --chat-template FILE|TEMPLATE, or send a plain prompt");
   DI_CHECK(messages.is_array() && !messages.empty(), "'messages' must be a non-empty list");
   return chat_template_->render(messages, tools, add_generation_prompt, extra_context);
 }

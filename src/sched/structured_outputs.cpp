@@ -55,6 +55,7 @@ std::string StructuredOutputs::key() const {
   } else {
     k += spec;
   }
+  if (!any_whitespace) k += "\0compact";
   return k;
 }
 
@@ -110,7 +111,11 @@ StructuredOutputs StructuredOutputs::from_vllm(const json& object, const std::st
       if (!v.is_boolean()) so_fail(param, "json_object must be a boolean");
       if (!v.get<bool>()) continue;
       out.kind = Kind::JsonObject;
-    } else if (key == "disable_any_whitespace" || key == "disable_additional_properties" ||
+    } else if (key == "disable_any_whitespace") {
+      if (!v.is_boolean()) so_fail(param, "disable_any_whitespace must be a boolean");
+      out.any_whitespace = !v.get<bool>();
+      continue;  // an option, not a constraint
+    } else if (key == "disable_additional_properties" ||
                key == "disable_fallback" || key == "whitespace_pattern" || key == "structural_tag") {
       // Options that change the output: refused rather than ignored.
       so_fail(param, fmt::format("'{}' is not supported", key));

@@ -199,6 +199,12 @@ void ApiServer::dispatch(const HttpRequest& r, const std::shared_ptr<ResponseCha
     ch->send(200, "application/json", R"({"status":"ready"})");
     return;
   }
+  if (path == "/version") {
+    // vLLM's endpoint: clients read the engine's version from it.
+    require(get);
+    send_json(ch, 200, {{"version", DEEPINFER_VERSION}});
+    return;
+  }
   if (path == "/metrics") {
     require(get);
     ch->send(200, "text/plain; version=0.0.4; charset=utf-8", render_metrics());
@@ -278,7 +284,10 @@ void constrain_tool_choice(GenerationRequest& req, ToolCallFormat format) {
   StructuredOutputs so;
   so.kind = StructuredOutputs::Kind::ToolCall;
   so.param = "tool_choice";
-  so.spec = ojson{{"format", format == ToolCallFormat::Llama3Json ? "llama3_json" : "hermes"}, {"tools", tools}}.dump();
+  const char* name = format == ToolCallFormat::Llama3Json   ? "llama3_json"
+                     : format == ToolCallFormat::DeepSeekV3 ? "deepseek_v3"
+                                                            : "hermes";
+  so.spec = ojson{{"format", name}, {"tools", tools}}.dump();
   req.params.structured_outputs = std::move(so);
 }
 

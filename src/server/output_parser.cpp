@@ -4,6 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <optional>
+#include <vector>
+
 namespace deepinfer::server {
 namespace {
 
@@ -12,6 +16,23 @@ constexpr std::string_view kThinkClose = "</think>";
 constexpr std::string_view kToolOpen = "<tool_call>";
 constexpr std::string_view kToolClose = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
+constexpr std::string_view kDsCallsBegin = "<｜tool▁calls▁begin｜>";
+constexpr std::string_view kDsCallsEnd = "<｜tool▁calls▁end｜>";
+constexpr std::string_view kDsCallBegin = "<｜tool▁call▁begin｜>";
+constexpr std::string_view kDsCallEnd = "<｜tool▁call▁end｜>";
+constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
+
+// The markers around one call, and the ones dropped between calls.
+struct BlockMarkers {
+  std::string_view open, close;
+  std::vector<std::string_view> dropped;
+};
+
+const BlockMarkers& block_markers(ToolCallFormat f) {
+  static const BlockMarkers hermes{kToolOpen, kToolClose, {}};
+  static const BlockMarkers deepseek{kDsCallBegin, kDsCallEnd, {kDsCallsBegin, kDsCallsEnd}};
+  return f == ToolCallFormat::DeepSeekV3 ? deepseek : hermes;
+}
 
 // Length of the longest suffix of `text` that is a proper prefix of `marker`.
 size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
@@ -32,6 +53,7 @@ size_t skip_space(std::string_view s) {
 
 ToolCallFormat tool_call_format_for_template(const std::string& t) {
   if (t.find("<tool_call>") != std::string::npos) return ToolCallFormat::Hermes;
+  if (t.find(kDsCallBegin) != std::string::npos) return ToolCallFormat::DeepSeekV3;
   if (t.find("<|python_tag|>") != std::string::npos || t.find("ipython") != std::string::npos) {
     return ToolCallFormat::Llama3Json;
   }
@@ -39,6 +61,27 @@ ToolCallFormat tool_call_format_for_template(const std::string& t) {
 }
 
 bool template_has_reasoning(const std::string& t) { return t.find("<think>") != std::string::npos || t.find("</think>") != std::string::npos; }
+
+bool parse_deepseek_tool_call(std::string_view body, ParsedToolCall& out) {
+  // TYPE<｜tool▁sep｜>NAME\n```json\nARGS\n```
+  const size_t sep = body.find(kDsSep);
+  if (sep == std::string_view::npos) return false;
+  std::string_view rest = body.substr(sep + kDsSep.size());
+  const size_t nl = rest.find('\n');
+  if (nl == std::string_view::npos || nl == 0) return false;
+  out.name = std::string(rest.substr(0, nl));
+  std::string_view args = rest.substr(nl + 1);
+  constexpr std::string_view kFenceOpen = "```json", kFence = "```";
+  args.remove_prefix(skip_space(args));
+  if (args.substr(0, kFenceOpen.size()) != kFenceOpen) return false;
+  args.remove_prefix(kFenceOpen.size());
+  const size_t end = args.rfind(kFence);
+  if (end == std::string_view::npos) return false;
+  std::optional<nlohmann::ordered_json> parsed = parse_embedded_json(args.substr(0, end));
+  if (!parsed || !parsed->is_object()) return false;
+  out.arguments = dump_json(*parsed);
+  return true;
+}
 
 bool parse_tool_call_json(std::string_view text, ParsedToolCall& out) {
   std::optional<nlohmann::ordered_json> parsed = parse_embedded_json(text);
@@ -156,45 +199,66 @@ void OutputParser::push_content(std::string_view text, ParsedDelta& out, bool fi
     tool_buf_.clear();
     return;
   }
-  // Hermes: any number of <tool_call> blocks between content.
+  push_tagged(out, final);
+}
+
+bool OutputParser::parse_block(std::string_view body, ParsedToolCall& call) const {
+  return format_ == ToolCallFormat::DeepSeekV3 ? parse_deepseek_tool_call(body, call) : parse_tool_call_json(body, call);
+}
+
+// Any number of tagged call blocks between content; markers that only group
+// calls (DeepSeek-V3's calls begin/end) are dropped from the content.
+void OutputParser::push_tagged(ParsedDelta& out, bool final) {
+  const BlockMarkers& m = block_markers(format_);
   for (;;) {
     if (tool_ == Tool::Content) {
-      const size_t open = tool_buf_.find(kToolOpen);
-      if (open == std::string::npos) {
-        const size_t hold = final ? 0 : partial_marker_suffix(tool_buf_, kToolOpen);
+      // The earliest marker: a call's opening, or one to drop.
+      size_t at = tool_buf_.find(m.open);
+      std::string_view marker = m.open;
+      for (std::string_view d : m.dropped) {
+        const size_t p = tool_buf_.find(d);
+        if (p < at) at = p, marker = d;
+      }
+      if (at == std::string::npos) {
+        size_t hold = 0;
+        if (!final) {
+          hold = partial_marker_suffix(tool_buf_, m.open);
+          for (std::string_view d : m.dropped) hold = std::max(hold, partial_marker_suffix(tool_buf_, d));
+        }
         out.content += tool_buf_.substr(0, tool_buf_.size() - hold);
         tool_buf_.erase(0, tool_buf_.size() - hold);
         return;
       }
-      out.content += tool_buf_.substr(0, open);
-      tool_buf_.erase(0, open + kToolOpen.size());
+      out.content += tool_buf_.substr(0, at);
+      tool_buf_.erase(0, at + marker.size());
+      if (marker != m.open) continue;
       tool_ = Tool::InCall;
       call_scanned_ = 0;
     }
     // A tag split across pieces starts at most len - 1 bytes before the end.
-    const size_t from = call_scanned_ >= kToolClose.size() ? call_scanned_ - kToolClose.size() + 1 : 0;
-    const size_t close = tool_buf_.find(kToolClose, from);
+    const size_t from = call_scanned_ >= m.close.size() ? call_scanned_ - m.close.size() + 1 : 0;
+    const size_t close = tool_buf_.find(m.close, from);
     if (close == std::string::npos) {
       call_scanned_ = tool_buf_.size();
       if (!final) return;
       // Generation ended inside a call (the model stopped at EOS before the tag).
       ParsedToolCall call;
-      if (parse_tool_call_json(tool_buf_, call)) {
+      if (parse_block(tool_buf_, call)) {
         out.tool_calls.push_back(std::move(call));
       } else {
-        out.content += std::string(kToolOpen) + tool_buf_;
+        out.content += std::string(m.open) + tool_buf_;
       }
       tool_buf_.clear();
       tool_ = Tool::Content;
       return;
     }
     ParsedToolCall call;
-    if (parse_tool_call_json(tool_buf_.substr(0, close), call)) {
+    if (parse_block(std::string_view(tool_buf_).substr(0, close), call)) {
       out.tool_calls.push_back(std::move(call));
     } else {
-      out.content += std::string(kToolOpen) + tool_buf_.substr(0, close + kToolClose.size());
+      out.content += std::string(m.open) + tool_buf_.substr(0, close + m.close.size());
     }
-    tool_buf_.erase(0, close + kToolClose.size());
+    tool_buf_.erase(0, close + m.close.size());
     tool_ = Tool::Content;
     call_scanned_ = 0;
   }

@@ -4,6 +4,8 @@
 //   Hermes / Qwen:  <tool_call>{"name": ..., "arguments": {...}}</tool_call>
 //   Llama 3.1 JSON: the whole reply is {"name": ..., "parameters": {...}}
 //                   (several may be separated by ';'), optionally after <|python_tag|>.
+//   DeepSeek-V3:    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
+//                   ```json ARGS ```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
 // Text that might still become a marker is held back until it is decided, so a
 // streamed client never sees half a tag. Text that looked like a tool call but
 // does not parse is returned as content.
@@ -15,7 +17,7 @@
 
 namespace deepinfer::server {
 
-enum class ToolCallFormat : uint8_t { None, Hermes, Llama3Json };
+enum class ToolCallFormat : uint8_t { None, Hermes, Llama3Json, DeepSeekV3 };
 
 // The tool-call format a chat template's model was trained on (Hermes when the
 // template is silent: it is the most common one among ChatML models).
@@ -48,6 +50,9 @@ class OutputParser {
   enum class Think : uint8_t { Undecided, Inside, Done };
   enum class Tool : uint8_t { Content, InCall, Undecided, Json };
   void push_content(std::string_view text, ParsedDelta& out, bool final);
+  // Formats whose calls are tagged blocks between content (Hermes, DeepSeek-V3).
+  void push_tagged(ParsedDelta& out, bool final);
+  bool parse_block(std::string_view body, ParsedToolCall& call) const;
 
   ToolCallFormat format_;
   Think think_;
@@ -62,5 +67,7 @@ class OutputParser {
 
 // Parses one tool call object ({"name", "arguments"|"parameters"}); false if it is not one.
 bool parse_tool_call_json(std::string_view text, ParsedToolCall& out);
+// Parses the body of one DeepSeek-V3 call (between its begin and end markers).
+bool parse_deepseek_tool_call(std::string_view body, ParsedToolCall& out);
 
 }  // namespace deepinfer::server

@@ -79,14 +79,31 @@ const std::vector<std::pair<const char*, const char*>>& openai_sampling_fields()
       // Structured output (SamplingParams::structured_outputs and its spellings).
       {"response_format", "response_format"}, {"structured_outputs", "structured_outputs"},
       {"guided_json", "guided_json"}, {"guided_regex", "guided_regex"}, {"guided_choice", "guided_choice"},
-      {"guided_grammar", "guided_grammar"}, {"guided_decoding_backend", "guided_decoding_backend"},
+      {"guided_grammar", "guided_grammar"}, {"guided_decoding", "guided_decoding"},
+      {"guided_decoding_backend", "guided_decoding_backend"},
       {"guided_whitespace_pattern", "guided_whitespace_pattern"}};
+  return f;
+}
+
+// Request fields of the OpenAI and vLLM APIs that change the output but are
+// not implemented: a 400 naming the field, never a silent default. Other
+// unknown fields (metadata, store, user, ...) are logged and ignored.
+const std::set<std::string>& unsupported_output_fields() {
+  static const std::set<std::string> f = {
+      "functions", "function_call", "audio", "modalities", "prediction", "reasoning_effort", "web_search_options",
+      "use_beam_search", "best_of", "length_penalty", "truncate_prompt_tokens", "allowed_token_ids", "bad_words",
+      "structural_tag", "documents", "chat_template", "mm_processor_kwargs", "suffix",
+      "return_tokens_as_token_ids", "logits_processors", "vllm_xargs", "thinking_token_budget"};
   return f;
 }
 
 void collect_ignored(const ojson& body, const std::set<std::string>& known, GenerationRequest& r) {
   for (const auto& [k, v] : body.items()) {
-    if (!known.count(k)) r.ignored_fields.push_back(k);
+    if (known.count(k)) continue;
+    if (!v.is_null() && unsupported_output_fields().count(k)) {
+      bad_param(k, fmt::format("'{}' is not supported by this server", k));
+    }
+    r.ignored_fields.push_back(k);
   }
 }
 

@@ -54,15 +54,19 @@ std::string choice_grammar(const std::vector<std::string>& choices) {
 
 // One tool call in the template's format: Hermes wraps a {"name",
 // "arguments"} object in <tool_call> tags; Llama 3.1 writes a bare {"name",
-// "parameters"} object.
+// "parameters"} object; DeepSeek-V3 names the function between its markers
+// and fences the arguments as a JSON code block.
 xgrammar::Grammar tool_call_grammar(const std::string& spec) {
   const auto j = nlohmann::ordered_json::parse(spec, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("tools") || !j["tools"].is_array() || j["tools"].empty()) {
     throw Error("a tool-call constraint needs a non-empty 'tools' list");
   }
   const std::string format = j.value("format", "hermes");
-  if (format != "hermes" && format != "llama3_json") throw Error(fmt::format("unknown tool-call format '{}'", format));
-  const char* args_key = format == "hermes" ? "arguments" : "parameters";
+  if (format != "hermes" && format != "llama3_json" && format != "deepseek_v3") {
+    throw Error(fmt::format("unknown tool-call format '{}'", format));
+  }
+  auto literal = [](const std::string& text) { return xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(text)); };
+  std::vector<xgrammar::Grammar> per_tool;
   nlohmann::ordered_json calls = nlohmann::ordered_json::array();
   for (const auto& tool : j["tools"]) {
     if (!tool.is_object() || !tool.contains("name") || !tool["name"].is_string()) {
@@ -70,18 +74,25 @@ xgrammar::Grammar tool_call_grammar(const std::string& spec) {
     }
     nlohmann::ordered_json params = tool.value("parameters", nlohmann::ordered_json());
     if (params.is_null()) params = nlohmann::ordered_json{{"type", "object"}};
-    nlohmann::ordered_json call = {
-        {"type", "object"},
-        {"properties", {{"name", {{"const", tool["name"]}}}, {args_key, params}}},
-        {"required", {"name", args_key}},
-        {"additionalProperties", false}};
-    calls.push_back(std::move(call));
+    if (format == "deepseek_v3") {
+      const std::string name = tool["name"].get<std::string>();
+      per_tool.push_back(xgrammar::Grammar::Concat(
+          {literal("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n"),
+           xgrammar::Grammar::FromJSONSchema(params.dump(), /*any_whitespace=*/false),
+           literal("\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>")}));
+      continue;
+    }
+    const char* args_key = format == "hermes" ? "arguments" : "parameters";
+    calls.push_back({{"type", "object"},
+                     {"properties", {{"name", {{"const", tool["name"]}}}, {args_key, params}}},
+                     {"required", {"name", args_key}},
+                     {"additionalProperties", false}});
   }
+  if (format == "deepseek_v3") return per_tool.size() == 1 ? per_tool[0] : xgrammar::Grammar::Union(per_tool);
   const nlohmann::ordered_json schema = calls.size() == 1 ? calls[0] : nlohmann::ordered_json{{"anyOf", calls}};
   xgrammar::Grammar call = xgrammar::Grammar::FromJSONSchema(schema.dump(), /*any_whitespace=*/false);
   if (format == "llama3_json") return call;
-  return xgrammar::Grammar::Concat({xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal("<tool_call>\n")), call,
-                                    xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal("\n</tool_call>"))});
+  return xgrammar::Grammar::Concat({literal("<tool_call>\n"), call, literal("\n</tool_call>")});
 }
 
 // XGrammar's EBNF names rules with `::=`; Lark uses `:`.
@@ -160,7 +171,7 @@ struct GrammarCompiler::Impl {
       case StructuredOutputs::Kind::Json:
         // Any whitespace between tokens, as JSON allows; strict mode: no
         // properties beyond those the schema names unless it allows them.
-        return compiler.CompileJSONSchema(so.spec, /*any_whitespace=*/true);
+        return compiler.CompileJSONSchema(so.spec, so.any_whitespace);
       case StructuredOutputs::Kind::JsonObject: return compiler.CompileBuiltinJSONGrammar();
       case StructuredOutputs::Kind::Regex: return compiler.CompileRegex(so.spec);
       case StructuredOutputs::Kind::Choice: return compiler.CompileGrammar(choice_grammar(so.choices), "root");
@@ -244,7 +255,7 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const Structured
       std::lock_guard lock(mutex_);
       ++stats_.failed;
     }
-    throw ParamError(so.param, fmt::format("invalid {}: {}", to_string(so.kind), e.what()));
+    throw ParamError(so.param, fmt::format("invalid {}: {}", so.kind == StructuredOutputs::Kind::Json ? "JSON schema" : to_string(so.kind), e.what()));
   }
   std::lock_guard lock(mutex_);
   ++stats_.compiled;

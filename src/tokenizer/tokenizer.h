@@ -67,6 +67,8 @@ class Tokenizer {
   std::string token_bytes(int32_t id) const;
 
   const std::string& chat_template() const { return chat_template_; }
+  // Replaces the chat template (a model's own may be missing or unwanted).
+  void set_chat_template(std::string source) { chat_template_ = std::move(source); }
   // Token texts for chat templates ("" when the tokenizer has none).
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }

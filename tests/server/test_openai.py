@@ -221,3 +221,19 @@ def test_tokenize_detokenize(server):
     assert r["count"] == len(r["tokens"]) > 0
     d = httpx.post(server.url + "/detokenize", json={"tokens": r["tokens"]}, headers=h).json()
     assert d["prompt"] == "Hello world"
+
+
+def test_version_endpoint(server):
+    r = httpx.get(server.url + "/version")
+    assert r.status_code == 200 and isinstance(r.json()["version"], str)
+
+
+@pytest.mark.parametrize("field, value", [("use_beam_search", True), ("best_of", 2), ("functions", []),
+                                          ("bad_words", ["x"]), ("suffix", "end")])
+def test_unsupported_output_fields_are_400(openai_client, field, value):
+    """A field that would change the output but is not implemented is refused
+    by name, not ignored."""
+    with pytest.raises(openai.BadRequestError) as e:
+        openai_client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=4,
+                                              extra_body={field: value})
+    assert e.value.body["param"] == field

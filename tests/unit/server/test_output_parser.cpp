@@ -65,6 +65,7 @@ void expect_weather_call(const ParsedDelta& d) {
 TEST(OutputParser, FormatFollowsTheTemplate) {
   EXPECT_EQ(tool_call_format_for_template(read_template("qwen3.jinja")), ToolCallFormat::Hermes);
   EXPECT_EQ(tool_call_format_for_template(read_template("llama3_tools.jinja")), ToolCallFormat::Llama3Json);
+  EXPECT_EQ(tool_call_format_for_template(read_template("deepseek_v3.jinja")), ToolCallFormat::DeepSeekV3);
   EXPECT_TRUE(template_has_reasoning(read_template("qwen3.jinja")));
   EXPECT_FALSE(template_has_reasoning(read_template("smollm2.jinja")));
   EXPECT_FALSE(template_has_reasoning(read_template("llama3_tools.jinja")));
@@ -86,6 +87,29 @@ TEST(OutputParser, Llama31ToolCallRoundTripsThroughItsTemplate) {
     SCOPED_TRACE(chunk);
     expect_weather_call(parse_in_chunks(ToolCallFormat::Llama3Json, false, turn, chunk));
   }
+}
+
+// DeepSeek-V3's format, as its template writes an assistant turn with calls
+// (arguments fenced as JSON after the function's name), split anywhere.
+TEST(OutputParser, DeepSeekV3CallsSplitAnywhere) {
+  const std::string call1 = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+                            "{\"city\": \"Paris\", \"days\": 2}\n```<｜tool▁call▁end｜>";
+  const std::string call2 = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜>";
+  const std::string text = "Checking.<｜tool▁calls▁begin｜>" + call1 + "\n" + call2 + "<｜tool▁calls▁end｜>";
+  EXPECT_EQ(tool_call_format_for_template("{{'<｜tool▁call▁begin｜>' + tool['type']}}"), ToolCallFormat::DeepSeekV3);
+  for (size_t chunk : {size_t{1}, size_t{2}, size_t{5}, text.size()}) {
+    SCOPED_TRACE(chunk);
+    const ParsedDelta d = parse_in_chunks(ToolCallFormat::DeepSeekV3, false, text, chunk);
+    ASSERT_EQ(d.tool_calls.size(), 2u) << d.content;
+    EXPECT_EQ(d.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(nlohmann::json::parse(d.tool_calls[0].arguments), nlohmann::json({{"city", "Paris"}, {"days", 2}}));
+    EXPECT_EQ(d.tool_calls[1].name, "get_time");
+    EXPECT_EQ(d.tool_calls[1].arguments, "{}");
+    EXPECT_EQ(d.content, "Checking.\n");
+  }
+  // A block that is not a call stays content.
+  const std::string bad = "<｜tool▁call▁begin｜>no separator here<｜tool▁call▁end｜>";
+  EXPECT_EQ(parse_in_chunks(ToolCallFormat::DeepSeekV3, false, bad, 3).content, bad);
 }
 
 TEST(OutputParser, HermesMixedContentSplitAnywhere) {

@@ -156,6 +156,37 @@ TEST(GrammarCompiler, ChoiceMasksAndTermination) {
   EXPECT_EQ(compiler.stats().cache_hits, 1);
 }
 
+// A tool-call constraint accepts exactly a call in the template's format, with
+// arguments valid for the tool's schema, then the end of the output.
+TEST(GrammarCompiler, ToolCallFormats) {
+  REQUIRE_SMOLLM2();
+  auto tok = smollm2_tokenizer();
+  structured::GrammarCompiler compiler(*tok, tok->vocab_size());
+  const std::string tools = R"([{"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}},
+      {"name": "get_time", "parameters": {"type": "object", "properties": {}}}])";
+  auto accepts = [&](const std::string& format, const std::string& text) {
+    StructuredOutputs so;
+    so.kind = StructuredOutputs::Kind::ToolCall;
+    so.spec = R"({"format": ")" + format + R"(", "tools": )" + tools + "}";
+    structured::TokenMatcher m(compiler.compile(so), tok->eos_ids());
+    for (int32_t t : tok->encode(text, false)) {
+      if (!m.accept(t)) return false;
+    }
+    return m.accept(*tok->eos_id());
+  };
+  // Compact JSON: XGrammar's separators without free whitespace are ", " and ": ".
+  EXPECT_TRUE(accepts("hermes", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>"));
+  EXPECT_TRUE(accepts("hermes", "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(accepts("hermes", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(accepts("hermes", "<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_TRUE(accepts("llama3_json", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}"));
+  EXPECT_TRUE(accepts("deepseek_v3",
+                      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+                      "{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"));
+  EXPECT_FALSE(accepts("deepseek_v3", "{\"city\": \"Oslo\"}"));
+}
+
 TEST(GrammarCompiler, InvalidConstraintsAreParamErrors) {
   REQUIRE_SMOLLM2();
   auto tok = smollm2_tokenizer();
