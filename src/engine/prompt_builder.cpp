@@ -31,8 +31,24 @@ std::string PromptBuilder::apply_chat_template(const nlohmann::ordered_json& mes
 
 std::vector<int32_t> PromptBuilder::encode_chat(const nlohmann::ordered_json& messages,
                                                 const nlohmann::ordered_json& tools,
-                                                const nlohmann::ordered_json& extra_context) const {
-  return tokenizer_.encode(apply_chat_template(messages, tools, true, extra_context), false);
+                                                const nlohmann::ordered_json& extra_context,
+                                                bool add_generation_prompt, bool continue_final_message) const {
+  DI_CHECK(!(add_generation_prompt && continue_final_message),
+           "add_generation_prompt and continue_final_message cannot both be true");
+  std::string text = apply_chat_template(messages, tools, add_generation_prompt, extra_context);
+  if (continue_final_message) {
+    const auto& last = messages.back();
+    DI_CHECK(last.is_object() && last.value("content", nlohmann::ordered_json()).is_string(),
+             "continue_final_message needs a final message with text content");
+    const std::string content = last["content"].get<std::string>();
+    // The template closes the turn after the content (end-of-turn markers):
+    // cut them off so the model goes on writing the message.
+    const size_t at = content.empty() ? std::string::npos : text.rfind(content);
+    DI_CHECK(at != std::string::npos, "continue_final_message: the final message's content does not appear in the "
+             "rendered prompt (the template rewrote it)");
+    text.resize(at + content.size());
+  }
+  return tokenizer_.encode(text, false);
 }
 
 std::vector<int32_t> PromptBuilder::encode_prompt(std::string_view text) const {

@@ -34,8 +34,13 @@ class PromptBuilder {
                                   const nlohmann::ordered_json& extra_context = nullptr) const;
   // The template writes BOS and other markers itself (as transformers does), so
   // the rendered text is encoded without adding special tokens.
+  // add_generation_prompt: end with the assistant turn's opening (the
+  // default). continue_final_message: the last message (the assistant's, in
+  // progress) is left open, the text cut right after its content, so the model
+  // continues it; the two exclude each other.
   std::vector<int32_t> encode_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                                   const nlohmann::ordered_json& extra_context = nullptr) const;
+                                   const nlohmann::ordered_json& extra_context = nullptr,
+                                   bool add_generation_prompt = true, bool continue_final_message = false) const;
   // Plain text with the tokenizer's special tokens (e.g. BOS) added.
   std::vector<int32_t> encode_prompt(std::string_view text) const;
 

@@ -254,7 +254,12 @@ void ApiServer::dispatch(const HttpRequest& r, const std::shared_ptr<ResponseCha
 std::vector<int32_t> ApiServer::chat_prompt(const GenerationRequest& r) {
   const PromptBuilder& pb = prompts();
   const ojson tools = r.tool_choice == ToolChoice::None ? ojson() : r.tools;
-  return pb.encode_chat(r.messages, tools, r.chat_template_kwargs);
+  try {
+    return pb.encode_chat(r.messages, tools, r.chat_template_kwargs, r.add_generation_prompt, r.continue_final_message);
+  } catch (const Error& e) {
+    if (r.continue_final_message) throw ApiError(400, e.what(), "continue_final_message");
+    throw;
+  }
 }
 
 namespace {

@@ -291,10 +291,22 @@ GenerationRequest parse_chat_request(const ojson& body, const RequestLimits& lim
   if (const ojson* lp = field(body, "logprobs"); lp && !lp->is_boolean()) {
     bad_param("logprobs", "'logprobs' must be a boolean for chat completions (use top_logprobs for alternatives)");
   }
+  r.add_generation_prompt = read_bool(body, "add_generation_prompt", true);
+  r.continue_final_message = read_bool(body, "continue_final_message", false);
+  if (r.add_generation_prompt && r.continue_final_message) {
+    bad_param("continue_final_message", "'add_generation_prompt' and 'continue_final_message' cannot both be true");
+  }
+  if (r.continue_final_message && (r.messages.empty() || r.messages.back().value("role", "") != "assistant")) {
+    bad_param("continue_final_message", "'continue_final_message' needs a final assistant message");
+  }
+  if (read_bool(body, "echo", false)) {
+    bad_param("echo", "'echo' is not supported for chat completions");
+  }
   check_n(r, limits);
   collect_ignored(body,
                   with_sampling({"model", "messages", "stream", "stream_options", "tools", "tool_choice", "cache_salt",
-                                 "chat_template_kwargs", "user", "parallel_tool_calls"}),
+                                 "chat_template_kwargs", "user", "parallel_tool_calls", "add_generation_prompt",
+                                 "continue_final_message", "echo"}),
                   r);
   return r;
 }
@@ -341,6 +353,10 @@ GenerationRequest parse_completion_request(const ojson& body, const RequestLimit
   }
   r.echo = read_bool(body, "echo", false);
   r.params = sampling_from(body, openai_sampling_fields());
+  if (r.echo && r.params.logprobs) {
+    // The echoed prompt would need its tokens' logprobs (prompt_logprobs).
+    bad_param("echo", "'echo' together with 'logprobs' is not supported: prompt logprobs are not available yet");
+  }
   if (const ojson* lp = field(body, "logprobs"); lp && lp->is_boolean()) {
     bad_param("logprobs", "'logprobs' must be an integer for completions");
   }

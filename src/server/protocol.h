@@ -44,6 +44,8 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // Completion
+  bool add_generation_prompt = true;    // Chat (vLLM)
+  bool continue_final_message = false;  // Chat (vLLM)
   bool chat_logprobs = false;  // Chat/Responses: logprobs requested
   nlohmann::ordered_json chat_template_kwargs;  // extra template variables, or null
   std::string cache_salt;

@@ -64,10 +64,12 @@ def test_stop_string(openai_client):
 
 def test_completions(openai_client):
     r = openai_client.completions.create(model=MODEL_NAME, prompt="The capital of France is", max_tokens=4,
-                                         temperature=0, logprobs=2, echo=True)
+                                         temperature=0, echo=True)
     c = r.choices[0]
     assert c.text.startswith("The capital of France is")
-    assert len(c.logprobs.tokens) == r.usage.completion_tokens
+    lp = openai_client.completions.create(model=MODEL_NAME, prompt="The capital of France is", max_tokens=4,
+                                          temperature=0, logprobs=2)
+    assert len(lp.choices[0].logprobs.tokens) == lp.usage.completion_tokens
     stream = openai_client.completions.create(model=MODEL_NAME, prompt="The capital of France is", max_tokens=4,
                                               temperature=0, stream=True)
     text = "".join(ch.choices[0].text for ch in stream)
@@ -75,13 +77,17 @@ def test_completions(openai_client):
 
 
 def test_completions_stream_echo_logprobs(openai_client):
-    kw = dict(model=MODEL_NAME, prompt="The capital of France is", max_tokens=4, temperature=0, logprobs=2, echo=True)
-    whole = openai_client.completions.create(**kw).choices[0]
-    chunks = [ch.choices[0] for ch in openai_client.completions.create(**kw, stream=True)]
+    kw = dict(model=MODEL_NAME, prompt="The capital of France is", max_tokens=4, temperature=0)
+    whole = openai_client.completions.create(echo=True, **kw).choices[0]
+    chunks = [ch.choices[0] for ch in openai_client.completions.create(echo=True, **kw, stream=True)]
     # The prompt comes once, before the first generated text.
     assert chunks[0].text.startswith("The capital of France is")
     assert "".join(c.text for c in chunks) == whole.text
-    streamed = [c.logprobs for c in chunks if c.logprobs]
+    # Logprobs stream as they are generated (echo with logprobs would need the
+    # prompt's logprobs: a 400, test_completion_echo_with_logprobs_is_400).
+    whole = openai_client.completions.create(logprobs=2, **kw).choices[0]
+    streamed = [c.logprobs for ch in openai_client.completions.create(logprobs=2, **kw, stream=True)
+                for c in ch.choices if c.logprobs]
     assert [t for lp in streamed for t in lp.tokens] == whole.logprobs.tokens
     assert [v for lp in streamed for v in lp.token_logprobs] == whole.logprobs.token_logprobs
     assert all(1 <= len(top) <= 2 for lp in streamed for top in lp.top_logprobs)
@@ -237,3 +243,26 @@ def test_unsupported_output_fields_are_400(openai_client, field, value):
         openai_client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=4,
                                               extra_body={field: value})
     assert e.value.body["param"] == field
+
+
+def test_continue_final_message(openai_client):
+    """vLLM's continue_final_message: the model goes on writing the last
+    (assistant) message instead of starting a new turn."""
+    messages = [{"role": "user", "content": "What is the capital of France?"},
+                {"role": "assistant", "content": "The capital of France is"}]
+    r = openai_client.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=6, temperature=0,
+                                              extra_body={"continue_final_message": True,
+                                                          "add_generation_prompt": False})
+    text = r.choices[0].message.content
+    assert text and "Paris" in text, text
+    # Without it the reply is a new turn, and the two flags exclude each other.
+    for extra in ({"continue_final_message": True}, {"echo": True}):
+        with pytest.raises(openai.BadRequestError) as e:
+            openai_client.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=4, extra_body=extra)
+        assert e.value.body["param"] in ("continue_final_message", "echo")
+
+
+def test_completion_echo_with_logprobs_is_400(openai_client):
+    with pytest.raises(openai.BadRequestError) as e:
+        openai_client.completions.create(model=MODEL_NAME, prompt="Hi", max_tokens=2, echo=True, logprobs=1)
+    assert e.value.body["param"] == "echo"
