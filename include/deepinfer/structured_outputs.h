@@ -18,11 +18,13 @@ struct StructuredOutputs {
     Regex,       // spec: a regular expression the whole output matches
     Choice,      // choices: the output is exactly one of them
     Grammar,     // spec: an EBNF grammar with a `root` rule, or a Lark grammar with a `start` rule
-    // spec: {"format": "hermes" | "llama3_json" | "deepseek_v3",
-    //        "tools": [{"name": ..., "parameters": <JSON schema>}]}:
-    // the output is one call of one of the tools, in the chat template's
-    // tool-call format, its arguments valid for the tool's schema (what
-    // tool_choice "required" or a named function asks for).
+    // spec: {"format": "hermes" | "llama3_json" | "deepseek_v3", "mode": "required" | "auto",
+    //        "tools": [{"name": ..., "parameters": <JSON schema>, "strict": bool}]}:
+    // "required": the output is one call of one of the tools, in the chat
+    // template's tool-call format, its arguments valid for the tool's schema
+    // (tool_choice "required" or a named function). "auto": free text in
+    // which every call the model opens must be one of the tools, the
+    // arguments of strict tools valid for their schema (tool_choice "auto").
     ToolCall,
   };
   static constexpr size_t kMaxSpecBytes = size_t{1} << 20;

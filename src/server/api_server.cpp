@@ -267,22 +267,32 @@ namespace {
 // tool_choice "required" (Anthropic "any") or a named function: the output
 // must be a call, so it is constrained to one call of the allowed tools in the
 // template's format, its arguments valid for the tool's parameter schema.
-// "auto" leaves the choice between text and a call to the model.
+// "auto" with at least one strict tool: the model chooses between text and
+// calls, and a call it opens is held to the tools' schemas (strict ones) —
+// what `strict: true` promises. "auto" without strict tools is left free.
 void constrain_tool_choice(GenerationRequest& req, ToolCallFormat format) {
-  if ((req.tool_choice != ToolChoice::Required && req.tool_choice != ToolChoice::Named) || req.tools.is_null()) return;
+  if (req.tools.is_null() || req.tool_choice == ToolChoice::None) return;
+  bool any_strict = false;
+  for (const ojson& t : req.tools) any_strict = any_strict || t["function"].value("strict", false);
+  const bool forced = req.tool_choice == ToolChoice::Required || req.tool_choice == ToolChoice::Named;
+  if (!forced && !any_strict) return;
   if (req.params.structured_outputs) {
+    // A response format next to tools the model may call: the tools' grammar
+    // would have to admit the format's text too; not combined yet.
+    if (!forced) return;
     bad_param("tool_choice", fmt::format("tool_choice '{}' and '{}' both constrain the output; give one",
                                          req.tool_choice == ToolChoice::Named ? req.tool_choice_name : "required",
                                          req.params.structured_outputs->param));
   }
   if (format == ToolCallFormat::None) {
+    if (!forced) return;
     bad_param("tool_choice", "this model's chat template has no tool-call format to constrain the output to");
   }
   ojson tools = ojson::array();
   for (const ojson& t : req.tools) {
     const ojson& fn = t["function"];
     if (req.tool_choice == ToolChoice::Named && fn["name"] != req.tool_choice_name) continue;
-    ojson tool = {{"name", fn["name"]}};
+    ojson tool = {{"name", fn["name"]}, {"strict", forced || fn.value("strict", false)}};
     if (fn.contains("parameters")) tool["parameters"] = fn["parameters"];
     tools.push_back(std::move(tool));
   }
@@ -292,7 +302,7 @@ void constrain_tool_choice(GenerationRequest& req, ToolCallFormat format) {
   const char* name = format == ToolCallFormat::Llama3Json   ? "llama3_json"
                      : format == ToolCallFormat::DeepSeekV3 ? "deepseek_v3"
                                                             : "hermes";
-  so.spec = ojson{{"format", name}, {"tools", tools}}.dump();
+  so.spec = ojson{{"format", name}, {"mode", forced ? "required" : "auto"}, {"tools", tools}}.dump();
   req.params.structured_outputs = std::move(so);
 }
 

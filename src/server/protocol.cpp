@@ -225,6 +225,7 @@ ojson parse_chat_tools(const ojson& tools, const RequestLimits& limits) {
     }
     ojson f = {{"name", fn["name"]}};
     if (fn.contains("description") && fn["description"].is_string()) f["description"] = fn["description"];
+    if (fn.contains("strict") && fn["strict"].is_boolean()) f["strict"] = fn["strict"];
     if (fn.contains("parameters") && !fn["parameters"].is_null()) {
       if (!fn["parameters"].is_object()) bad_param(p + ".function.parameters", "'parameters' must be a JSON schema object");
       f["parameters"] = fn["parameters"];

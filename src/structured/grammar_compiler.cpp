@@ -95,6 +95,42 @@ xgrammar::Grammar tool_call_grammar(const std::string& spec) {
   return xgrammar::Grammar::Concat({literal("<tool_call>\n"), call, literal("\n</tool_call>")});
 }
 
+// tool_choice "auto" with strict tools: free text, but once the model opens a
+// call (the format's trigger) the call must be one of the tools with valid
+// arguments (XGrammar's triggered tags); any number of calls.
+std::string auto_tool_calls_structural_tag(const nlohmann::ordered_json& j, const std::string& format) {
+  nlohmann::ordered_json tags = nlohmann::ordered_json::array();
+  std::string trigger;
+  for (const auto& tool : j["tools"]) {
+    const std::string name = tool["name"].get<std::string>();
+    nlohmann::ordered_json params = tool.value("parameters", nlohmann::ordered_json());
+    if (params.is_null() || !tool.value("strict", false)) params = nlohmann::ordered_json{{"type", "object"}};
+    std::string begin, end;
+    if (format == "hermes") {
+      trigger = "<tool_call>";
+      begin = "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": ";
+      end = "}\n</tool_call>";
+    } else if (format == "llama3_json") {
+      trigger = "{\"name\": \"";
+      begin = "{\"name\": \"" + name + "\", \"parameters\": ";
+      end = "}";
+    } else {
+      trigger = "<｜tool▁call▁begin｜>";
+      begin = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n";
+      end = "\n```<｜tool▁call▁end｜>";
+    }
+    tags.push_back({{"type", "tag"},
+                    {"begin", begin},
+                    {"content", {{"type", "json_schema"}, {"json_schema", params}}},
+                    {"end", end}});
+  }
+  nlohmann::ordered_json tag = {
+      {"type", "structural_tag"},
+      {"format", {{"type", "triggered_tags"}, {"triggers", {trigger}}, {"tags", tags}, {"at_least_one", false},
+                  {"stop_after_first", false}}}};
+  return tag.dump();
+}
+
 // XGrammar's EBNF names rules with `::=`; Lark uses `:`.
 bool looks_like_ebnf(const std::string& grammar) { return grammar.find("::=") != std::string::npos; }
 
@@ -177,7 +213,14 @@ struct GrammarCompiler::Impl {
       case StructuredOutputs::Kind::Choice: return compiler.CompileGrammar(choice_grammar(so.choices), "root");
       case StructuredOutputs::Kind::Grammar:
         return looks_like_ebnf(so.spec) ? compiler.CompileGrammar(so.spec, "root") : compiler.CompileLark(so.spec);
-      case StructuredOutputs::Kind::ToolCall: return compiler.CompileGrammar(tool_call_grammar(so.spec));
+      case StructuredOutputs::Kind::ToolCall: {
+        const auto j = nlohmann::ordered_json::parse(so.spec, nullptr, /*allow_exceptions=*/false);
+        if (j.is_object() && j.value("mode", "required") == "auto") {
+          tool_call_grammar(so.spec);  // the same checks of the tool list
+          return compiler.CompileStructuralTag(auto_tool_calls_structural_tag(j, j.value("format", "hermes")));
+        }
+        return compiler.CompileGrammar(tool_call_grammar(so.spec));
+      }
     }
     throw Error("unknown structured output kind");
   }

@@ -223,6 +223,28 @@ def test_tool_choice_named_and_required(openai_client):
     assert (name, json.loads(args), finish) == (full.name, json.loads(full.arguments), "tool_calls")
 
 
+def test_tool_choice_auto_with_strict_tool(openai_client):
+    """tool_choice "auto" and a strict tool: the model still chooses between
+    text and a call, and its call (it makes one after the few-shot turns)
+    has arguments valid for the schema."""
+    from conftest import tool_call_shots
+    strict = {"type": "function", "function": {
+        "name": "get_weather", "strict": True,
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                       "required": ["city"], "additionalProperties": False}}}
+    r = openai_client.chat.completions.create(model=MODEL_NAME, messages=tool_call_shots("Tokyo"), tools=[strict],
+                                              max_tokens=60, temperature=0)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls", c
+    for call in c.message.tool_calls:
+        assert call.function.name == "get_weather"
+        jsonschema.validate(json.loads(call.function.arguments), strict["function"]["parameters"])
+    # Text stays possible.
+    r = openai_client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "Say hi."}],
+                                              tools=[strict], max_tokens=10, temperature=0)
+    assert r.choices[0].message.content
+
+
 def test_tool_choice_conflicts_are_400(openai_client):
     with pytest.raises(openai.BadRequestError) as e:
         openai_client.chat.completions.create(model=MODEL_NAME, messages=ASK, tools=[WEATHER], tool_choice="required",
@@ -234,7 +256,7 @@ def test_anthropic_tool_choice(anthropic_client):
     tools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in (WEATHER, TIME)]
     for choice, expect in (({"type": "tool", "name": "get_weather"}, {"get_weather"}),
                            ({"type": "any"}, {"get_weather", "get_time"})):
-        m = anthropic_client.messages.create(model=MODEL_NAME, max_tokens=80, tools=tools, tool_choice=choice,
+        m = anthropic_client.messages.create(model=MODEL_NAME, max_tokens=160, tools=tools, tool_choice=choice,
                                              messages=[{"role": "user", "content": "Plan my day in Rome."}])
         assert m.stop_reason == "tool_use", m
         uses = [b for b in m.content if b.type == "tool_use"]

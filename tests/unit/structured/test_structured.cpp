@@ -185,6 +185,25 @@ TEST(GrammarCompiler, ToolCallFormats) {
                       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
                       "{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"));
   EXPECT_FALSE(accepts("deepseek_v3", "{\"city\": \"Oslo\"}"));
+
+  // "auto": free text, and any call the model opens held to the strict tool's schema.
+  auto accepts_auto = [&](const std::string& text) {
+    StructuredOutputs so;
+    so.kind = StructuredOutputs::Kind::ToolCall;
+    so.spec = R"({"format": "hermes", "mode": "auto", "tools": [{"name": "get_weather", "strict": true,
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+        "additionalProperties": false}}]})";
+    structured::TokenMatcher m(compiler.compile(so), tok->eos_ids());
+    for (int32_t t : tok->encode(text, false)) {
+      if (!m.accept(t)) return false;
+    }
+    return m.accept(*tok->eos_id());
+  };
+  EXPECT_TRUE(accepts_auto("Just text, no call."));
+  EXPECT_TRUE(accepts_auto("Checking. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}"
+                           "\n</tool_call> Done."));
+  EXPECT_FALSE(accepts_auto("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(accepts_auto("<tool_call>\n{\"name\": \"delete_all\", \"arguments\": {}}\n</tool_call>"));
 }
 
 TEST(GrammarCompiler, InvalidConstraintsAreParamErrors) {
