@@ -4,8 +4,10 @@
 #include <chrono>
 #include <deque>
 #include <optional>
+#include <thread>
 
 #include "backend/backend.h"
+#include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "engine/output_processor.h"
@@ -229,28 +231,50 @@ SampleResult Engine::sample_on_host(Live& live, std::span<const float> logits) {
 
 void Engine::fill_token_masks(const InflightStep& step) {
   ModelRunner& runner = *parts_.runner;
+  struct Job {
+    structured::TokenMatcher* matcher;
+    std::span<int32_t> words;
+  };
+  std::vector<Job> jobs;
   for (const StepRow& row : step.rows) {
     if (row.mask_index < 0) continue;
     std::span<int32_t> words = runner.token_mask(step.slot, row.mask_index);
     auto it = requests_.find(row.request_id);
     Live* live = it == requests_.end() ? nullptr : it->second.get();
-    bool filled = false;
     if (live != nullptr && !live->abort_requested && !live->request->is_finished() &&
         live->request->generation == row.generation && live->grammar) {
       // The row samples output token num_output_tokens(): every token before
       // it has been read back (the step before this one was completed first).
       const Request& r = *live->request;
       if (live->grammar->num_accepted() == r.num_output_tokens()) {
-        filled = live->grammar->fill_mask(words);
-      } else {
-        log_error("request {}: grammar state holds {} tokens but the row samples token {}", r.id(),
-                  live->grammar->num_accepted(), r.num_output_tokens());
+        jobs.push_back({&*live->grammar, words});
+        continue;
       }
+      log_error("request {}: grammar state holds {} tokens but the row samples token {}", r.id(),
+                live->grammar->num_accepted(), r.num_output_tokens());
     }
-    // A row whose result will be dropped, or whose grammar allows nothing
-    // (its token is then refused by the grammar and the request ends with
-    // an error): any token.
-    if (!filled) std::fill(words.begin(), words.end(), -1);
+    // A row whose result will be dropped: any token.
+    std::fill(words.begin(), words.end(), -1);
+  }
+  // One matcher per row, each touched by one thread: the rows' masks are
+  // independent, so a large batch fills them in parallel.
+  auto fill = [&](int64_t begin, int64_t end, int /*thread*/) {
+    for (int64_t i = begin; i < end; ++i) {
+      Job& job = jobs[static_cast<size_t>(i)];
+      // A grammar that allows nothing: any token, which the grammar then
+      // refuses, ending the request with an error (Engine::append_row).
+      if (!job.matcher->fill_mask(job.words)) std::fill(job.words.begin(), job.words.end(), -1);
+    }
+  };
+  constexpr size_t kParallelRows = 16;
+  if (jobs.size() >= kParallelRows) {
+    if (!mask_pool_) {
+      const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u));
+      mask_pool_ = std::make_unique<cpu::ThreadPool>(threads);
+    }
+    mask_pool_->parallel_for(static_cast<int64_t>(jobs.size()), fill, /*grain=*/4, /*chunk=*/4);
+  } else {
+    fill(0, static_cast<int64_t>(jobs.size()), 0);
   }
   runner.finish_launch(step.slot);
 }

@@ -24,6 +24,9 @@
 namespace deepinfer {
 
 struct StepPlan;
+namespace cpu {
+class ThreadPool;
+}
 namespace structured {
 class GrammarCompiler;
 struct CompiledGrammar;
@@ -153,6 +156,8 @@ class Engine {
   // vocabulary index takes a moment), from any thread.
   mutable std::once_flag grammar_once_;
   mutable std::shared_ptr<structured::GrammarCompiler> grammar_compiler_;
+  // Fills the token masks of large batches in parallel (made on first use).
+  std::unique_ptr<cpu::ThreadPool> mask_pool_;
 
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Live>> requests_;

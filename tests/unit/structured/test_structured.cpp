@@ -422,6 +422,35 @@ TEST(StructuredEngine, OutputsSatisfyTheirConstraints) {
   EXPECT_EQ(oa[ids[1]].tokens, op[mp.ids[6]].tokens);
 }
 
+// 24 constrained rows in a step: their masks are filled in parallel, and each
+// request gets the tokens it gets alone.
+TEST(StructuredEngine, ParallelMaskFillingMatchesRequestsAlone) {
+  REQUIRE_SMOLLM2();
+  EngineConfig c = engine_config(true);
+  c.max_num_seqs = 24;
+  c.max_num_batched_tokens = 512;
+  Engine batched(c);
+  auto request = [](int i) {
+    SamplingParams p = constrained(StructuredOutputs::Kind::Regex, R"(\(\d{3}\) \d{3}-\d{4})", 1.0f, 20);
+    p.seed = 100 + i;
+    return p;
+  };
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 24; ++i) ids.push_back(batched.add_request(chat(batched, "Your phone number?"), request(i)));
+  auto out = run_all(batched);
+  c.max_num_seqs = 1;
+  Engine alone(c);
+  for (int i = 0; i < 24; i += 5) {  // a sample of them, one at a time
+    const uint64_t id = alone.add_request(chat(alone, "Your phone number?"), request(i));
+    auto one = run_all(alone);
+    EXPECT_EQ(one[id].tokens, out[ids[static_cast<size_t>(i)]].tokens) << "request " << i;
+  }
+  for (uint64_t id : ids) {
+    ASSERT_EQ(out[id].finish, FinishReason::Stop) << out[id].text;
+    EXPECT_TRUE(std::regex_match(out[id].text, std::regex(R"(\(\d{3}\) \d{3}-\d{4})"))) << out[id].text;
+  }
+}
+
 TEST(StructuredEngine, InvalidConstraintIsRefusedAndTheEngineGoesOn) {
   REQUIRE_SMOLLM2();
   Engine e(engine_config(true));
