@@ -471,6 +471,8 @@ void validate_for_model(GenerationRequest& r, int32_t vocab_size) {
   } catch (const ParamError& e) {
     std::string param = e.param();
     if (r.api == Api::Responses && param == "max_tokens") param = "max_output_tokens";
+    // Chat and Responses carry the number of alternatives in top_logprobs.
+    if ((r.api == Api::Chat || r.api == Api::Responses) && param == "logprobs") param = "top_logprobs";
     if (r.api == Api::Messages && param == "stop") param = "stop_sequences";
     throw ApiError(400, e.what(), param);
   }

@@ -266,3 +266,10 @@ def test_completion_echo_with_logprobs_is_400(openai_client):
     with pytest.raises(openai.BadRequestError) as e:
         openai_client.completions.create(model=MODEL_NAME, prompt="Hi", max_tokens=2, echo=True, logprobs=1)
     assert e.value.body["param"] == "echo"
+
+
+def test_top_logprobs_range_error_names_top_logprobs(openai_client):
+    with pytest.raises(openai.BadRequestError) as e:
+        openai_client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=2, logprobs=True,
+                                              top_logprobs=50)
+    assert e.value.body["param"] == "top_logprobs"
