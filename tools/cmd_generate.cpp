@@ -159,6 +159,11 @@ int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) 
   std::fprintf(stderr, "steps: %lld (%lld as graphs), device busy %.1f ms, idle %.1f ms between steps (max %.2f ms)\n",
                static_cast<long long>(st.steps), static_cast<long long>(st.graph_steps), st.device_busy_ms,
                st.device_idle_ms, st.device_idle_max_ms);
+  if (st.grammar_masked_rows > 0) {
+    std::fprintf(stderr, "structured output: %lld rows masked, %.1f ms filling masks (%.1f us per row)\n",
+                 static_cast<long long>(st.grammar_masked_rows), st.grammar_mask_ms,
+                 1e3 * st.grammar_mask_ms / static_cast<double>(st.grammar_masked_rows));
+  }
   if (st.speculative) {
     std::fprintf(stderr, "speculative: %lld verifications, %lld drafts proposed, %lld verified, %lld accepted\n",
                  static_cast<long long>(st.spec.num_drafts), static_cast<long long>(st.spec.num_proposed_tokens),

@@ -230,6 +230,7 @@ SampleResult Engine::sample_on_host(Live& live, std::span<const float> logits) {
 }
 
 void Engine::fill_token_masks(const InflightStep& step) {
+  const auto t0 = std::chrono::steady_clock::now();
   ModelRunner& runner = *parts_.runner;
   struct Job {
     structured::TokenMatcher* matcher;
@@ -276,6 +277,8 @@ void Engine::fill_token_masks(const InflightStep& step) {
   } else {
     fill(0, static_cast<int64_t>(jobs.size()), 0);
   }
+  stats_.grammar_masked_rows += static_cast<int64_t>(jobs.size());
+  stats_.grammar_mask_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   runner.finish_launch(step.slot);
 }
 
@@ -477,6 +480,14 @@ EngineStats Engine::stats() const {
   if (speculator_) {
     s.speculative = true;
     s.spec = speculator_->stats();
+  }
+  if (grammar_compiler_) {
+    // Written once under grammar_once_, which every compile_grammar() passes first.
+    const structured::GrammarCompiler::Stats g = grammar_compiler_->stats();
+    s.grammar_compiled = g.compiled;
+    s.grammar_cache_hits = g.cache_hits;
+    s.grammar_invalid = g.failed;
+    s.grammar_timed_out = g.timed_out;
   }
   if (parts_.expert_load && parts_.expert_load->balancing()) {
     s.eplb = true;

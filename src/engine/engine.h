@@ -61,6 +61,14 @@ struct EngineStats {
   double moe_lb = 1.0;
   double moe_lb_contiguous = 1.0;
   int64_t eplb_replacements = 0;
+  // Structured output: compilations by outcome (the compiler's cache hits
+  // included), and rows masked with the host time spent filling their masks.
+  int64_t grammar_compiled = 0;
+  int64_t grammar_cache_hits = 0;
+  int64_t grammar_invalid = 0;
+  int64_t grammar_timed_out = 0;
+  int64_t grammar_masked_rows = 0;
+  double grammar_mask_ms = 0.0;
   // Speculative decoding (when configured).
   bool speculative = false;
   SpecDecodeStats spec;

@@ -75,6 +75,21 @@ std::string ApiServer::render_metrics() {
   m.gauge("deepinfer:engine_alive", "1 while the engine loop runs.").set(alive ? 1 : 0);
   m.counter("deepinfer:numerical_faults_total", "Requests ended because the model's logits allowed no token (NaN or inf).")
       .set(static_cast<double>(s.engine.numerical_faults));
+  for (const auto& [result, value] : {std::pair{"compiled", s.engine.grammar_compiled},
+                                      std::pair{"cache_hit", s.engine.grammar_cache_hits},
+                                      std::pair{"invalid", s.engine.grammar_invalid},
+                                      std::pair{"timed_out", s.engine.grammar_timed_out}}) {
+    m.counter("deepinfer:structured_output_compilations_total",
+              "Structured-output constraints looked up, by result (compiled, found compiled, refused as invalid, "
+              "over the time budget).",
+              {{"result", result}})
+        .set(static_cast<double>(value));
+  }
+  m.counter("deepinfer:structured_output_masked_rows_total", "Sampled rows masked by a grammar.")
+      .set(static_cast<double>(s.engine.grammar_masked_rows));
+  m.counter("deepinfer:structured_output_mask_seconds_total",
+            "Host time spent filling grammar token masks (overlapped with the device's forward).")
+      .set(s.engine.grammar_mask_ms / 1e3);
   if (s.engine.eplb) {
     // Only with --eplb-ep-size: a model without the statistics has no moe_lb to report.
     m.gauge("deepinfer:moe_lb", "MoE load balance over the EPLB window: max rank load / mean rank load for the "

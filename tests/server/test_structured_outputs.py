@@ -112,6 +112,22 @@ def test_bad_constraints_are_400(openai_client, extra, param):
     assert r.choices[0].message.content is not None
 
 
+def test_metrics(server, openai_client):
+    """Compilations by result and masked rows are counted in /metrics."""
+    before = server.metric("deepinfer:structured_output_masked_rows_total")
+    openai_client.chat.completions.create(model=MODEL_NAME, messages=ASK, max_tokens=5,
+                                          extra_body={"structured_outputs": {"regex": "[a-z]{3,5}"}})
+    assert server.metric("deepinfer:structured_output_masked_rows_total") > before
+    assert server.metric("deepinfer:structured_output_compilations_total", result="compiled") >= 1
+    invalid = server.metric("deepinfer:structured_output_compilations_total", result="invalid")
+    with pytest.raises(openai.BadRequestError):
+        openai_client.chat.completions.create(model=MODEL_NAME, messages=ASK, max_tokens=5,
+                                              extra_body={"structured_outputs": {"regex": "[unclosed"}})
+    # The engine's figures are published after each step.
+    openai_client.chat.completions.create(model=MODEL_NAME, messages=ASK, max_tokens=2)
+    assert server.metric("deepinfer:structured_output_compilations_total", result="invalid") == invalid + 1
+
+
 # Keywords XGrammar accepts but does not enforce while generating (it warns
 # and approximates: oneOf as anyOf, uniqueItems ignored, ...). An output may
 # break only these; the test counts such outputs apart from the valid ones.
