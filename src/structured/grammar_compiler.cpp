@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -12,10 +13,10 @@
 #include "support/logging.h"
 
 #include "core/error.h"
+#include "core/logging.h"
 #include "deepinfer/sampling_params.h"
 #include "structured/compiled_grammar.h"
 #include "structured/xgrammar_logging.h"
-#include "core/logging.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::structured {
@@ -198,6 +199,8 @@ void check_supported(const StructuredOutputs& so) {
 struct GrammarCompiler::Impl {
   xgrammar::TokenizerInfo info;
   xgrammar::GrammarCompiler compiler;
+  // Compilations running, including those whose caller gave up at the budget.
+  std::atomic<int> running{0};
   Impl(xgrammar::TokenizerInfo i, int threads)
       // XGrammar's own cache stays off: ours is bounded and keyed the same way.
       : info(std::move(i)), compiler(info, threads, /*cache_enabled=*/false) {}
@@ -205,8 +208,9 @@ struct GrammarCompiler::Impl {
   xgrammar::CompiledGrammar run(const StructuredOutputs& so) {
     switch (so.kind) {
       case StructuredOutputs::Kind::Json:
-        // Any whitespace between tokens, as JSON allows; strict mode: no
-        // properties beyond those the schema names unless it allows them.
+        // Free whitespace between JSON tokens unless the request asked for
+        // compact output; XGrammar's strict mode: no properties beyond those
+        // the schema names unless it allows them.
         return compiler.CompileJSONSchema(so.spec, so.any_whitespace);
       case StructuredOutputs::Kind::JsonObject: return compiler.CompileBuiltinJSONGrammar();
       case StructuredOutputs::Kind::Regex: return compiler.CompileRegex(so.spec);
@@ -262,9 +266,19 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const Structured
   }
   // Compile on a thread of its own, so the caller can stop waiting at the
   // budget; the thread holds the compiler (impl_) and the constraint alive.
+  // Their number is bounded: compilations abandoned at the budget keep
+  // running, and a client must not pile them up.
+  if (impl_->running.fetch_add(1) >= options_.max_running) {
+    impl_->running.fetch_sub(1);
+    throw ParamError(so.param, fmt::format("{} grammars are compiling already; retry later", options_.max_running));
+  }
   auto promise = std::make_shared<std::promise<std::shared_ptr<const CompiledGrammar>>>();
   std::future<std::shared_ptr<const CompiledGrammar>> result = promise->get_future();
   std::thread([impl = impl_, so, promise] {
+    struct Done {
+      std::atomic<int>& running;
+      ~Done() { running.fetch_sub(1); }
+    } done{impl->running};
     try {
       check_supported(so);
       WarningCollector approximations;
@@ -298,7 +312,8 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const Structured
       std::lock_guard lock(mutex_);
       ++stats_.failed;
     }
-    throw ParamError(so.param, fmt::format("invalid {}: {}", so.kind == StructuredOutputs::Kind::Json ? "JSON schema" : to_string(so.kind), e.what()));
+    const std::string_view what = so.kind == StructuredOutputs::Kind::Json ? "JSON schema" : to_string(so.kind);
+    throw ParamError(so.param, fmt::format("invalid {}: {}", what, e.what()));
   }
   std::lock_guard lock(mutex_);
   ++stats_.compiled;

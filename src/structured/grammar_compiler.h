@@ -36,6 +36,9 @@ struct CompilerOptions {
   // schema takes seconds on a busy 2-core machine.
   std::chrono::milliseconds timeout{30000};
   size_t cache_entries = 256;
+  // Compilations running at once (those abandoned at the timeout included);
+  // beyond it a constraint is refused.
+  int max_running = 16;
   int threads = 2;  // XGrammar's threads for the token-mask cache of one compilation
 };
 

@@ -270,6 +270,21 @@ TEST(GrammarCompiler, BudgetOverrunIsAnErrorNotAHang) {
   EXPECT_EQ(param_of([&] { compiler.compile(so); }), "structured_outputs");
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
   EXPECT_EQ(compiler.stats().timed_out, 1);
+  // The abandoned compilation still runs: with room for one, the next is refused at once.
+  structured::CompilerOptions one = options;
+  one.max_running = 1;
+  structured::GrammarCompiler busy(*tok, tok->vocab_size(), one);
+  EXPECT_EQ(param_of([&] { busy.compile(so); }), "structured_outputs");  // times out, keeps running
+  so.spec = "[a-z]";
+  const std::string refused = [&] {
+    try {
+      busy.compile(so);
+    } catch (const ParamError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  }();
+  EXPECT_NE(refused.find("compiling already"), std::string::npos) << refused;
 }
 
 // --- End to end on the default model -------------------------------------
