@@ -126,11 +126,16 @@ TEST(ParseChat, RangesAreCheckedAgainstTheModel) {
 }
 
 TEST(ParseCompletion, PromptsAndDefaults) {
-  GenerationRequest r = parse_completion_request({{"prompt", "hello"}, {"echo", true}, {"logprobs", 2}}, kLimits);
+  GenerationRequest r = parse_completion_request({{"prompt", "hello"}, {"echo", true}}, kLimits);
   EXPECT_EQ(r.prompts, std::vector<std::string>{"hello"});
   EXPECT_EQ(*r.params.max_tokens, 16);
-  EXPECT_EQ(*r.params.logprobs, 2);
   EXPECT_TRUE(r.echo);
+  r = parse_completion_request({{"prompt", "hello"}, {"logprobs", 2}}, kLimits);
+  EXPECT_EQ(*r.params.logprobs, 2);
+  // Echo with logprobs would need the prompt's logprobs: refused by name.
+  EXPECT_EQ(api_error([&] { parse_completion_request({{"prompt", "hi"}, {"echo", true}, {"logprobs", 2}}, kLimits); })
+                .param(),
+            "echo");
   r = parse_completion_request({{"prompt", {1, 2, 3}}}, kLimits);
   EXPECT_EQ(r.prompt_ids, (std::vector<std::vector<int32_t>>{{1, 2, 3}}));
   r = parse_completion_request({{"prompt", {"a", "b"}}, {"n", 2}}, kLimits);
