@@ -140,6 +140,7 @@ uint64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams par
 std::shared_ptr<const structured::CompiledGrammar> Engine::compile_grammar(const StructuredOutputs& so) const {
   std::call_once(grammar_once_, [&] {
     grammar_compiler_ = std::make_shared<structured::GrammarCompiler>(*parts_.tokenizer, vocab_size());
+    grammar_ready_.store(true, std::memory_order_release);
   });
   return grammar_compiler_->compile(so);
 }
@@ -481,8 +482,9 @@ EngineStats Engine::stats() const {
     s.speculative = true;
     s.spec = speculator_->stats();
   }
-  if (grammar_compiler_) {
-    // Written once under grammar_once_, which every compile_grammar() passes first.
+  if (grammar_ready_.load(std::memory_order_acquire)) {
+    // Made once under grammar_once_, possibly on a server thread; the flag
+    // publishes it.
     const structured::GrammarCompiler::Stats g = grammar_compiler_->stats();
     s.grammar_compiled = g.compiled;
     s.grammar_cache_hits = g.cache_hits;

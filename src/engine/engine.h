@@ -5,6 +5,7 @@
 // drives step(); AsyncEngine/servers wrap it.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -164,6 +165,8 @@ class Engine {
   // vocabulary index takes a moment), from any thread.
   mutable std::once_flag grammar_once_;
   mutable std::shared_ptr<structured::GrammarCompiler> grammar_compiler_;
+  // Set once grammar_compiler_ exists, for readers that must not create it (stats()).
+  mutable std::atomic<bool> grammar_ready_{false};
   // Fills the token masks of large batches in parallel (made on first use).
   std::unique_ptr<cpu::ThreadPool> mask_pool_;
 
