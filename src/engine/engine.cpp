@@ -128,8 +128,11 @@ uint64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams par
   if (grammar) {
     live->request->grammar = true;
     live->grammar.emplace(std::move(grammar), parts_.tokenizer->eos_ids());
-    live->grammar_processor =
-        std::make_unique<structured::GrammarLogitsProcessor>(*live->grammar, grammar_compiler_->mask_words());
+    // Only rows the host samples apply the grammar there (its mask buffer is vocabulary-sized).
+    if (live->request->host_sampling) {
+      live->grammar_processor =
+          std::make_unique<structured::GrammarLogitsProcessor>(*live->grammar, grammar_compiler_->mask_words());
+    }
   }
   parts_.scheduler->add(live->request.get());
   stats_.prompt_tokens += prompt_len;

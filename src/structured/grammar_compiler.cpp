@@ -53,26 +53,44 @@ std::string choice_grammar(const std::vector<std::string>& choices) {
   return g;
 }
 
-// One tool call in the template's format: Hermes wraps a {"name",
-// "arguments"} object in <tool_call> tags; Llama 3.1 writes a bare {"name",
-// "parameters"} object; DeepSeek-V3 names the function between its markers
-// and fences the arguments as a JSON code block.
-xgrammar::Grammar tool_call_grammar(const std::string& spec) {
-  const auto j = nlohmann::ordered_json::parse(spec, nullptr, /*allow_exceptions=*/false);
+// A tool-call constraint's spec (StructuredOutputs::Kind::ToolCall), parsed
+// and checked once for either mode.
+struct ToolCallSpec {
+  std::string format;  // hermes | llama3_json | deepseek_v3
+  bool auto_mode = false;
+  nlohmann::ordered_json tools;  // [{name, parameters?, strict?}], each with a string name
+};
+
+ToolCallSpec parse_tool_call_spec(const std::string& spec) {
+  auto j = nlohmann::ordered_json::parse(spec, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("tools") || !j["tools"].is_array() || j["tools"].empty()) {
     throw Error("a tool-call constraint needs a non-empty 'tools' list");
   }
-  const std::string format = j.value("format", "hermes");
-  if (format != "hermes" && format != "llama3_json" && format != "deepseek_v3") {
-    throw Error(fmt::format("unknown tool-call format '{}'", format));
+  ToolCallSpec out;
+  out.format = j.value("format", "hermes");
+  if (out.format != "hermes" && out.format != "llama3_json" && out.format != "deepseek_v3") {
+    throw Error(fmt::format("unknown tool-call format '{}'", out.format));
   }
-  auto literal = [](const std::string& text) { return xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(text)); };
-  std::vector<xgrammar::Grammar> per_tool;
-  nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+  out.auto_mode = j.value("mode", "required") == "auto";
   for (const auto& tool : j["tools"]) {
     if (!tool.is_object() || !tool.contains("name") || !tool["name"].is_string()) {
       throw Error("each tool needs a string 'name'");
     }
+  }
+  out.tools = std::move(j["tools"]);
+  return out;
+}
+
+// One tool call in the template's format: Hermes wraps a {"name",
+// "arguments"} object in <tool_call> tags; Llama 3.1 writes a bare {"name",
+// "parameters"} object; DeepSeek-V3 names the function between its markers
+// and fences the arguments as a JSON code block.
+xgrammar::Grammar tool_call_grammar(const ToolCallSpec& spec) {
+  const std::string& format = spec.format;
+  auto literal = [](const std::string& text) { return xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(text)); };
+  std::vector<xgrammar::Grammar> per_tool;
+  nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+  for (const auto& tool : spec.tools) {
     nlohmann::ordered_json params = tool.value("parameters", nlohmann::ordered_json());
     if (params.is_null()) params = nlohmann::ordered_json{{"type", "object"}};
     if (format == "deepseek_v3") {
@@ -99,10 +117,11 @@ xgrammar::Grammar tool_call_grammar(const std::string& spec) {
 // tool_choice "auto" with strict tools: free text, but once the model opens a
 // call (the format's trigger) the call must be one of the tools with valid
 // arguments (XGrammar's triggered tags); any number of calls.
-std::string auto_tool_calls_structural_tag(const nlohmann::ordered_json& j, const std::string& format) {
+std::string auto_tool_calls_structural_tag(const ToolCallSpec& spec) {
+  const std::string& format = spec.format;
   nlohmann::ordered_json tags = nlohmann::ordered_json::array();
   std::string trigger;
-  for (const auto& tool : j["tools"]) {
+  for (const auto& tool : spec.tools) {
     const std::string name = tool["name"].get<std::string>();
     nlohmann::ordered_json params = tool.value("parameters", nlohmann::ordered_json());
     if (params.is_null() || !tool.value("strict", false)) params = nlohmann::ordered_json{{"type", "object"}};
@@ -218,12 +237,9 @@ struct GrammarCompiler::Impl {
       case StructuredOutputs::Kind::Grammar:
         return looks_like_ebnf(so.spec) ? compiler.CompileGrammar(so.spec, "root") : compiler.CompileLark(so.spec);
       case StructuredOutputs::Kind::ToolCall: {
-        const auto j = nlohmann::ordered_json::parse(so.spec, nullptr, /*allow_exceptions=*/false);
-        if (j.is_object() && j.value("mode", "required") == "auto") {
-          tool_call_grammar(so.spec);  // the same checks of the tool list
-          return compiler.CompileStructuralTag(auto_tool_calls_structural_tag(j, j.value("format", "hermes")));
-        }
-        return compiler.CompileGrammar(tool_call_grammar(so.spec));
+        const ToolCallSpec spec = parse_tool_call_spec(so.spec);
+        return spec.auto_mode ? compiler.CompileStructuralTag(auto_tool_calls_structural_tag(spec))
+                              : compiler.CompileGrammar(tool_call_grammar(spec));
       }
     }
     throw Error("unknown structured output kind");
