@@ -23,6 +23,11 @@ fi
 
 scripts/fetch_models.sh
 scripts/fetch_xgrammar.sh
+scripts/fetch_eval_data.sh
+# nanobind builds the Python module (build/python/deepinfer; `pip install .` for an install).
+if ! python3 -c "import nanobind" 2>/dev/null; then
+  python3 -m pip install -q "nanobind>=2.0"
+fi
 
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo

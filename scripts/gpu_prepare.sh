@@ -11,7 +11,7 @@ BUILD_DIR="${BUILD_DIR:-/tmp/build-cuda}"
 JOBS="${JOBS:-2}"
 # Executables to build and stage (deepinfer is the CLI target deepinfer_cli).
 EXES="${EXES:-test_ops deepinfer bench_gemv_cuda}"
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEEPINFER_CUDA=ON >/dev/null
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEEPINFER_CUDA=ON -DDEEPINFER_PYTHON=OFF >/dev/null
 # SKIP_BUILD=1 stages the binaries as they are (e.g. built from an earlier commit while the tree moved on).
 [ "${SKIP_BUILD:-0}" = 1 ] || ninja -C "$BUILD_DIR" -j "$JOBS" $(echo "$EXES" | sed 's/\bdeepinfer\b/deepinfer_cli/')
 rm -rf build-gpu

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,decode_ab,pdl,moe,kernels,spec,structured,profile,peer_llamacpp
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,decode_ab,pdl,moe,kernels,spec,structured,sweep,profile,peer_llamacpp
 #                                   (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
@@ -275,6 +275,23 @@ if has structured; then
     --repeats "${STRUCTURED_REPEATS:-3}" --json "$OUT/structured.json" > "$OUT/structured.log" 2>&1
   echo "exit code $?" >> "$REPORT"
   sed 's/^/    /' "$OUT/structured.log" | tail -20 >> "$REPORT"
+fi
+if has sweep; then
+  # Serving curves (deepinfer bench sweep): output tok/s per GPU and per user
+  # at each concurrency, for the 8B shape and a Qwen3-30B-A3B-shaped slice;
+  # one CSV (sweep.csv) that scripts/plot_sweep.py draws on the CPU machine.
+  echo -e "\n## Serving sweep (deepinfer bench sweep)\n" >> "$REPORT"
+  make_llama8b
+  SW_ARGS="--device cuda --concurrency ${SWEEP_CONCURRENCY:-1,4,16,64,128,256} --input-len ${SWEEP_INPUT:-1000} --output-len ${SWEEP_OUTPUT:-256} --csv $OUT/sweep.csv"
+  timeout 240 "$BIN/deepinfer" bench sweep $SW_ARGS --model /tmp/deepinfer_e2e/llama8b \
+    --label "Llama-3-8B shape, bf16" > "$OUT/sweep.log" 2>&1
+  echo "llama8b exit code $?" >> "$REPORT"
+  timeout 200 python3 scripts/make_random_model.py --shape qwen3_30b_a3b --layers "${SWEEP_MOE_LAYERS:-16}" \
+    --out /tmp/deepinfer_sweep/qwen3moe >> "$OUT/sweep.log" 2>&1
+  timeout 240 "$BIN/deepinfer" bench sweep $SW_ARGS --model /tmp/deepinfer_sweep/qwen3moe \
+    --label "Qwen3-30B-A3B shape (${SWEEP_MOE_LAYERS:-16} of 48 layers), bf16" >> "$OUT/sweep.log" 2>&1
+  echo "qwen3moe exit code $?" >> "$REPORT"
+  sed 's/^/    /' "$OUT/sweep.log" | grep -v "^    \[" | tail -30 >> "$REPORT"
 fi
 if has kernels; then
   # Kernel micro-benchmarks, when staged: attention (SIMT vs tensor-core

@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "bench_sweep.h"
 #include "command.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -176,8 +177,10 @@ void verify_curve(Engine& engine, const std::vector<int32_t>& batches, const std
 }
 
 int run_bench(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "sweep") return run_bench_sweep(argc - 1, argv + 1);
   CLI::App app{"Throughput and latency sweeps; fits the chunked-prefill cost model."};
   app.name("deepinfer bench");
+  app.footer("`deepinfer bench sweep --help`: the serving curves (tok/s per GPU and per user vs concurrency).");
   EngineFlags ef;
   add_engine_flags(app, ef);
   std::string batches = "1,8", prompt_lens = "128,512", gen_lens = "64";

@@ -10,6 +10,7 @@
 #include "core/json_parse.h"
 #include "core/logging.h"
 #include "deepinfer/llm.h"
+#include "engine/generate_io.h"
 #include "engine_flags.h"
 
 namespace deepinfer::cli {
@@ -33,67 +34,22 @@ struct GenerateFlags {
 std::vector<GenerateInput> read_jsonl(const std::string& path, const SamplingParams& defaults) {
   std::ifstream in(path);
   DI_CHECK(in.good(), "cannot read input file '{}'", path);
+  nlohmann::ordered_json default_fields = nlohmann::ordered_json::object();
+  default_fields["temperature"] = defaults.temperature;
+  default_fields["max_tokens"] = *defaults.max_tokens;
+  if (defaults.seed) default_fields["seed"] = *defaults.seed;
   std::vector<GenerateInput> inputs;
   std::string line;
   size_t line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", path, line_no);
     JsonLimits limits;
     limits.duplicates = DuplicateKeys::LastWins;
-    // Ordered: a JSON schema's properties keep the order they were written in.
-    nlohmann::ordered_json j = parse_ordered_json(line, fmt::format("{}:{}", path, line_no), limits);
-    DI_CHECK(j.is_object(), "{}:{}: not a JSON object", path, line_no);
-    GenerateInput g;
-    try {
-      nlohmann::ordered_json fields = j;
-      for (const char* k : {"prompt", "messages", "tools", "prompt_token_ids", "cache_salt"}) fields.erase(k);
-      // Per-line sampling fields override the command-line defaults.
-      nlohmann::ordered_json merged = nlohmann::ordered_json::object();
-      merged["temperature"] = defaults.temperature;
-      merged["max_tokens"] = *defaults.max_tokens;
-      if (defaults.seed) merged["seed"] = *defaults.seed;
-      merged.update(fields);
-      g.params = SamplingParams::from_json(merged);
-    } catch (const Error& e) {
-      fail("{}:{}: {}", path, line_no, e.what());
-    }
-    if (j.contains("messages")) {
-      g.messages = j["messages"];
-      if (j.contains("tools")) g.tools = j["tools"];
-    } else if (j.contains("prompt_token_ids")) {
-      DI_CHECK(j["prompt_token_ids"].is_array(), "{}:{}: prompt_token_ids must be a list", path, line_no);
-      for (const auto& t : j["prompt_token_ids"]) {
-        DI_CHECK(t.is_number_integer(), "{}:{}: prompt_token_ids must hold integers", path, line_no);
-        g.prompt_ids.push_back(t.get<int32_t>());
-      }
-    } else {
-      DI_CHECK(j.contains("prompt") && j["prompt"].is_string(), "{}:{}: needs \"prompt\" (string) or \"messages\"",
-               path, line_no);
-      g.prompt = j["prompt"].get<std::string>();
-    }
-    if (j.contains("cache_salt") && j["cache_salt"].is_string()) g.cache_salt = j["cache_salt"].get<std::string>();
-    inputs.push_back(std::move(g));
+    inputs.push_back(parse_generate_input(parse_ordered_json(line, where, limits), default_fields, where));
   }
   return inputs;
-}
-
-nlohmann::json choice_json(const CompletionChoice& c) {
-  nlohmann::json j{{"text", c.text},
-                   {"token_ids", c.token_ids},
-                   {"finish_reason", std::string(to_string(c.finish_reason))}};
-  if (!c.stop_reason.empty()) j["stop_reason"] = c.stop_reason;
-  if (!c.error.empty()) j["error"] = c.error;
-  if (!c.logprobs.empty()) {
-    nlohmann::json lp = nlohmann::json::array();
-    for (const TokenOutput& t : c.logprobs) {
-      nlohmann::json top = nlohmann::json::array();
-      for (const TokenLogprob& a : t.top) top.push_back({{"token_id", a.token}, {"logprob", a.logprob}});
-      lp.push_back({{"token_id", t.token}, {"logprob", t.logprob}, {"rank", t.rank}, {"top_logprobs", top}});
-    }
-    j["logprobs"] = lp;
-  }
-  return j;
 }
 
 int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) {
@@ -122,26 +78,13 @@ int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) 
   }
   int64_t prompt_tokens = 0, generated = 0, cached = 0;
   double ttft_sum = 0;
+  const bool speculative = llm.engine().config().speculative.enabled();
   for (size_t i = 0; i < outputs.size(); ++i) {
     const CompletionOutput& o = outputs[i];
     int64_t completion_tokens = 0;
     for (const auto& c : o.choices) completion_tokens += static_cast<int64_t>(c.token_ids.size());
-    nlohmann::json j = choice_json(o.choices[0]);
+    nlohmann::json j = completion_json(o, speculative);
     j["index"] = i;
-    j["prompt_tokens"] = o.prompt_ids.size();
-    j["completion_tokens"] = completion_tokens;
-    j["cached_prompt_tokens"] = o.num_cached_prompt_tokens;
-    if (llm.engine().config().speculative.enabled()) {
-      j["verifications"] = o.num_verifications;
-      j["verified_draft_tokens"] = o.num_verified_drafts;
-      j["accepted_draft_tokens"] = o.num_accepted_drafts;
-    }
-    j["time_to_first_token_s"] = o.time_to_first_token_s;
-    j["latency_s"] = o.latency_s;
-    if (o.choices.size() > 1) {
-      j["choices"] = nlohmann::json::array();
-      for (const auto& c : o.choices) j["choices"].push_back(choice_json(c));
-    }
     *out << j.dump() << "\n";
     prompt_tokens += static_cast<int64_t>(o.prompt_ids.size());
     generated += completion_tokens;

@@ -1,0 +1,110 @@
+#include "eval/task.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/json_parse.h"
+
+namespace deepinfer::eval {
+namespace {
+
+std::string string_field(const nlohmann::ordered_json& j, const char* key, const std::string& where) {
+  DI_CHECK(j.contains(key) && j[key].is_string(), "{}: field \"{}\" must be a string", where, key);
+  return j[key].get<std::string>();
+}
+
+// HumanEval (Chen et al. 2021): complete the function whose signature and
+// docstring are the prompt; the task's check() runs its asserts.
+Problem humaneval_problem(const nlohmann::ordered_json& j, const std::string& where) {
+  Problem p;
+  p.task_id = string_field(j, "task_id", where);
+  p.prompt = string_field(j, "prompt", where);
+  const std::string entry_point = string_field(j, "entry_point", where);
+  p.program_prefix = p.prompt;
+  p.program_suffix = "\n\n" + string_field(j, "test", where) + "\n\ncheck(" + entry_point + ")\n";
+  return p;
+}
+
+// MBPP (Austin et al. 2021), in the docstring form code models complete: the
+// description and the first test as a docstring, then the code; all three
+// tests (after the problem's setup code) decide.
+Problem mbpp_problem(const nlohmann::ordered_json& j, const std::string& where) {
+  Problem p;
+  p.task_id = string_field(j, "task_id", where);
+  const std::string text = string_field(j, "text", where);
+  DI_CHECK(j.contains("test_list") && j["test_list"].is_array() && !j["test_list"].empty(),
+           "{}: field \"test_list\" must be a non-empty list", where);
+  std::string tests;
+  for (const auto& t : j["test_list"]) {
+    DI_CHECK(t.is_string(), "{}: test_list must hold strings", where);
+    tests += t.get<std::string>() + "\n";
+  }
+  p.prompt = "\"\"\"\n" + text + "\n" + j["test_list"][0].get<std::string>() + "\n\"\"\"\n";
+  p.program_prefix = p.prompt;
+  std::string setup = j.contains("test_setup_code") && j["test_setup_code"].is_string()
+                          ? j["test_setup_code"].get<std::string>()
+                          : std::string();
+  p.program_suffix = "\n\n" + setup + "\n" + tests;
+  return p;
+}
+
+}  // namespace
+
+const Problem& Task::problem(const std::string& task_id) const {
+  for (const Problem& p : problems) {
+    if (p.task_id == task_id) return p;
+  }
+  fail("task {} has no problem '{}'", name, task_id);
+}
+
+const std::vector<std::string>& task_names() {
+  static const std::vector<std::string> names = {"humaneval", "mbpp"};
+  return names;
+}
+
+Task load_task(const std::string& name, const std::string& data_dir) {
+  Task task;
+  task.name = name;
+  Problem (*make)(const nlohmann::ordered_json&, const std::string&) = nullptr;
+  if (name == "humaneval") {
+    make = humaneval_problem;
+    task.stop = {"\nclass", "\ndef", "\n#", "\nif", "\nprint"};
+  } else if (name == "mbpp") {
+    make = mbpp_problem;
+    task.stop = {"\nclass", "\nassert", "\n\"\"\"", "\nprint", "\nif", "\n```"};
+  } else {
+    fail("unknown evaluation task '{}' (known: humaneval, mbpp)", name);
+  }
+  const std::string path = (std::filesystem::path(data_dir) / (name + ".jsonl")).string();
+  std::ifstream in(path);
+  DI_CHECK(in.good(), "cannot read {} (run scripts/fetch_eval_data.sh, or set --data-dir)", path);
+  std::string line;
+  size_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", path, line_no);
+    nlohmann::ordered_json j = parse_ordered_json(line, where);
+    DI_CHECK(j.is_object(), "{}: not a JSON object", where);
+    task.problems.push_back(make(j, where));
+  }
+  DI_CHECK(!task.problems.empty(), "{} holds no problems", path);
+  return task;
+}
+
+std::string default_data_dir() {
+  namespace fs = std::filesystem;
+  if (const char* env = std::getenv("DEEPINFER_EVAL_DATA"); env && *env) return env;
+  std::error_code exe_error;
+  const fs::path exe = fs::canonical("/proc/self/exe", exe_error);
+  for (fs::path dir = exe.parent_path(); !exe_error && !dir.empty() && dir != dir.root_path();
+       dir = dir.parent_path()) {
+    std::error_code ec;  // not-found is not an error here
+    if (fs::is_directory(dir / ".cache" / "eval", ec)) return (dir / ".cache" / "eval").string();
+  }
+  return ".cache/eval";
+}
+
+}  // namespace deepinfer::eval
