@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,decode_ab,pdl,moe,kernels,spec,structured,sweep,profile,peer_llamacpp
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,decode_ab,pdl,moe,kernels,spec,structured,sweep,eval,profile,peer_llamacpp
 #                                   (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
@@ -292,6 +292,34 @@ if has sweep; then
     --label "Qwen3-30B-A3B shape (${SWEEP_MOE_LAYERS:-16} of 48 layers), bf16" >> "$OUT/sweep.log" 2>&1
   echo "qwen3moe exit code $?" >> "$REPORT"
   sed 's/^/    /' "$OUT/sweep.log" | grep -v "^    \[" | tail -30 >> "$REPORT"
+fi
+if has eval; then
+  # Generation for `deepinfer eval` with the two real small models (GGUF,
+  # carried in parts into build-gguf/, with .cache/eval from
+  # scripts/fetch_eval_data.sh); grading runs on the CPU machine. The
+  # generation files come back gzipped.
+  echo -e "\n## Evaluation generation (deepinfer eval generate)\n" >> "$REPORT"
+  mkdir -p /tmp/deepinfer_eval
+  for m in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-q4_k_m.gguf; do
+    if [ ! -s "/tmp/deepinfer_eval/$m" ] && ls build-gguf/$m.part_* > /dev/null 2>&1; then
+      cat build-gguf/$m.part_* > "/tmp/deepinfer_eval/$m"
+    fi
+    echo "- $m: $(sha256sum "/tmp/deepinfer_eval/$m" 2>&1 | cut -c1-64)" >> "$REPORT"
+  done
+  EV_COMMON="--task humaneval,mbpp --data-dir .cache/eval --max-tokens ${EVAL_MAX_TOKENS:-512} --max-model-len 4096 --max-num-seqs 256 -q ${EVAL_LIMIT:+--limit $EVAL_LIMIT} --device ${EVAL_DEVICE:-cuda}"
+  EV_SAMPLED="--num-samples ${EVAL_SAMPLES:-10} --temperature 0.8 --top-p 0.95 --seed 1"
+  eval_run() {  # eval_run NAME MODEL ARGS...
+    local name="$1" model="$2"; shift 2
+    timeout "${EVAL_TIMEOUT:-240}" "$BIN/deepinfer" eval generate $EV_COMMON --model "/tmp/deepinfer_eval/$model" "$@" \
+      -o "/tmp/deepinfer_eval/$name.jsonl" >> "$OUT/eval.log" 2>&1
+    echo "- $name: exit code $?, $(tail -1 "$OUT/eval.log")" >> "$REPORT"
+  }
+  eval_run smollm2_chat_sampled SmolLM2-135M-Instruct.Q4_1.gguf --chat $EV_SAMPLED
+  eval_run smollm2_chat_greedy SmolLM2-135M-Instruct.Q4_1.gguf --chat
+  eval_run smollm2_completion_sampled SmolLM2-135M-Instruct.Q4_1.gguf $EV_SAMPLED
+  eval_run gemma3_completion_sampled gemma-3-270m-q4_k_m.gguf $EV_SAMPLED
+  eval_run gemma3_completion_greedy gemma-3-270m-q4_k_m.gguf
+  tar -C /tmp/deepinfer_eval -czf "$OUT/eval_generations.tar.gz" $(cd /tmp/deepinfer_eval && ls *.jsonl)
 fi
 if has kernels; then
   # Kernel micro-benchmarks, when staged: attention (SIMT vs tensor-core

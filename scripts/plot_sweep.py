@@ -54,7 +54,7 @@ def main():
     ax.set_xscale("log", base=2)
     ax.set_xlabel("concurrent requests")
     ax.set_ylabel("output tokens/s per GPU")
-    ax.set_title("Decode throughput vs concurrency")
+    ax.set_title("Output throughput vs concurrency (prefill included)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -106,6 +106,14 @@ std::string find_plot_script() {
   return {};
 }
 
+// A CSV field, quoted when it holds a separator or a quote (RFC 4180).
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -161,7 +169,7 @@ int run_bench_sweep(int argc, char** argv) {
     std::printf("%-12d %10.2f %12.1f %14.1f %10.3f %10.2f\n", c, r.wall_s, r.output_tok_s, r.tok_s_per_user,
                 r.ttft_mean_s, r.tpot_mean_ms);
     std::fflush(stdout);
-    csv << fmt::format("{},{},{},{},{},{:.4f},{},{:.2f},{:.2f},{:.4f},{:.4f},{:.3f}\n", label, device, c, input_len,
+    csv << fmt::format("{},{},{},{},{},{:.4f},{},{:.2f},{:.2f},{:.4f},{:.4f},{:.3f}\n", csv_field(label), device, c, input_len,
                        output_len, r.wall_s, r.output_tokens, r.output_tok_s, r.tok_s_per_user, r.ttft_mean_s,
                        r.ttft_p50_s, r.tpot_mean_ms);
     csv.flush();

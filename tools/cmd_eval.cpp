@@ -42,6 +42,7 @@ struct GenerateOptions {
   float temperature = 0.0f;
   float top_p = 1.0f;
   std::optional<uint64_t> seed;
+  bool chat = false;
   bool quiet = false;
 };
 
@@ -63,12 +64,16 @@ int run_generate(EngineFlags& ef, const GenerateOptions& o, const char* argv0) {
     size_t count = o.limit > 0 ? std::min<size_t>(static_cast<size_t>(o.limit), t.problems.size()) : t.problems.size();
     for (size_t i = 0; i < count; ++i) {
       GenerateInput in;
-      in.prompt = t.problems[i].prompt;
+      if (o.chat) {
+        in.messages = nlohmann::json::array({{{"role", "user"}, {"content", t.problems[i].chat_prompt}}});
+      } else {
+        in.prompt = t.problems[i].prompt;
+        in.params.stop = t.stop;
+      }
       in.params.n = o.num_samples;
       in.params.temperature = o.temperature;
       in.params.top_p = o.top_p;
       in.params.max_tokens = o.max_tokens;
-      in.params.stop = t.stop;
       in.params.seed = o.seed;
       inputs.push_back(std::move(in));
       items.push_back({&t, &t.problems[i]});
@@ -98,6 +103,7 @@ int run_generate(EngineFlags& ef, const GenerateOptions& o, const char* argv0) {
                        {"completion", choice.text},
                        {"finish_reason", std::string(to_string(choice.finish_reason))},
                        {"completion_tokens", choice.token_ids.size()},
+                       {"mode", o.chat ? "chat" : "completion"},
                        {"model", model},
                        {"temperature", o.temperature}};
       out << j.dump() << "\n";
@@ -142,6 +148,10 @@ std::vector<eval::Sample> read_samples(const std::string& path) {
     s.task_id = j["task_id"].get<std::string>();
     s.completion = j["completion"].get<std::string>();
     if (j.contains("sample") && j["sample"].is_number_integer()) s.index = j["sample"].get<int32_t>();
+    if (j.contains("mode")) {
+      DI_CHECK(j["mode"] == "chat" || j["mode"] == "completion", "{}: mode must be \"chat\" or \"completion\"", where);
+      s.chat = j["mode"] == "chat";
+    }
     samples.push_back(std::move(s));
   }
   DI_CHECK(!samples.empty(), "'{}' holds no samples", path);
@@ -228,6 +238,9 @@ int run_eval(int argc, char** argv) {
   gen->add_option("--seed", go.seed, "sampling seed");
   gen->add_option("--data-dir", go.data_dir, "folder of <task>.jsonl (default: .cache/eval from scripts/fetch_eval_data.sh)");
   gen->add_option("--output,-o", go.output_path, "generation file (JSONL, one line per sample)")->required();
+  gen->add_flag("--chat", go.chat,
+                "ask in the model's chat template and grade the code block of the answer (instruct models); "
+                "default: the model continues the prompt, cut at the task's stop strings");
   gen->add_flag("--quiet,-q", go.quiet, "only errors on stderr");
 
   GradeFlags gf;

@@ -62,7 +62,7 @@ std::vector<GradedSample> grade(const std::vector<Sample>& samples, const std::m
   for (const Sample& s : samples) {
     auto it = tasks.find(s.task);
     DI_CHECK(it != tasks.end(), "no data loaded for task '{}'", s.task);
-    programs.push_back(it->second.program(it->second.problem(s.task_id), s.completion));
+    programs.push_back(it->second.program(it->second.problem(s.task_id), s.completion, s.chat));
   }
   std::vector<GradedSample> graded(samples.size());
   std::atomic<size_t> next{0};

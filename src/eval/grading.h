@@ -20,6 +20,7 @@ struct Sample {
   std::string task_id;
   int32_t index = 0;  // which of the problem's samples
   std::string completion;
+  bool chat = false;  // a chat answer: its code is taken from a fenced block
 };
 
 struct GradedSample {

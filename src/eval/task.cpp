@@ -21,9 +21,14 @@ Problem humaneval_problem(const nlohmann::ordered_json& j, const std::string& wh
   Problem p;
   p.task_id = string_field(j, "task_id", where);
   p.prompt = string_field(j, "prompt", where);
-  const std::string entry_point = string_field(j, "entry_point", where);
+  p.entry_point = string_field(j, "entry_point", where);
   p.program_prefix = p.prompt;
-  p.program_suffix = "\n\n" + string_field(j, "test", where) + "\n\ncheck(" + entry_point + ")\n";
+  p.program_suffix = "\n\n" + string_field(j, "test", where) + "\n\ncheck(" + p.entry_point + ")\n";
+  p.chat_prompt = "Complete the following Python function. Reply with the whole function in one Python code "
+                  "block.\n\n```python\n" + p.prompt + "```";
+  // The stub (a function whose body is its docstring) brings the imports and
+  // helpers; the answer's definition then replaces it.
+  p.chat_prefix = p.prompt + "\n";
   return p;
 }
 
@@ -41,8 +46,15 @@ Problem mbpp_problem(const nlohmann::ordered_json& j, const std::string& where) 
     DI_CHECK(t.is_string(), "{}: test_list must hold strings", where);
     tests += t.get<std::string>() + "\n";
   }
-  p.prompt = "\"\"\"\n" + text + "\n" + j["test_list"][0].get<std::string>() + "\n\"\"\"\n";
+  const std::string first_test = j["test_list"][0].get<std::string>();
+  p.prompt = "\"\"\"\n" + text + "\n" + first_test + "\n\"\"\"\n";
   p.program_prefix = p.prompt;
+  p.chat_prompt = text + " Your code should pass this test:\n\n```python\n" + first_test +
+                  "\n```\n\nReply with the code in one Python code block.";
+  // The function the tests call: the name after "assert " (e.g. "assert f(x) == y").
+  const size_t open = first_test.find('(');
+  const size_t name_start = first_test.rfind(' ', open) + 1;
+  if (open != std::string::npos && name_start <= open) p.entry_point = first_test.substr(name_start, open - name_start);
   std::string setup = j.contains("test_setup_code") && j["test_setup_code"].is_string()
                           ? j["test_setup_code"].get<std::string>()
                           : std::string();
@@ -51,6 +63,28 @@ Problem mbpp_problem(const nlohmann::ordered_json& j, const std::string& where) 
 }
 
 }  // namespace
+
+std::string extract_code(const std::string& answer, const std::string& entry_point) {
+  std::vector<std::string> blocks;
+  size_t pos = 0;
+  for (;;) {
+    const size_t fence = answer.find("```", pos);
+    if (fence == std::string::npos) break;
+    const size_t body = answer.find('\n', fence);  // skips the language tag
+    if (body == std::string::npos) break;
+    const size_t end = answer.find("```", body + 1);
+    blocks.push_back(answer.substr(body + 1, end == std::string::npos ? std::string::npos : end - body - 1));
+    if (end == std::string::npos) break;  // an unclosed block runs to the end (cut by max_tokens)
+    pos = end + 3;
+  }
+  if (blocks.empty()) return answer;
+  if (!entry_point.empty()) {
+    for (const std::string& b : blocks) {
+      if (b.find("def " + entry_point) != std::string::npos) return b;
+    }
+  }
+  return blocks.front();
+}
 
 const Problem& Task::problem(const std::string& task_id) const {
   for (const Problem& p : problems) {

@@ -10,11 +10,19 @@ namespace deepinfer::eval {
 
 struct Problem {
   std::string task_id;
-  std::string prompt;  // what the model continues (completion mode, no chat template)
-  // The program is program_prefix + completion + program_suffix.
+  std::string prompt;       // completion mode: what the model continues (no chat template)
+  std::string chat_prompt;  // chat mode: the user message (the answer holds the code in a fenced block)
+  std::string entry_point;  // the function the tests call
+  // Completion mode: the program is program_prefix + completion + program_suffix.
+  // Chat mode: chat_prefix + the answer's code + program_suffix.
   std::string program_prefix;
+  std::string chat_prefix;
   std::string program_suffix;
 };
+
+// The code of a chat answer: the first fenced block that defines `entry_point`,
+// else the first fenced block, else the whole answer.
+std::string extract_code(const std::string& answer, const std::string& entry_point);
 
 struct Task {
   std::string name;
@@ -22,7 +30,8 @@ struct Task {
   std::vector<Problem> problems;
 
   const Problem& problem(const std::string& task_id) const;  // throws for an unknown id
-  std::string program(const Problem& p, const std::string& completion) const {
+  std::string program(const Problem& p, const std::string& completion, bool chat = false) const {
+    if (chat) return p.chat_prefix + extract_code(completion, p.entry_point) + p.program_suffix;
     return p.program_prefix + completion + p.program_suffix;
   }
 };
