@@ -117,6 +117,7 @@ class PyEngine {
   // the new pieces (a JSON list of deltas, empty once finished and drained).
   std::string next(uint64_t handle) {
     std::vector<CompletionDelta> deltas;
+    bool logprobs = false;
     {
       nb::gil_scoped_release release;
       std::lock_guard lock(mutex_);
@@ -125,8 +126,8 @@ class PyEngine {
         if (!deltas.empty() || llm_->finished(handle)) break;
         llm_->step();
       }
+      logprobs = with_logprobs_.count(handle) > 0;
     }
-    const bool logprobs = with_logprobs_.count(handle) > 0;
     nlohmann::json j = nlohmann::json::array();
     for (const CompletionDelta& d : deltas) j.push_back(delta_json(d, logprobs));
     return j.dump();
@@ -134,12 +135,16 @@ class PyEngine {
 
   // The whole output of a finished streamed request (then forgotten).
   std::string take(uint64_t handle) {
+    // Every method that takes the mutex lets go of the GIL first: a batch
+    // holding the mutex needs the GIL for its progress callback.
+    nb::gil_scoped_release release;
     std::lock_guard lock(mutex_);
     with_logprobs_.erase(handle);
     return completion_json(llm_->take(handle), llm_->engine().config().speculative.enabled(), true).dump();
   }
 
   void release(uint64_t handle) {
+    nb::gil_scoped_release release;
     std::lock_guard lock(mutex_);
     with_logprobs_.erase(handle);
     llm_->release(handle);
@@ -165,6 +170,7 @@ class PyEngine {
   int32_t max_model_len() const { return llm_->engine().max_model_len(); }
 
   std::string stats() {
+    nb::gil_scoped_release release;
     std::lock_guard lock(mutex_);
     const EngineStats s = llm_->engine().stats();
     nlohmann::json j{{"steps", s.steps},

@@ -212,3 +212,25 @@ def test_version_and_exports():
     assert deepinfer.__version__
     for name in deepinfer.__all__:
         assert hasattr(deepinfer, name)
+
+
+def test_calls_from_another_thread_wait_for_a_running_batch(llm):
+    # stats() and a stream's take wait on the engine while a batch in another
+    # thread holds it; neither may keep the GIL while waiting (the batch's
+    # progress callback needs it), or both threads would hang.
+    result = {}
+
+    def run():
+        result["outs"] = llm.generate([f"Tell a story number {i}." for i in range(8)],
+                                      SamplingParams(temperature=0, max_tokens=96, ignore_eos=True), use_tqdm=True)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    time.sleep(0.05)
+    stats = [llm.stats() for _ in range(3)]
+    pieces = list(llm.stream("Hi", SamplingParams(temperature=0, max_tokens=4)))
+    t.join(timeout=120)
+    assert not t.is_alive(), "deadlock: the batch did not finish"
+    assert len(result["outs"]) == 8 and all(o.finished for o in result["outs"])
+    assert all(s["steps"] >= 0 for s in stats)
+    assert pieces[-1].finished
