@@ -84,6 +84,13 @@ int run_generate(EngineFlags& ef, const GenerateOptions& o, const char* argv0) {
 
   LLM llm(finish_engine_flags(ef, argv0));
   const std::string model = llm.engine().config().model_path;
+  // Name the problem whose prompt does not fit, rather than fail the batch anonymously.
+  const int32_t max_len = llm.engine().max_model_len();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const size_t n = llm.prompt_ids(inputs[i]).size();
+    DI_CHECK(n < static_cast<size_t>(max_len), "{} {}: the prompt has {} tokens and --max-model-len {} leaves no room "
+             "for an answer; raise --max-model-len", items[i].task->name, items[i].problem->task_id, n, max_len);
+  }
   const auto start = std::chrono::steady_clock::now();
   std::vector<CompletionOutput> outputs = llm.generate(inputs, [&](const GenerateProgress& p) {
     if (o.quiet) return;

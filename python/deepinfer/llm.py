@@ -148,9 +148,10 @@ class LLM:
         prompts: Union[PromptType, Sequence[PromptType]],
         sampling_params: Union[None, SamplingParams, Sequence[SamplingParams]] = None,
         *,
-        use_tqdm: bool = False,
+        use_tqdm: bool = True,
     ) -> List[RequestOutput]:
-        """Completes each prompt; outputs come back in the prompts' order."""
+        """Completes each prompt; outputs come back in the prompts' order. use_tqdm draws a progress
+        bar on stderr, as vLLM does."""
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
         prompts = list(prompts)
@@ -165,7 +166,7 @@ class LLM:
         sampling_params: Union[None, SamplingParams, Sequence[SamplingParams]] = None,
         *,
         tools: Optional[List[Dict[str, Any]]] = None,
-        use_tqdm: bool = False,
+        use_tqdm: bool = True,
     ) -> List[RequestOutput]:
         """Answers one conversation (a list of messages) or several, with the model's chat template."""
         if not isinstance(messages, (list, tuple)) or not messages:

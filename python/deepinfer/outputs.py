@@ -53,7 +53,7 @@ class RequestOutput:
     outputs: List[CompletionOutput]
     finished: bool
     metrics: RequestMetrics = field(default_factory=RequestMetrics)
-    prompt_logprobs: Optional[Any] = None  # not produced yet: always None
+    prompt_logprobs: Optional[Any] = None  # the engine refuses prompt_logprobs for now: always None
 
     @property
     def num_cached_tokens(self) -> int:

@@ -1,6 +1,7 @@
 """`deepinfer eval`: generation and grading as separate steps, on two tasks."""
 import json
 import subprocess
+import warnings
 
 HAS_CLOSE_ELEMENTS = (
     "    for i, a in enumerate(numbers):\n"
@@ -12,7 +13,13 @@ HAS_CLOSE_ELEMENTS = (
 
 
 def run(cmd):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if "grade" in cmd and done.returncode != 0 and "cannot make a network namespace" in done.stderr:
+        # A machine that forbids namespaces: grade without network isolation
+        # rather than not at all (tests/unit/eval checks the isolation where it exists).
+        warnings.warn("grading without network isolation: " + done.stderr.strip())
+        done = subprocess.run(cmd + ["--allow-network"], capture_output=True, text=True, timeout=600)
+    return done
 
 
 def test_generate_then_grade_two_tasks(cli, tmp_path):
@@ -74,3 +81,7 @@ def test_bad_generation_files_are_refused(cli, tmp_path):
     assert done.returncode != 0 and "bad.jsonl:1" in done.stderr
     done = run([cli, "eval", "generate", "--task", "nosuch", "-o", str(tmp_path / "x.jsonl")])
     assert done.returncode != 0 and "nosuch" in done.stderr
+    # A prompt longer than the context names its problem.
+    done = run([cli, "eval", "generate", "--task", "humaneval", "--limit", "1", "--max-model-len", "16",
+                "-o", str(tmp_path / "x.jsonl")])
+    assert done.returncode != 0 and "HumanEval/0" in done.stderr and "--max-model-len" in done.stderr

@@ -146,6 +146,9 @@ def test_bad_arguments_raise_clear_errors(llm):
     assert e.value.param == "top_p"
     with pytest.raises(ParamError):
         llm.generate("x", SamplingParams(logit_bias={10**9: 1.0}))
+    with pytest.raises(ParamError) as e:
+        llm.generate("x", SamplingParams(prompt_logprobs=1))  # not produced yet, refused by name
+    assert e.value.param == "prompt_logprobs"
     with pytest.raises(ValueError):  # ParamError is a ValueError
         llm.generate("x", SamplingParams(max_tokens=0))
     with pytest.raises(TypeError):
