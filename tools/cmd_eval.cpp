@@ -228,14 +228,14 @@ int run_grade(const GradeFlags& g) {
 }
 
 int run_eval(int argc, char** argv) {
-  CLI::App app{"Evaluate a model on code tasks: generate completions, then grade them in a sandbox."};
+  CLI::App app{"Evaluate a model: generate completions, then grade them (code in a sandbox, answers by value)."};
   app.name("deepinfer eval");
   app.require_subcommand(1);
   EngineFlags ef;
   GenerateOptions go;
   CLI::App* gen = app.add_subcommand("generate", "generate completions for a task's problems (JSONL)");
   add_engine_flags(*gen, ef);
-  gen->add_option("--task", go.tasks, "tasks, comma-separated: humaneval, mbpp")->required();
+  gen->add_option("--task", go.tasks, "tasks, comma-separated: humaneval, mbpp, gsm8k")->required();
   gen->add_option("--num-samples,-k", go.num_samples, "samples per problem")->check(CLI::Range(1, 1000));
   gen->add_option("--limit", go.limit, "only the first N problems of each task (0 = all)")->check(CLI::Range(0, 1 << 20));
   gen->add_option("--max-tokens", go.max_tokens, "tokens per completion at most")->check(CLI::Range(1, 1 << 20));
@@ -276,6 +276,6 @@ int run_eval(int argc, char** argv) {
 
 }  // namespace
 
-DEEPINFER_COMMAND("eval", "generate completions for code tasks and grade them (pass@k)", run_eval);
+DEEPINFER_COMMAND("eval", "generate completions for HumanEval, MBPP, GSM8K and grade them (pass@k)", run_eval);
 
 }  // namespace deepinfer::cli

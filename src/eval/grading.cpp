@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/error.h"
@@ -56,13 +57,25 @@ std::vector<TaskScore> score(const std::vector<GradedSample>& graded, const std:
 std::vector<GradedSample> grade(const std::vector<Sample>& samples, const std::map<std::string, Task>& tasks,
                                 const GradeOptions& options,
                                 const std::function<void(size_t done, size_t total)>& progress) {
-  // Resolve every program first, so an unknown task or problem fails before anything runs.
-  std::vector<std::string> programs;
-  programs.reserve(samples.size());
-  for (const Sample& s : samples) {
+  // Resolve every program first, so an unknown task or problem fails before
+  // anything runs. Answer tasks are graded here and run nothing.
+  std::vector<std::string> programs(samples.size());
+  std::vector<std::optional<SandboxResult>> answered(samples.size());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const Sample& s = samples[i];
     auto it = tasks.find(s.task);
     DI_CHECK(it != tasks.end(), "no data loaded for task '{}'", s.task);
-    programs.push_back(it->second.program(it->second.problem(s.task_id), s.completion, s.chat));
+    const Task& task = it->second;
+    const Problem& problem = task.problem(s.task_id);
+    if (task.runs_code) {
+      programs[i] = task.program(problem, s.completion, s.chat);
+    } else {
+      SandboxResult r;
+      r.status = answer_correct(problem, s.completion) ? SandboxStatus::Passed : SandboxStatus::Failed;
+      r.exit_code = r.status == SandboxStatus::Passed ? 0 : 1;
+      r.output = "answer: " + extract_answer(s.completion) + ", expected: " + problem.answer;
+      answered[i] = std::move(r);
+    }
   }
   std::vector<GradedSample> graded(samples.size());
   std::atomic<size_t> next{0};
@@ -80,7 +93,7 @@ std::vector<GradedSample> grade(const std::vector<Sample>& samples, const std::m
       if (i >= samples.size() || no_isolation.load()) return;
       try {
         graded[i].sample = samples[i];
-        graded[i].result = run_python(programs[i], options.limits, options.allow_network);
+        graded[i].result = answered[i] ? *answered[i] : run_python(programs[i], options.limits, options.allow_network);
       } catch (...) {
         std::lock_guard lock(progress_mutex);
         if (!error) error = std::current_exception();

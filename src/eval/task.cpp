@@ -1,6 +1,8 @@
 #include "eval/task.h"
 
+#include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -62,7 +64,73 @@ Problem mbpp_problem(const nlohmann::ordered_json& j, const std::string& where) 
   return p;
 }
 
+// GSM8K (Cobbe et al. 2021), zero-shot with a step-by-step cue; the final
+// number of the answer is compared with the reference.
+Problem gsm8k_problem(const nlohmann::ordered_json& j, const std::string& where) {
+  Problem p;
+  p.task_id = string_field(j, "task_id", where);
+  const std::string question = string_field(j, "question", where);
+  p.answer = string_field(j, "answer", where);
+  p.prompt = "Question: " + question + "\nAnswer: Let's think step by step.";
+  p.chat_prompt = question + "\n\nSolve it step by step. End with a line of the form \"The answer is N.\"";
+  return p;
+}
+
+std::string clean_number(std::string s) {
+  std::string out;
+  for (char c : s) {
+    if (c != ',' && c != '$') out += c;
+  }
+  while (!out.empty() && (out.back() == '.')) out.pop_back();
+  return out;
+}
+
+// The numbers of a text, in order ("-1,234.5" is one).
+std::vector<std::string> numbers_in(const std::string& text) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < text.size()) {
+    const bool sign = text[i] == '-' && i + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[i + 1]));
+    if (!std::isdigit(static_cast<unsigned char>(text[i])) && !sign) {
+      ++i;
+      continue;
+    }
+    size_t j = i + (sign ? 1 : 0);
+    while (j < text.size() &&
+           (std::isdigit(static_cast<unsigned char>(text[j])) ||
+            ((text[j] == ',' || text[j] == '.') && j + 1 < text.size() &&
+             std::isdigit(static_cast<unsigned char>(text[j + 1]))))) {
+      ++j;
+    }
+    out.push_back(clean_number(text.substr(i, j - i)));
+    i = j;
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string extract_answer(const std::string& text) {
+  for (const char* marker : {"The answer is", "the answer is", "####"}) {
+    const size_t at = text.rfind(marker);
+    if (at == std::string::npos) continue;
+    std::vector<std::string> after = numbers_in(text.substr(at + std::strlen(marker)));
+    if (!after.empty()) return after.front();
+  }
+  std::vector<std::string> all = numbers_in(text);
+  return all.empty() ? std::string() : all.back();
+}
+
+bool same_answer(const std::string& a, const std::string& b) {
+  const std::string x = clean_number(a), y = clean_number(b);
+  if (x.empty() || y.empty()) return false;
+  char* end_x = nullptr;
+  char* end_y = nullptr;
+  const double vx = std::strtod(x.c_str(), &end_x);
+  const double vy = std::strtod(y.c_str(), &end_y);
+  if (*end_x == '\0' && *end_y == '\0') return vx == vy;
+  return x == y;
+}
 
 std::string extract_code(const std::string& answer, const std::string& entry_point) {
   std::vector<std::string> blocks;
@@ -94,7 +162,7 @@ const Problem& Task::problem(const std::string& task_id) const {
 }
 
 const std::vector<std::string>& task_names() {
-  static const std::vector<std::string> names = {"humaneval", "mbpp"};
+  static const std::vector<std::string> names = {"humaneval", "mbpp", "gsm8k"};
   return names;
 }
 
@@ -108,8 +176,12 @@ Task load_task(const std::string& name, const std::string& data_dir) {
   } else if (name == "mbpp") {
     make = mbpp_problem;
     task.stop = {"\nclass", "\nassert", "\n\"\"\"", "\nprint", "\nif", "\n```"};
+  } else if (name == "gsm8k") {
+    make = gsm8k_problem;
+    task.runs_code = false;
+    task.stop = {"\nQuestion:", "\n\n\n"};
   } else {
-    fail("unknown evaluation task '{}' (known: humaneval, mbpp)", name);
+    fail("unknown evaluation task '{}' (known: humaneval, mbpp, gsm8k)", name);
   }
   const std::string path = (std::filesystem::path(data_dir) / (name + ".jsonl")).string();
   std::ifstream in(path);

@@ -180,6 +180,39 @@ TEST_F(TaskFiles, MalformedDataIsAnErrorNamingTheLine) {
   EXPECT_THROW(load_task("nosuchtask", dir_.string()), Error);
 }
 
+TEST(Answers, TheFinalNumberIsExtractedAndComparedByValue) {
+  EXPECT_EQ(extract_answer("She sells 9 eggs for $2 each, so 9 * 2 = 18. The answer is 18."), "18");
+  EXPECT_EQ(extract_answer("The answer is $1,234.50 in total."), "1234.50");
+  EXPECT_EQ(extract_answer("work...\n#### 72"), "72");
+  EXPECT_EQ(extract_answer("3 apples and 4 pears make 7"), "7");  // no marker: the last number
+  EXPECT_EQ(extract_answer("The answer is -5, since 2 - 7 = -5"), "-5");
+  EXPECT_EQ(extract_answer("The answer is 12. Then 99 more words"), "12");  // the marker wins over later numbers
+  EXPECT_EQ(extract_answer("no numbers here"), "");
+  EXPECT_TRUE(same_answer("18", "18.0"));
+  EXPECT_TRUE(same_answer("1,000", "1000"));
+  EXPECT_FALSE(same_answer("18", "19"));
+  EXPECT_FALSE(same_answer("", "0"));
+}
+
+TEST_F(TaskFiles, Gsm8kIsGradedByItsAnswerWithoutRunningCode) {
+  write("gsm8k.jsonl", R"({"task_id": "gsm8k/0", "question": "What is 6 times 7?", "answer": "42"})"
+                       "\n");
+  Task t = load_task("gsm8k", dir_.string());
+  EXPECT_FALSE(t.runs_code);
+  EXPECT_NE(t.problems[0].prompt.find("What is 6 times 7?"), std::string::npos);
+  std::map<std::string, Task> tasks{{"gsm8k", t}};
+  // A completion that is also a harmful program: answers are never executed.
+  std::vector<Sample> samples = {{"gsm8k", "gsm8k/0", 0, " 6 * 7 = 42. The answer is 42."},
+                                 {"gsm8k", "gsm8k/0", 1, "import os; os.system('false')  # 41"}};
+  GradeOptions options;
+  options.limits = quick();
+  options.allow_network = true;
+  std::vector<GradedSample> g = grade(samples, tasks, options);
+  EXPECT_EQ(g[0].result.status, SandboxStatus::Passed);
+  EXPECT_EQ(g[1].result.status, SandboxStatus::Failed);
+  EXPECT_NE(g[1].result.output.find("answer: 41"), std::string::npos) << g[1].result.output;
+}
+
 TEST(Grade, RunsSamplesInParallelAndKeepsTheirOrder) {
   Task t;
   t.name = "t";
