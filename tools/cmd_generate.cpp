@@ -47,6 +47,7 @@ std::vector<GenerateInput> read_jsonl(const std::string& path, const SamplingPar
     const std::string where = fmt::format("{}:{}", path, line_no);
     JsonLimits limits;
     limits.duplicates = DuplicateKeys::LastWins;
+    // Ordered: a JSON schema's properties keep the order they were written in.
     inputs.push_back(parse_generate_input(parse_ordered_json(line, where, limits), default_fields, where));
   }
   return inputs;

@@ -15,7 +15,11 @@ GenerateInput parse_generate_input(const nlohmann::ordered_json& j, const nlohma
     merged.update(fields);
     g.params = SamplingParams::from_json(merged);
   } catch (const ParamError& e) {
-    throw ParamError(e.param(), fmt::format("{}: {}", where, e.what()));
+    // Keep the field's name (Python's ParamError.param) and put `where` in front of the reason.
+    std::string reason = e.what();
+    const std::string prefix = "invalid sampling parameter '" + e.param() + "': ";
+    if (reason.rfind(prefix, 0) == 0) reason.erase(0, prefix.size());
+    throw ParamError(e.param(), fmt::format("{}: {}", where, reason));
   } catch (const Error& e) {
     fail("{}: {}", where, e.what());
   }

@@ -35,7 +35,6 @@ struct LLM::Generation {
   std::vector<uint64_t> request_ids;  // engine request per sample
   std::vector<bool> done;
   std::deque<CompletionDelta> deltas;
-  Clock::time_point arrival;
 };
 
 LLM::Generation& LLM::generation(GenerationHandle handle) {
@@ -59,7 +58,6 @@ GenerationHandle LLM::submit(const GenerateInput& input, bool keep_deltas) {
   g->keep_deltas = keep_deltas;
   g->output.choices.resize(n);
   g->done.assign(n, false);
-  g->arrival = Clock::now();
   std::vector<SamplingParams> children = fan_out(input.params);
   const GenerationHandle handle = next_handle_++;
   try {
