@@ -137,18 +137,10 @@ struct GradeFlags {
 };
 
 std::vector<eval::Sample> read_samples(const std::string& path) {
-  std::ifstream in(path);
-  DI_CHECK(in.good(), "cannot read '{}'", path);
   std::vector<eval::Sample> samples;
-  std::string line;
-  size_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{}:{}", path, line_no);
-    nlohmann::ordered_json j = parse_ordered_json(line, where);
-    DI_CHECK(j.is_object() && j.contains("task") && j["task"].is_string() && j.contains("task_id") &&
-                 j["task_id"].is_string() && j.contains("completion") && j["completion"].is_string(),
+  for_each_jsonl_object(path, {}, [&](nlohmann::ordered_json&& j, const std::string& where) {
+    DI_CHECK(j.contains("task") && j["task"].is_string() && j.contains("task_id") && j["task_id"].is_string() &&
+                 j.contains("completion") && j["completion"].is_string(),
              "{}: needs string fields task, task_id and completion", where);
     eval::Sample s;
     s.task = j["task"].get<std::string>();
@@ -160,7 +152,7 @@ std::vector<eval::Sample> read_samples(const std::string& path) {
       s.chat = j["mode"] == "chat";
     }
     samples.push_back(std::move(s));
-  }
+  });
   DI_CHECK(!samples.empty(), "'{}' holds no samples", path);
   return samples;
 }

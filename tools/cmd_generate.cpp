@@ -32,24 +32,18 @@ struct GenerateFlags {
 };
 
 std::vector<GenerateInput> read_jsonl(const std::string& path, const SamplingParams& defaults) {
-  std::ifstream in(path);
-  DI_CHECK(in.good(), "cannot read input file '{}'", path);
+  DI_CHECK(std::ifstream(path).good(), "cannot read input file '{}'", path);
   nlohmann::ordered_json default_fields = nlohmann::ordered_json::object();
   default_fields["temperature"] = defaults.temperature;
   default_fields["max_tokens"] = *defaults.max_tokens;
   if (defaults.seed) default_fields["seed"] = *defaults.seed;
   std::vector<GenerateInput> inputs;
-  std::string line;
-  size_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{}:{}", path, line_no);
-    JsonLimits limits;
-    limits.duplicates = DuplicateKeys::LastWins;
-    // Ordered: a JSON schema's properties keep the order they were written in.
-    inputs.push_back(parse_generate_input(parse_ordered_json(line, where, limits), default_fields, where));
-  }
+  JsonLimits limits;
+  limits.duplicates = DuplicateKeys::LastWins;
+  // Ordered: a JSON schema's properties keep the order they were written in.
+  for_each_jsonl_object(path, limits, [&](nlohmann::ordered_json&& j, const std::string& where) {
+    inputs.push_back(parse_generate_input(j, default_fields, where));
+  });
   return inputs;
 }
 

@@ -1,5 +1,6 @@
 #include "core/json_parse.h"
 
+#include <fstream>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -153,6 +154,22 @@ nlohmann::json parse_json(std::string_view text, std::string_view what, const Js
 
 nlohmann::ordered_json parse_ordered_json(std::string_view text, std::string_view what, const JsonLimits& limits) {
   return parse_bounded<nlohmann::ordered_json>(text, what, limits);
+}
+
+void for_each_jsonl_object(const std::string& path, const JsonLimits& limits,
+                           const std::function<void(nlohmann::ordered_json&& object, const std::string& where)>& fn) {
+  std::ifstream in(path);
+  DI_CHECK(in.good(), "cannot read '{}'", path);
+  std::string line;
+  size_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no);
+    nlohmann::ordered_json j = parse_ordered_json(line, where, limits);
+    DI_CHECK(j.is_object(), "{}: not a JSON object", where);
+    fn(std::move(j), where);
+  }
 }
 
 }  // namespace deepinfer

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -29,6 +30,12 @@ struct JsonLimits {
 // the limit or (with Reject) a key that appears twice in one object.
 nlohmann::json parse_json(std::string_view text, std::string_view what, const JsonLimits& limits = {});
 nlohmann::ordered_json parse_ordered_json(std::string_view text, std::string_view what, const JsonLimits& limits = {});
+
+// Reads a JSON Lines file: calls `fn(object, where)` for each non-blank line,
+// `where` being "path:line" for error messages. Throws Error when the file
+// cannot be read or a line is not a JSON object.
+void for_each_jsonl_object(const std::string& path, const JsonLimits& limits,
+                           const std::function<void(nlohmann::ordered_json&& object, const std::string& where)>& fn);
 
 // Text for an error message, cut to kExcerptBytes: values and keys come from
 // files and clients and may be megabytes long.

@@ -184,18 +184,10 @@ Task load_task(const std::string& name, const std::string& data_dir) {
     fail("unknown evaluation task '{}' (known: humaneval, mbpp, gsm8k)", name);
   }
   const std::string path = (std::filesystem::path(data_dir) / (name + ".jsonl")).string();
-  std::ifstream in(path);
-  DI_CHECK(in.good(), "cannot read {} (run scripts/fetch_eval_data.sh, or set --data-dir)", path);
-  std::string line;
-  size_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{}:{}", path, line_no);
-    nlohmann::ordered_json j = parse_ordered_json(line, where);
-    DI_CHECK(j.is_object(), "{}: not a JSON object", where);
+  DI_CHECK(std::ifstream(path).good(), "cannot read {} (run scripts/fetch_eval_data.sh, or set --data-dir)", path);
+  for_each_jsonl_object(path, {}, [&](nlohmann::ordered_json&& j, const std::string& where) {
     task.problems.push_back(make(j, where));
-  }
+  });
   DI_CHECK(!task.problems.empty(), "{} holds no problems", path);
   return task;
 }
