@@ -3,6 +3,7 @@
 #include <array>
 #include <string>
 
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/quants_internal.h"
 #include "core/error.h"
 
@@ -50,15 +51,46 @@ KernelTable make_portable() {
                      dot_q6_k});
 }
 
-KernelTable make_native() {
 #if defined(DEEPINFER_QUANTS_AVX2)
+IsaKernels avx2_kernels() {
   using namespace avx2;
-  return make_table({quantize_q8_1, quantize_q8_k, dot_f32, dot_f16, dot_bf16, dot_q4_0, dot_q4_1,
-                     dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k,
-                     dot_q6_k});
-#else
-  return make_portable();
+  return {quantize_q8_1, quantize_q8_k, dot_f32, dot_f16, dot_bf16, dot_q4_0, dot_q4_1,
+          dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k, dot_q6_k};
+}
 #endif
+
+#if defined(DEEPINFER_QUANTS_AVX512)
+// AVX-512 + VNNI where it has its own kernel; the rest keep the AVX2 ones
+// (every AVX-512 machine runs them).
+IsaKernels avx512_kernels() {
+  IsaKernels k = avx2_kernels();
+  using namespace avx512;
+  k.quantize_q8_1 = quantize_q8_1;
+  k.quantize_q8_k = quantize_q8_k;
+  k.f32 = dot_f32;
+  k.f16 = dot_f16;
+  k.bf16 = dot_bf16;
+  k.q4_0 = dot_q4_0;
+  k.q4_1 = dot_q4_1;
+  k.q5_0 = dot_q5_0;
+  k.q5_1 = dot_q5_1;
+  k.q8_0 = dot_q8_0;
+  k.q4_k = dot_q4_k;
+  k.q5_k = dot_q5_k;
+  k.q6_k = dot_q6_k;
+  return k;
+}
+#endif
+
+KernelTable make_for(CpuIsa isa) {
+  // AMX serves the GEMM (gemm_amx.cpp); its dot products are AVX-512's.
+#if defined(DEEPINFER_QUANTS_AVX512)
+  if (isa >= CpuIsa::Avx512) return make_table(avx512_kernels());
+#endif
+#if defined(DEEPINFER_QUANTS_AVX2)
+  if (isa >= CpuIsa::Avx2) return make_table(avx2_kernels());
+#endif
+  return make_portable();
 }
 
 const QuantKernels& lookup(const KernelTable& table, DType weight) {
@@ -71,14 +103,16 @@ const QuantKernels& lookup(const KernelTable& table, DType weight) {
 
 }  // namespace
 
-const QuantKernels& quant_kernels(DType weight) {
-  static const KernelTable table = make_native();
-  return lookup(table, weight);
+const QuantKernels& quant_kernels(DType weight) { return quant_kernels_for(weight, active_isa()); }
+
+const QuantKernels& quant_kernels_for(DType weight, CpuIsa isa) {
+  DI_CHECK(isa_available(isa), "CPU kernels for {} requested, but this CPU (or build) supports at most {}",
+           isa_name(isa), isa_name(hardware_isa()));
+  static const std::array<KernelTable, 4> tables = {make_for(CpuIsa::Scalar), make_for(CpuIsa::Avx2),
+                                                    make_for(CpuIsa::Avx512), make_for(CpuIsa::Amx)};
+  return lookup(tables[static_cast<size_t>(isa)], weight);
 }
 
-const QuantKernels& quant_kernels_portable(DType weight) {
-  static const KernelTable table = make_portable();
-  return lookup(table, weight);
-}
+const QuantKernels& quant_kernels_portable(DType weight) { return quant_kernels_for(weight, CpuIsa::Scalar); }
 
 }  // namespace deepinfer::cpu

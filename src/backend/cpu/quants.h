@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "backend/cpu/cpu_isa.h"
 #include "core/dtype.h"
 
 namespace deepinfer::cpu {
@@ -20,9 +21,13 @@ struct QuantKernels {
   float (*dot)(const void* weight_row, const void* act_row, int64_t n) = nullptr;
 };
 
-// Throws deepinfer::Error for dtypes without CPU kernels. Returns the fastest
-// kernels this build has (AVX2/FMA/F16C when compiled for them).
+// Throws deepinfer::Error for dtypes without CPU kernels. Returns the kernels
+// of active_isa() (cpu_isa.h): the widest vector units this CPU has.
 const QuantKernels& quant_kernels(DType weight);
+
+// The kernels of one instruction set; throws deepinfer::Error when this CPU
+// cannot run it. For tests and benchmarks that compare the levels.
+const QuantKernels& quant_kernels_for(DType weight, CpuIsa isa);
 
 // The portable scalar kernels: same dequantisation bit for bit, and the same
 // activation format and dots up to float rounding. For tests and comparison.

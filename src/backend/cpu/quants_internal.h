@@ -214,6 +214,20 @@ inline __m256i dot_i8_i8(__m256i x, __m256i y) {
 }  // namespace avx2
 #endif
 
+// AVX-512 + VNNI kernels (quants_dot_avx512*.cpp). Those files are compiled
+// for the build's baseline and switch their own functions to AVX-512 with
+// `#pragma GCC target`, so that no inline function they share with the rest
+// of the program (the standard library, core/) is emitted with instructions
+// an AVX2-only machine lacks; they run only where cpu_isa.h found AVX-512.
+#if defined(DEEPINFER_QUANTS_AVX2) && defined(__x86_64__) && defined(__GNUC__)
+#define DEEPINFER_QUANTS_AVX512 1
+namespace avx512 {
+DEEPINFER_QUANT_DOTS
+void quantize_q8_1(const float* src, void* dst, int64_t n);
+void quantize_q8_k(const float* src, void* dst, int64_t n);
+}  // namespace avx512
+#endif
+
 #undef DEEPINFER_QUANT_DOTS
 
 }  // namespace deepinfer::cpu::quants

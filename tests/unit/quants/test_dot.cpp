@@ -20,12 +20,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/quants.h"
+#include "core/error.h"
 #include "core/half.h"
 #include "reference_data.h"
 
@@ -151,6 +154,20 @@ void check_dot(const QuantKernels& k, const uint8_t* w_row, int64_t n, const std
       << label << ": dot " << got << " vs f32 activations " << truth;
 }
 
+// Every instruction-set level this machine runs; the others are reported as
+// not tested (a test on a wider machine covers them).
+std::vector<cpu::CpuIsa> levels_here() {
+  std::vector<cpu::CpuIsa> levels;
+  for (cpu::CpuIsa isa : {cpu::CpuIsa::Scalar, cpu::CpuIsa::Avx2, cpu::CpuIsa::Avx512}) {
+    if (cpu::isa_available(isa)) {
+      levels.push_back(isa);
+    } else {
+      std::printf("[  NOTE    ] %s kernels not tested: this CPU lacks them\n", std::string(cpu::isa_name(isa)).c_str());
+    }
+  }
+  return levels;
+}
+
 class Dot : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Dot, MatchesDoubleReferenceWithinBounds) {
@@ -161,11 +178,11 @@ TEST_P(Dot, MatchesDoubleReferenceWithinBounds) {
   std::vector<int64_t> lengths = {block, ref.cols - block, ref.cols, all};
   if (dtype_info(ref.dtype).block_elems == 1) lengths.push_back(ref.cols - 3);  // vector tail
   uint32_t seed = 1;
-  for (const auto& [which, k] : {std::pair{"native", &cpu::quant_kernels(ref.dtype)},
-                                 std::pair{"portable", &cpu::quant_kernels_portable(ref.dtype)}}) {
+  for (cpu::CpuIsa isa : levels_here()) {
+    const QuantKernels* k = &cpu::quant_kernels_for(ref.dtype, isa);
     for (int64_t n : lengths) {
       for (int64_t r = 0; r < ref.rows && r * ref.cols + n <= all; ++r) {
-        const std::string label = std::string(which) + " " + GetParam() + " n=" +
+        const std::string label = std::string(cpu::isa_name(isa)) + " " + GetParam() + " n=" +
                                   std::to_string(n) + " row " + std::to_string(r);
         check_dot(*k, ref.row(r), n, random_activations(n, seed++), label);
       }
@@ -176,25 +193,47 @@ TEST_P(Dot, MatchesDoubleReferenceWithinBounds) {
 TEST_P(Dot, ZeroActivationsGiveZero) {
   const test::QuantReference ref = test::load_quant_reference(GetParam());
   ASSERT_GT(ref.rows, 0);
-  for (const QuantKernels* k : {&cpu::quant_kernels(ref.dtype), &cpu::quant_kernels_portable(ref.dtype)}) {
+  for (cpu::CpuIsa isa : levels_here()) {
+    const QuantKernels* k = &cpu::quant_kernels_for(ref.dtype, isa);
     const std::vector<float> x(static_cast<size_t>(ref.cols), 0.0f);
     const Activations a = pack_activations(*k, x);
     EXPECT_EQ(k->dot(ref.row(0), a.packed.data(), ref.cols), 0.0f);
   }
 }
 
-// Both kernel sets quantise activations the same way, byte for byte.
-TEST_P(Dot, NativeAndPortableQuantiseActivationsIdentically) {
+// Every kernel set quantises activations the same way, byte for byte, so
+// the level a machine picks never changes which integers the dots see.
+TEST_P(Dot, EveryLevelQuantisesActivationsLikeThePortableKernels) {
   const DType w = test::dtype_from_name(GetParam());
-  const QuantKernels& native = cpu::quant_kernels(w);
   const QuantKernels& portable = cpu::quant_kernels_portable(w);
-  ASSERT_EQ(native.act, portable.act);
-  if (native.act == DType::F32) return;
-  const std::vector<float> x = random_activations(1024, 99);
-  std::vector<uint8_t> a(row_bytes(native.act, 1024)), b(a.size());
-  native.quantize_act(x.data(), a.data(), 1024);
-  portable.quantize_act(x.data(), b.data(), 1024);
-  EXPECT_EQ(a, b);
+  for (cpu::CpuIsa isa : levels_here()) {
+    const QuantKernels& k = cpu::quant_kernels_for(w, isa);
+    ASSERT_EQ(k.act, portable.act) << cpu::isa_name(isa);
+    if (k.act == DType::F32) continue;
+    // Activations of every magnitude, ties included (x.5 after scaling).
+    for (uint32_t seed : {99u, 100u, 101u}) {
+      std::vector<float> x = random_activations(1024, seed);
+      x[3] = 0.0f;
+      x[40] = 1e-30f;
+      for (int i = 64; i < 96; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i - 80) * 0.5f;
+      std::vector<uint8_t> a(row_bytes(k.act, 1024), 0xAB), b(a.size(), 0xAB);
+      k.quantize_act(x.data(), a.data(), 1024);
+      portable.quantize_act(x.data(), b.data(), 1024);
+      EXPECT_EQ(a, b) << cpu::isa_name(isa) << " seed " << seed;
+    }
+  }
+}
+
+TEST(CpuIsa, NamesParseBackAndUnknownNamesAreRejected) {
+  for (cpu::CpuIsa isa : {cpu::CpuIsa::Scalar, cpu::CpuIsa::Avx2, cpu::CpuIsa::Avx512, cpu::CpuIsa::Amx}) {
+    EXPECT_EQ(cpu::parse_isa(cpu::isa_name(isa)), isa);
+  }
+  EXPECT_THROW(cpu::parse_isa("avx1024"), Error);
+  EXPECT_THROW(cpu::parse_isa(""), Error);
+  // A level above this machine's is refused rather than run into SIGILL.
+  if (cpu::hardware_isa() != cpu::CpuIsa::Amx) {
+    EXPECT_THROW(cpu::quant_kernels_for(DType::Q4_0, cpu::CpuIsa::Amx), Error);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKernelDTypes, Dot, ::testing::ValuesIn(test::kernel_dtype_names()),
