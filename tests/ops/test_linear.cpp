@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_isa.h"
+#include "backend/cpu/gemm_amx.h"
 #include "op_test_util.h"
 #include "ops/ops.h"
 
@@ -12,10 +14,13 @@ namespace {
 class LinearTest : public BackendTest {};
 DEEPINFER_INSTANTIATE_BACKEND_TESTS(LinearTest);
 
-bool activation_is_quantised(DType weight) {
-  // Decode-shaped products of quantised weights run on activations quantised to
-  // 8 bits; the reference keeps them in f32.
-  return is_quantized(weight);
+// Decode-shaped products of quantised weights run on activations quantised to
+// 8 bits, and on AMX machines so do the prefill-shaped ones (int8 tiles); the
+// reference keeps them in f32.
+bool activation_is_quantised(const Backend& backend, DType weight, int64_t n) {
+  if (!is_quantized(weight)) return false;
+  if (n <= cpu::CpuBackend::kLinearGemvMaxRows) return true;
+  return backend.name() == "cpu" && cpu::active_isa() == cpu::CpuIsa::Amx && cpu::amx::supports(weight);
 }
 
 struct LinearCase {
@@ -57,7 +62,7 @@ void run_linear(Backend& backend, Rng& rng, DType dtype, const LinearCase& c) {
   std::vector<float> actual = download_f32(backend, out);
   // Error bound relative to sum |x_l w_l|: f32 accumulation for float weights,
   // 8-bit activations (relative step 1/127) for quantised weights at decode size.
-  bool act_q = activation_is_quantised(dtype) && c.n <= cpu::CpuBackend::kLinearGemvMaxRows;
+  bool act_q = activation_is_quantised(backend, dtype, c.n);
   double rel = act_q ? 1.0 / 127 : 2e-5;
   for (size_t i = 0; i < actual.size(); ++i) {
     double err = std::abs(actual[i] - expected[i]);
@@ -99,15 +104,48 @@ TEST_P(LinearTest, QuantisedWeights) {
   for (DType dtype : block32) {
     for (const auto& c : std::vector<LinearCase>{{1, 64, 35, false, false}, {2, 96, 70, true, true},
                                                  {4, 32, 16, false, true}, {9, 128, 130, true, true},
-                                                 {33, 64, 40, false, false}}) {
+                                                 {33, 64, 40, false, false}, {70, 96, 50, true, true}}) {
       run_linear(backend(), rng, dtype, c);
     }
   }
   for (DType dtype : block256) {
     for (const auto& c : std::vector<LinearCase>{{1, 256, 35, false, false}, {3, 512, 20, true, true},
                                                  {12, 256, 66, true, false},
-                                                 {20, 256, 33, false, true}}) {
+                                                 {20, 256, 33, false, true}, {49, 512, 17, true, true}}) {
       run_linear(backend(), rng, dtype, c);
+    }
+  }
+}
+
+// On AMX machines prefill-shaped products of the 32-element formats run on
+// the same Q8_1 activations as the row-by-row (decode) kernels, so the two
+// paths agree up to f32 rounding of the block sums: a much tighter check of
+// the tile GEMM than the f32 reference allows.
+TEST(AmxGemm, MatchesRowByRowProductsOfTheSameActivations) {
+  if (cpu::active_isa() != cpu::CpuIsa::Amx) {
+    GTEST_SKIP() << "this CPU runs " << cpu::isa_name(cpu::active_isa()) << " kernels, not AMX";
+  }
+  cpu::CpuBackend backend;
+  Rng rng(5);
+  const int64_t n = 37, k = 160, m = 45;
+  for (DType dtype : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    HostWeights w = random_weights(rng, dtype, m, k);
+    DeviceTensor dw = upload(backend, dtype, {m, k}, w.bytes.data());
+    std::vector<float> x = rng.floats(static_cast<size_t>(n * k));
+    DeviceTensor dx = upload_f32(backend, {n, k}, x);
+    DeviceTensor all = zeros(backend, DType::F32, {n, m});
+    ops::linear(backend, dx.t, dw.t, Tensor(), all.t);
+    const std::vector<float> tiled = download_f32(backend, all.t);
+    for (int64_t i = 0; i < n; ++i) {
+      DeviceTensor one = zeros(backend, DType::F32, {1, m});
+      ops::linear(backend, dx.t.slice_rows(i, 1), dw.t, Tensor(), one.t);
+      const std::vector<float> row = download_f32(backend, one.t);
+      for (int64_t j = 0; j < m; ++j) {
+        double mag = 0.0;
+        for (int64_t l = 0; l < k; ++l) mag += std::abs(x[i * k + l] * w.values[j * k + l]);
+        ASSERT_NEAR(tiled[i * m + j], row[j], 1e-5 * mag + 1e-6) << "row " << i << " column " << j;
+      }
     }
   }
 }

@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_sampling.h"
 #include "backend/cpu/rows.h"
 #include "backend/cpu/weight_kernels.h"
 #include "core/error.h"
+#include "core/logging.h"
 
 namespace deepinfer::cpu {
 
@@ -37,9 +39,11 @@ void ScratchBuffer::grow(size_t bytes) {
 }
 
 CpuBackend::CpuBackend(const BackendOptions& options)
-    : batch_invariant_(options.batch_invariant), pool_(options.num_threads) {
+    : batch_invariant_(options.batch_invariant), use_amx_(active_isa() == CpuIsa::Amx), pool_(options.num_threads) {
   // Parallelism comes from our own pool; BLAS runs single-threaded inside it.
   openblas_set_num_threads(1);
+  log_info("cpu: {} kernels (this CPU supports {}), {} threads", isa_name(active_isa()), isa_name(hardware_isa()),
+           pool_.num_threads());
   thread_scratch_.resize(static_cast<size_t>(pool_.num_threads()));
 }
 

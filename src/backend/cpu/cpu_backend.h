@@ -97,6 +97,7 @@ class CpuBackend final : public Backend {
   void linear_gemv(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out);
   void linear_gemm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out);
 
+  bool use_amx_ = false;  // active_isa() is AMX: prefill GEMMs on quantised weights use its tiles
   ThreadPool pool_;
   std::vector<ScratchBuffer> thread_scratch_;  // one per pool thread
   ScratchBuffer act_scratch_;                  // activations converted for `dot`, shared

@@ -29,13 +29,6 @@ void normalize_row(const float* x, const float* w, float eps, float offset, floa
   for (; i < n; ++i) out[i] = x[i] * inv * (w[i] + offset);
 }
 
-inline float silu(float g) { return g / (1.0f + std::exp(-g)); }
-
-inline float gelu_tanh(float g) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  return 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
-}
-
 // gpt-oss's expert activation, in transformers' order of operations.
 inline float clamped_swiglu(float gate, float up) {
   const float g = std::min(gate, kClampedSwigluLimit);
@@ -78,11 +71,11 @@ void CpuBackend::gated_activation(const Tensor& gate, const Tensor& up, Activati
       const float* u = ur.row(r);
       float* o = orow.row(r);
       if (act == Activation::Silu) {
-        for (int64_t i = 0; i < n; ++i) o[i] = silu(g[i]) * u[i];
+        vec::silu_mul(o, g, u, n);
       } else if (act == Activation::ClampedSwiglu) {
         for (int64_t i = 0; i < n; ++i) o[i] = clamped_swiglu(g[i], u[i]);
       } else {
-        for (int64_t i = 0; i < n; ++i) o[i] = gelu_tanh(g[i]) * u[i];
+        vec::gelu_tanh_mul(o, g, u, n);
       }
     }
   }, std::max<int64_t>(1, row_grain(n) / 8));

@@ -6,15 +6,18 @@
 //    weight rows and call `dot`, so the weights are read exactly once in their
 //    compact form: decode is bound by weight bandwidth.
 //    With batch invariance on, every batch takes this path.
-//  - gemm (prefill): threads take tiles of weight rows, dequantise a tile into
-//    per-thread f32 scratch and multiply it with all of x through OpenBLAS
-//    sgemm; f32 weights go to sgemm directly. The dequantisation is amortised
-//    over the n rows and sgemm supplies the compute efficiency.
+//  - gemm (prefill): on CPUs with AMX, block-quantised weights go to the int8
+//    tile GEMM (gemm_amx.h). Elsewhere threads take tiles of weight rows,
+//    dequantise a tile into per-thread f32 scratch and multiply it with all of
+//    x through OpenBLAS sgemm; f32 weights go to sgemm directly. The
+//    dequantisation is amortised over the n rows and sgemm supplies the
+//    compute efficiency.
 #include <cblas.h>
 
 #include <algorithm>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/gemm_amx.h"
 #include "backend/cpu/weight_kernels.h"
 
 namespace deepinfer::cpu {
@@ -38,6 +41,8 @@ void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bia
   if (x.size(0) == 0 || weight.size(0) == 0) return;
   if (batch_invariant_ || x.size(0) <= kLinearGemvMaxRows) {
     linear_gemv(x, weight, bias, out);
+  } else if (use_amx_ && amx::supports(weight.dtype())) {
+    amx::linear(pool_, act_scratch_, thread_scratch_, x, weight, bias, out);
   } else {
     linear_gemm(x, weight, bias, out);
   }

@@ -2,6 +2,7 @@
 // targets it, scalar otherwise. n is any non-negative length.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/half.h"
@@ -207,6 +208,92 @@ inline float sum_squares(const float* x, int64_t n) {
 #endif
   for (; i < n; ++i) sum += x[i] * x[i];
   return sum;
+}
+
+#if DEEPINFER_CPU_AVX2
+// e^x for every lane, within 2 ulp of expf on [-87.3, 88.7]; below that it
+// returns 0 (where expf goes subnormal), above it saturates at e^88.7. Range
+// reduction x = k ln2 + r with |r| <= ln2/2 (ln2 split in two so that k ln2
+// is exact), a degree-6 polynomial for e^r, and 2^k put into the exponent.
+inline __m256 exp(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.7f), lo = _mm256_set1_ps(-87.3f);
+  const __m256 too_small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  // 2^k: k in [-126, 128] here; 2^128 is split as 2^127 * 2 to stay finite.
+  const __m256i ki = _mm256_cvtps_epi32(k);
+  const __m256i half = _mm256_srai_epi32(ki, 1);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, _mm256_set1_epi32(127)), 23));
+  const __m256 s2 = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ki, half), _mm256_set1_epi32(127)), 23));
+  return _mm256_andnot_ps(too_small, _mm256_mul_ps(_mm256_mul_ps(p, s1), s2));
+}
+#endif
+
+// Applies f (a function of __m256 on AVX2 builds, of float otherwise) to n
+// floats. The tail goes through the vector code too, padded, so that every
+// element gets the same arithmetic wherever it sits in a row.
+template <typename VectorFn, typename ScalarFn>
+inline void map(float* out, const float* a, const float* b, int64_t n, VectorFn vf, ScalarFn sf) {
+#if DEEPINFER_CPU_AVX2
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, vf(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  if (i < n) {
+    alignas(32) float ta[8] = {}, tb[8] = {}, to[8];
+    for (int64_t j = i; j < n; ++j) ta[j - i] = a[j], tb[j - i] = b[j];
+    _mm256_store_ps(to, vf(_mm256_load_ps(ta), _mm256_load_ps(tb)));
+    for (int64_t j = i; j < n; ++j) out[j] = to[j - i];
+  }
+#else
+  for (int64_t i = 0; i < n; ++i) out[i] = sf(a[i], b[i]);
+#endif
+}
+
+// out = silu(g) * u = g / (1 + e^-g) * u
+inline void silu_mul(float* out, const float* g, const float* u, int64_t n) {
+  map(out, g, u, n,
+#if DEEPINFER_CPU_AVX2
+      [](__m256 vg, __m256 vu) {
+        const __m256 one = _mm256_set1_ps(1.0f);
+        const __m256 e = exp(_mm256_sub_ps(_mm256_setzero_ps(), vg));
+        return _mm256_mul_ps(_mm256_div_ps(vg, _mm256_add_ps(one, e)), vu);
+      },
+#else
+      nullptr,
+#endif
+      [](float vg, float vu) { return vg / (1.0f + std::exp(-vg)) * vu; });
+}
+
+// out = gelu_tanh(g) * u. 0.5 g (1 + tanh z) equals g / (1 + e^(-2z)), one
+// exponential instead of a tanh; z = sqrt(2/pi) (g + 0.044715 g^3).
+inline void gelu_tanh_mul(float* out, const float* g, const float* u, int64_t n) {
+  constexpr float kTwoSqrt2OverPi = 2.0f * 0.7978845608028654f;
+  map(out, g, u, n,
+#if DEEPINFER_CPU_AVX2
+      [](__m256 vg, __m256 vu) {
+        const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(vg, vg), vg);
+        const __m256 z2 = _mm256_mul_ps(_mm256_set1_ps(kTwoSqrt2OverPi),
+                                        _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, vg));
+        const __m256 e = exp(_mm256_sub_ps(_mm256_setzero_ps(), z2));
+        return _mm256_mul_ps(_mm256_div_ps(vg, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), vu);
+      },
+#else
+      nullptr,
+#endif
+      [](float vg, float vu) {
+        const float z2 = kTwoSqrt2OverPi * (vg + 0.044715f * vg * vg * vg);
+        return vg / (1.0f + std::exp(-z2)) * vu;
+      });
 }
 
 }  // namespace deepinfer::cpu::vec
