@@ -240,10 +240,7 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
             sum *= rescale;
             max = block_max;
           }
-          for (int64_t o = lo; o <= hi; ++o) {
-            scores[o] = std::exp(scores[o] - max);
-            sum += scores[o];
-          }
+          sum += vec::exp_shifted_sum(scores + lo, max, hi - lo + 1);
           if (cache.v.dtype() == DType::F32) {
             vec::accumulate_strided(acc, scores + lo, at(cache.v, pages[p], lo, kvh),
                                     cache.v.stride_bytes(1) / 4, hi - lo + 1, v_dim);

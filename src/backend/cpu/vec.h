@@ -259,6 +259,26 @@ inline void map(float* out, const float* a, const float* b, int64_t n, VectorFn 
 #endif
 }
 
+// x[i] = e^(x[i] - max) for i < n; returns their sum, added in index order.
+inline float exp_shifted_sum(float* x, float max, int64_t n) {
+  int64_t i = 0;
+#if DEEPINFER_CPU_AVX2
+  const __m256 vmax = _mm256_set1_ps(max);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax)));
+  if (i < n) {
+    alignas(32) float t[8] = {};
+    for (int64_t j = i; j < n; ++j) t[j - i] = x[j];
+    _mm256_store_ps(t, exp(_mm256_sub_ps(_mm256_load_ps(t), vmax)));
+    for (int64_t j = i; j < n; ++j) x[j] = t[j - i];
+  }
+#else
+  for (; i < n; ++i) x[i] = std::exp(x[i] - max);
+#endif
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) sum += x[j];
+  return sum;
+}
+
 // out = silu(g) * u = g / (1 + e^-g) * u
 inline void silu_mul(float* out, const float* g, const float* u, int64_t n) {
   map(out, g, u, n,
