@@ -15,13 +15,24 @@
 #
 # Idempotent: does nothing when the requested version is installed and passes
 # the smoke test.
-# Usage: scripts/install_llamacpp.sh [version]   (env: LCPP_SDIST=/path/to.tar.gz)
+#
+# LCPP_ISA=avx2 LCPP_TARGET=DIR builds a second copy limited to AVX2/FMA/F16C
+# into DIR (pip --target; use it with PYTHONPATH=DIR): the peer an AVX2-only
+# server would run, for comparisons on a machine that has more.
+# Usage: scripts/install_llamacpp.sh [version]   (env: LCPP_SDIST=/path/to.tar.gz, LCPP_ISA, LCPP_TARGET)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 version="${1:-0.3.36}"
 python="${PYTHON:-python3}"
 model="models/SmolLM2-135M-Instruct.Q4_1.gguf"
+isa_level="${LCPP_ISA:-native}"
+target="${LCPP_TARGET:-}"
+if [[ -n "$target" ]]; then
+    mkdir -p "$target"
+    target=$(cd "$target" && pwd)
+    export PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}"
+fi
 
 has_flag() { grep -qw "$1" /proc/cpuinfo; }
 
@@ -73,6 +84,13 @@ print("llama.cpp smoke test:", repr(out["choices"][0]["text"]))
 PY
 }
 
+# AVX2, FMA, F16C and BMI2 only: what an AVX2-only machine runs.
+avx2_only() {
+    echo "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+ -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF \
+ -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+}
+
 build() {  # build ISA_ARGS
     # Building from source on a shared 2-core box: no networking, no
     # multimodal library, server or examples, two compile jobs.
@@ -87,14 +105,24 @@ build() {  # build ISA_ARGS
         [[ -f "$cached" ]] && sdist="$cached"
     fi
     "$python" -m pip install --upgrade --quiet scikit-build-core cmake ninja numpy
+    local where=()
+    [[ -n "$target" ]] && where=(--target "$target" --upgrade)
     "$python" -m pip install --force-reinstall --no-deps --no-binary llama-cpp-python --no-cache-dir --quiet \
-        "${sdist:-llama-cpp-python==$version}"
+        "${where[@]}" "${sdist:-llama-cpp-python==$version}"
 }
 
-if smoke_test; then
+# (With LCPP_TARGET only a copy inside the target counts, not the system one.)
+if [[ -z "$target" || -d "$target/llama_cpp" ]] && smoke_test; then
     echo "llama-cpp-python $version already installed and working"
     exit 0
 fi
+if [[ "$isa_level" == avx2 ]]; then
+    build "$(avx2_only)"
+    smoke_test || { echo "install_llamacpp.sh: the AVX2 build does not run here" >&2; exit 1; }
+    "$python" -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__, 'installed:', llama_cpp.llama_print_system_info().decode())"
+    exit 0
+fi
+[[ "$isa_level" == native ]] || { echo "install_llamacpp.sh: LCPP_ISA must be native or avx2" >&2; exit 1; }
 isa="-DGGML_NATIVE=ON"
 if has_flag amx_tile && ! probe_amx; then
     echo "install_llamacpp.sh: the CPU lists AMX but a tile instruction does not run here"
