@@ -32,9 +32,9 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("--kv-cache-memory", c.kv_cache_memory_bytes, "KV cache size in bytes")
       ->check(CLI::Range(int64_t{1} << 16, int64_t{1} << 42));
   app.add_option("--kv-cache-dtype", c.kv_cache_dtype,
-                 "KV cache element type: auto (the activations' type) or fp8 / fp8_e4m3 (half the memory and "
-                 "attention reads of bf16; values rounded to e4m3, scale 1)")
-      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}));
+                 "KV cache element type: auto (f16 on the CPU, bf16 on GPUs), f32 or f16 (CPU), bf16 (GPU), or "
+                 "fp8 / fp8_e4m3 (half the memory and attention reads of 16-bit; values rounded to e4m3, scale 1)")
+      ->check(CLI::IsMember({"auto", "f32", "float32", "f16", "float16", "bf16", "bfloat16", "fp8", "fp8_e4m3"}));
   app.add_flag("--no-enable-prefix-caching", f.no_prefix_caching, "disable prefix caching");
   app.add_option("--cost-model", f.cost_model_path, "chunked-prefill cost model (JSON from `deepinfer bench`)");
   app.add_option("--step-time-budget", c.step_time_budget_s, "seconds per step for the cost model")

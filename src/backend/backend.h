@@ -206,9 +206,14 @@ class Backend {
 
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
-  // Element type of activations and of the KV cache on this backend (f32 on
-  // the CPU, bf16 on GPUs). Logits are always f32.
+  // Element type of activations on this backend (f32 on the CPU, bf16 on
+  // GPUs). Logits are always f32.
   virtual DType activation_dtype() const { return DType::F32; }
+  // The KV cache's element type with --kv-cache-dtype auto, and the types a
+  // cache may hold here (converted on store and load when they differ from
+  // the activations'). Every backend takes FP8 e4m3.
+  virtual DType default_kv_dtype() const { return activation_dtype(); }
+  virtual bool supports_kv_dtype(DType t) const { return t == activation_dtype() || t == DType::F8E4M3; }
 
   // --- What shapes how a model stores its weights (asked instead of the
   // device type).

@@ -68,12 +68,30 @@ int64_t plan_device_kv_blocks(const EngineConfig& config, Backend& backend, Load
   return std::min<int64_t>(blocks, (int64_t{1} << 30) - 2);
 }
 
+DType kv_cache_dtype_for(const std::string& flag, const Backend& backend) {
+  DType t = DType::F32;
+  if (flag == "auto") {
+    t = backend.default_kv_dtype();
+  } else if (flag == "fp8" || flag == "fp8_e4m3") {
+    t = DType::F8E4M3;
+  } else if (flag == "f16" || flag == "float16") {
+    t = DType::F16;
+  } else if (flag == "bf16" || flag == "bfloat16") {
+    t = DType::BF16;
+  } else if (flag == "f32" || flag == "float32") {
+    t = DType::F32;
+  } else {
+    throw Error("--kv-cache-dtype must be auto, f32, f16, bf16, fp8 or fp8_e4m3, got '" + flag + "'");
+  }
+  DI_CHECK(backend.supports_kv_dtype(t), "--kv-cache-dtype {}: the {} backend cannot keep its KV cache in {}", flag,
+           backend.name(), dtype_name(t));
+  return t;
+}
+
 void build_kv_cache(EngineParts& p) {
   const EngineConfig& config = p.config;
   const ModelConfig& mc = p.model->config();
-  DI_CHECK(config.kv_cache_dtype == "auto" || config.kv_cache_dtype == "fp8" || config.kv_cache_dtype == "fp8_e4m3",
-           "--kv-cache-dtype must be auto, fp8 or fp8_e4m3, got '{}'", config.kv_cache_dtype);
-  const DType kv_dtype = config.kv_cache_dtype == "auto" ? p.backend->activation_dtype() : DType::F8E4M3;
+  const DType kv_dtype = kv_cache_dtype_for(config.kv_cache_dtype, *p.backend);
   const KvCacheSpec spec = p.model->model().kv_spec(config.block_size, kv_dtype);
   KvLayout layout = KvLayout::from_windows(mc.layer_window);
   const size_t block_bytes = spec.bytes_per_block(layout.slots_per_block);

@@ -30,9 +30,10 @@ struct EngineConfig {
   int32_t block_size = 16;          // --block-size (tokens per KV page)
   int64_t kv_cache_tokens = 0;      // 0 = sized from kv_cache_memory_bytes
   int64_t kv_cache_memory_bytes = 512ll << 20;  // --kv-cache-memory on the CPU
-  // --kv-cache-dtype: the activations' type ("auto") or "fp8" (= "fp8_e4m3"):
-  // K and V are rounded to e4m3 when stored (scale 1, saturating at +-448),
-  // which halves the cache's memory and the bytes decode attention reads.
+  // --kv-cache-dtype: "auto" (the backend's default: f16 on the CPU, bf16 on
+  // GPUs), "f32"/"f16" (CPU), "bf16" (GPU), or "fp8" (= "fp8_e4m3"): K and V
+  // are rounded to e4m3 when stored (scale 1, saturating at +-448), which
+  // halves the cache's memory and the bytes decode attention reads.
   std::string kv_cache_dtype = "auto";
   bool enable_prefix_caching = true;  // --enable-prefix-caching / --no-enable-prefix-caching
   std::optional<StepCostModel> cost_model;  // from `deepinfer bench --fit-cost-model`

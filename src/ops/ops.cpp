@@ -246,10 +246,13 @@ void check_cache(const char* op, const KvCacheLayer& cache, const Backend& backe
   DI_CHECK(cache.k.size(1) > 0, "{}: cache {} has an empty page size", op, cache.k.describe());
 }
 
-// The cache holds the activations' type, or FP8 e4m3 (converted on store and load).
-void check_cache_dtype(const char* op, const char* name, const Tensor& x, const KvCacheLayer& cache) {
-  DI_CHECK(cache.k.dtype() == x.dtype() || cache.k.dtype() == DType::F8E4M3,
-           "{}: cache {} must hold {}'s type ({}) or f8_e4m3", op, cache.k.describe(), name, dtype_name(x.dtype()));
+// The cache holds the activations' type, or a type the backend converts to
+// on store and from on load (FP8 e4m3 everywhere, f16 on the CPU).
+void check_cache_dtype(const char* op, const char* name, const Tensor& x, const KvCacheLayer& cache,
+                       const Backend& backend) {
+  DI_CHECK(cache.k.dtype() == x.dtype() || backend.supports_kv_dtype(cache.k.dtype()),
+           "{}: cache {} must hold {}'s type ({}) or a KV type the {} backend converts to", op, cache.k.describe(),
+           name, dtype_name(x.dtype()), backend.name());
 }
 
 }  // namespace
@@ -265,7 +268,7 @@ void check_store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping
   check_rank(op, "v", v, 3);
   check_same_dtype(op, "k", k, "v", v);
   check_cache(op, cache, backend);
-  check_cache_dtype(op, "k", k, cache);
+  check_cache_dtype(op, "k", k, cache, backend);
   DI_CHECK(k.size(1) == cache.k.size(2) && k.size(2) == cache.k.size(3),
            "{}: k {} does not match cache {} in heads or head size", op, k.describe(), cache.k.describe());
   DI_CHECK(v.size(0) == k.size(0) && v.size(1) == cache.v.size(2) && v.size(2) == cache.v.size(3),
@@ -340,7 +343,7 @@ void attention(Backend& backend, const Tensor& q, const KvCacheLayer& cache,
   check_rank(op, "out", out, 3);
   check_same_dtype(op, "q", q, "out", out);
   check_cache(op, cache, backend);
-  check_cache_dtype(op, "q", q, cache);
+  check_cache_dtype(op, "q", q, cache, backend);
   DI_CHECK(out.size(0) == q.size(0) && out.size(1) == q.size(1) && out.size(2) == cache.v.size(3),
            "{}: out {} must be [{}, {}, {}] (q tokens and heads, cache.v {} head size)", op, out.describe(),
            q.size(0), q.size(1), cache.v.size(3), cache.v.describe());

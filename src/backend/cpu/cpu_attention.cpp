@@ -45,17 +45,23 @@ void rotate_heads(const Tensor& x, int64_t token, const float* cos, const float*
   }
 }
 
-// The CPU cache holds f32, or FP8 e4m3 that store_kv rounds to and
-// attention decodes row by row (exactly, so an f32 cache holding the same
-// rounded values gives bit-identical attention).
+// The CPU cache holds f32, f16 (the default: attention reads it directly,
+// converting in registers), or FP8 e4m3 that attention decodes row by row.
+// store_kv rounds to the cache's type, and decoding is exact, so an f32 cache
+// holding the same rounded values gives bit-identical attention.
 void check_cpu_cache(const KvCacheLayer& cache) {
-  DI_CHECK((cache.k.dtype() == DType::F32 || cache.k.dtype() == DType::F8E4M3) && cache.v.dtype() == cache.k.dtype(),
-           "CPU backend: KV cache must be f32 or f8_e4m3, got {}", cache.k.describe());
+  const DType t = cache.k.dtype();
+  DI_CHECK((t == DType::F32 || t == DType::F16 || t == DType::F8E4M3) && cache.v.dtype() == t,
+           "CPU backend: KV cache must be f32, f16 or f8_e4m3, got {}", cache.k.describe());
 }
 
 // Row `head` of slot (page, offset) as f32: the cache itself, or `scratch` holding the decoded row.
 const float* cache_row(const Tensor& c, int64_t page, int64_t offset, int64_t head, int64_t dim, float* scratch) {
   if (c.dtype() == DType::F32) return at(c, page, offset, head);
+  if (c.dtype() == DType::F16) {
+    vec::f16_to_f32_row(at<const uint16_t>(c, page, offset, head), scratch, dim);
+    return scratch;
+  }
   const auto* bytes = at<const uint8_t>(c, page, offset, head);
   const auto& table = f8e4m3_table();
   for (int64_t d = 0; d < dim; ++d) scratch[d] = table[bytes[d]];
@@ -106,14 +112,16 @@ void CpuBackend::store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_m
     DI_CHECK(slots[i] < capacity, "store_kv: slot {} out of range for a cache of {} slots", slots[i], capacity);
   }
   const int64_t v_dim = v.size(2);
-  const bool fp8 = cache.k.dtype() == DType::F8E4M3;
-  auto put = [fp8](const Tensor& c, int64_t page, int64_t offset, int64_t h, const float* src, int64_t dim) {
-    if (!fp8) {
+  const DType t = cache.k.dtype();
+  auto put = [t](const Tensor& c, int64_t page, int64_t offset, int64_t h, const float* src, int64_t dim) {
+    if (t == DType::F32) {
       std::memcpy(at(c, page, offset, h), src, static_cast<size_t>(dim) * sizeof(float));
-      return;
+    } else if (t == DType::F16) {
+      vec::f32_to_f16_row(src, at<uint16_t>(c, page, offset, h), dim);
+    } else {
+      auto* dst = at<uint8_t>(c, page, offset, h);
+      for (int64_t d = 0; d < dim; ++d) dst[d] = f32_to_f8e4m3(src[d]);
     }
-    auto* dst = at<uint8_t>(c, page, offset, h);
-    for (int64_t d = 0; d < dim; ++d) dst[d] = f32_to_f8e4m3(src[d]);
   };
   // A latent cache's V is a view of K: writing K stores both.
   const bool v_in_k = cache.v.data() == cache.k.data();
@@ -223,6 +231,9 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
             // The page's keys sit at a fixed stride: their logits in one pass.
             vec::dot_strided(qv, at(cache.k, pages[p], lo, kvh), cache.k.stride_bytes(1) / 4, hi - lo + 1,
                              head_dim, scores + lo);
+          } else if (cache.k.dtype() == DType::F16) {
+            vec::dot_strided(qv, at<const uint16_t>(cache.k, pages[p], lo, kvh), cache.k.stride_bytes(1) / 2,
+                             hi - lo + 1, head_dim, scores + lo);
           } else {
             for (int64_t o = lo; o <= hi; ++o) {
               scores[o] = vec::dot(qv, cache_row(cache.k, pages[p], o, kvh, head_dim, k_row), head_dim);
@@ -244,6 +255,9 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
           if (cache.v.dtype() == DType::F32) {
             vec::accumulate_strided(acc, scores + lo, at(cache.v, pages[p], lo, kvh),
                                     cache.v.stride_bytes(1) / 4, hi - lo + 1, v_dim);
+          } else if (cache.v.dtype() == DType::F16) {
+            vec::accumulate_strided(acc, scores + lo, at<const uint16_t>(cache.v, pages[p], lo, kvh),
+                                    cache.v.stride_bytes(1) / 2, hi - lo + 1, v_dim);
           } else {
             for (int64_t o = lo; o <= hi; ++o) {
               vec::axpy(acc, scores[o], cache_row(cache.v, pages[p], o, kvh, v_dim, v_row), v_dim);

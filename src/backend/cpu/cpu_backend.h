@@ -48,6 +48,11 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::cpu(); }
   std::string name() const override { return "cpu"; }
   bool reads_host_weights() const override { return true; }
+  // f16 by default: half the bytes decode attention reads, as llama.cpp keeps it.
+  DType default_kv_dtype() const override { return DType::F16; }
+  bool supports_kv_dtype(DType t) const override {
+    return t == DType::F32 || t == DType::F16 || t == DType::F8E4M3;
+  }
   int num_threads() const { return pool_.num_threads(); }
 
   void* allocate(size_t bytes) override;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/half.h"
 
@@ -96,22 +97,33 @@ inline void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 
+// Loads of 8 cache elements as f32: f32 itself, or f16 (IEEE half, as the
+// CPU KV cache holds it) widened exactly.
+#if DEEPINFER_CPU_AVX2
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) { return load_f16(p); }
+#endif
+inline float load1(const float* p) { return *p; }
+inline float load1(const uint16_t* p) { return f16_to_f32(*p); }
+
 // out[j] = dot(q, k + j * stride) for j < count: the attention logits of a
-// run of keys. Eight keys at a time keep eight accumulators and reduce them
-// together (a transposing tree of hadds), instead of one horizontal sum per key.
-inline void dot_strided(const float* q, const float* k, int64_t stride, int64_t count, int64_t n, float* out) {
+// run of keys (f32 or f16). Eight keys at a time keep eight accumulators and
+// reduce them together (a transposing tree of hadds), instead of one
+// horizontal sum per key.
+template <typename T>
+inline void dot_strided(const float* q, const T* k, int64_t stride, int64_t count, int64_t n, float* out) {
   int64_t j = 0;
 #if DEEPINFER_CPU_AVX2
   if (n % 8 == 0) {
     for (; j + 8 <= count; j += 8) {
-      const float* kj = k + j * stride;
+      const T* kj = k + j * stride;
       __m256 acc[8];
 #pragma GCC unroll 8
       for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
       for (int64_t i = 0; i < n; i += 8) {
         const __m256 qv = _mm256_loadu_ps(q + i);
 #pragma GCC unroll 8
-        for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kj + r * stride + i), acc[r]);
+        for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(qv, load8(kj + r * stride + i), acc[r]);
       }
       const __m256 h01 = _mm256_hadd_ps(acc[0], acc[1]), h23 = _mm256_hadd_ps(acc[2], acc[3]);
       const __m256 h45 = _mm256_hadd_ps(acc[4], acc[5]), h67 = _mm256_hadd_ps(acc[6], acc[7]);
@@ -122,14 +134,22 @@ inline void dot_strided(const float* q, const float* k, int64_t stride, int64_t 
     }
   }
 #endif
-  for (; j < count; ++j) out[j] = dot(q, k + j * stride, n);
+  for (; j < count; ++j) {
+    const T* kj = k + j * stride;
+    if constexpr (std::is_same_v<T, float>) {
+      out[j] = dot(q, kj, n);
+    } else {
+      out[j] = dot_f16(kj, q, n);
+    }
+  }
 }
 
-// acc[i] += sum_j w[j] * v[j * stride + i] for i < n, j < count, adding the
-// terms in order of j as count axpy calls would, but with 64 accumulators at
-// a time held in registers across the rows instead of stored after each.
-inline void accumulate_strided(float* acc, const float* w, const float* v, int64_t stride, int64_t count,
-                               int64_t n) {
+// acc[i] += sum_j w[j] * v[j * stride + i] for i < n, j < count (v f32 or
+// f16), adding the terms in order of j as count axpy calls would, but with 64
+// accumulators at a time held in registers across the rows instead of stored
+// after each.
+template <typename T>
+inline void accumulate_strided(float* acc, const float* w, const T* v, int64_t stride, int64_t count, int64_t n) {
   int64_t i = 0;
 #if DEEPINFER_CPU_AVX2
   for (; i + 64 <= n; i += 64) {
@@ -138,22 +158,34 @@ inline void accumulate_strided(float* acc, const float* w, const float* v, int64
     for (int r = 0; r < 8; ++r) a[r] = _mm256_loadu_ps(acc + i + 8 * r);
     for (int64_t j = 0; j < count; ++j) {
       const __m256 wj = _mm256_set1_ps(w[j]);
-      const float* vj = v + j * stride + i;
+      const T* vj = v + j * stride + i;
 #pragma GCC unroll 8
-      for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(wj, _mm256_loadu_ps(vj + 8 * r), a[r]);
+      for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(wj, load8(vj + 8 * r), a[r]);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < 8; ++r) _mm256_storeu_ps(acc + i + 8 * r, a[r]);
   }
   for (; i + 8 <= n; i += 8) {
     __m256 a = _mm256_loadu_ps(acc + i);
-    for (int64_t j = 0; j < count; ++j) a = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_loadu_ps(v + j * stride + i), a);
+    for (int64_t j = 0; j < count; ++j) a = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), load8(v + j * stride + i), a);
     _mm256_storeu_ps(acc + i, a);
   }
 #endif
   for (; i < n; ++i) {
-    for (int64_t j = 0; j < count; ++j) acc[i] += w[j] * v[j * stride + i];
+    for (int64_t j = 0; j < count; ++j) acc[i] += w[j] * load1(v + j * stride + i);
   }
+}
+
+// f32 -> f16 (round to nearest even, as f32_to_f16).
+inline void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+#if DEEPINFER_CPU_AVX2
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
 
 // y[i] = y[i] * s + a * x[i]
