@@ -50,11 +50,31 @@ inline __m512i nibble_pair(const uint8_t* a, const uint8_t* b) {
   return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
 }
 
+// The same without the shift: the high nibbles stay in bits 4..7 (16 times
+// their value; the caller scales those lanes by 1/16, exactly).
+inline __m512i nibble_pair_x16(const uint8_t* a, const uint8_t* b) {
+  __m512i v = _mm512_broadcast_i32x4(load128(a));
+  v = _mm512_mask_broadcast_i32x4(v, 0xFF00, load128(b));
+  const int64_t lo = 0x0F0F0F0F0F0F0F0F, hi = static_cast<int64_t>(0xF0F0F0F0F0F0F0F0u);
+  return _mm512_and_si512(v, _mm512_setr_epi64(lo, lo, hi, hi, lo, lo, hi, hi));
+}
+
 // Fifth bits of two Q5 blocks (bit i of each little-endian qh is element i)
 // added to nibble_pair's bytes.
 inline __m512i add_high_pair(__m512i q, const uint8_t* qh_a, const uint8_t* qh_b) {
   const __mmask64 bits = static_cast<__mmask64>(load_u32(qh_a)) | (static_cast<__mmask64>(load_u32(qh_b)) << 32);
   return _mm512_mask_add_epi8(q, bits, q, _mm512_set1_epi8(0x10));
+}
+
+// Software prefetch (into L2) of the weight stream a fixed distance ahead of
+// [p, p + bytes): the hardware prefetchers alone leave a single core well below
+// its streaming-read bandwidth. Past the row's end it reaches into the next
+// row, which a matrix-vector product reads next (prefetches never fault).
+constexpr size_t kPrefetchBytes = 2048;
+
+inline void prefetch_ahead(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p) + kPrefetchBytes;
+  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T1);
 }
 
 // Which weight format a group kernel handles.
@@ -65,36 +85,42 @@ struct Format;
 template <>
 struct Format<Kind::Q4_0> {
   using Block = BlockQ4_0;
+  static constexpr bool kSixteenths = true;
   static constexpr int kOffset = 8;
   static constexpr bool kMin = false;
 };
 template <>
 struct Format<Kind::Q4_1> {
   using Block = BlockQ4_1;
+  static constexpr bool kSixteenths = true;
   static constexpr int kOffset = 0;
   static constexpr bool kMin = true;
 };
 template <>
 struct Format<Kind::Q5_0> {
   using Block = BlockQ5_0;
+  static constexpr bool kSixteenths = false;
   static constexpr int kOffset = 16;
   static constexpr bool kMin = false;
 };
 template <>
 struct Format<Kind::Q5_1> {
   using Block = BlockQ5_1;
+  static constexpr bool kSixteenths = false;
   static constexpr int kOffset = 0;
   static constexpr bool kMin = true;
 };
 template <>
 struct Format<Kind::Q8_0> {
   using Block = BlockQ8_0;
+  static constexpr bool kSixteenths = false;
   static constexpr int kOffset = 0;
   static constexpr bool kMin = false;
 };
 
 // sum over the 32 elements of blocks a and b of weight quant times activation,
-// per 4 elements: int32 lanes 0..7 for a, 8..15 for b.
+// per 4 elements: int32 lanes 0..7 for a, 8..15 for b (for kSixteenths
+// formats lanes 4..7 and 12..15 hold 16 times their sum).
 template <Kind K>
 inline __m512i pair_dot(const typename Format<K>::Block& wa, const typename Format<K>::Block& wb,
                         const BlockQ8_1& xa, const BlockQ8_1& xb) {
@@ -104,6 +130,8 @@ inline __m512i pair_dot(const typename Format<K>::Block& wa, const typename Form
     const __m512i w = join256(wa.qs, wb.qs);
     const __m512i xs = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), xs);
+  } else if constexpr (Format<K>::kSixteenths) {
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), nibble_pair_x16(wa.qs, wb.qs), x);
   } else {
     __m512i q = nibble_pair(wa.qs, wb.qs);
     if constexpr (K == Kind::Q5_0 || K == Kind::Q5_1) q = add_high_pair(q, wa.qh, wb.qh);
@@ -112,15 +140,22 @@ inline __m512i pair_dot(const typename Format<K>::Block& wa, const typename Form
 }
 
 // Pair p of a group (blocks 2p and 2p + 1; a lone last block pairs with
-// itself and its copy's scale is zero): acc + scales * dots.
+// itself and its copy's scale is zero): acc + scales * dots, the scales taken
+// from `scale` (and `scale16`, scale / 16) by one permute.
 template <Kind K>
 inline __m512 pair_step(const typename Format<K>::Block* b, const BlockQ8_1* a, int count, int p, __m512 scale,
-                        __m512 acc) {
+                        __m512 scale16, __m512 acc) {
   const int ia = 2 * p, ib = 2 * p + 1 < count ? 2 * p + 1 : 2 * p;
-  const __m512i dot = pair_dot<K>(b[ia], b[ib], a[ia], a[ib]);
-  const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m512 sc = _mm512_permutexvar_ps(_mm512_add_epi32(lanes, _mm512_set1_epi32(2 * p)), scale);
-  return _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(dot), acc);
+  const __m512 dot = _mm512_cvtepi32_ps(pair_dot<K>(b[ia], b[ib], a[ia], a[ib]));
+  __m512 sc;
+  if constexpr (Format<K>::kSixteenths) {
+    const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 16, 16, 16, 16, 1, 1, 1, 1, 17, 17, 17, 17);
+    sc = _mm512_permutex2var_ps(scale, _mm512_add_epi32(lanes, _mm512_set1_epi32(2 * p)), scale16);
+  } else {
+    const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    sc = _mm512_permutexvar_ps(_mm512_add_epi32(lanes, _mm512_set1_epi32(2 * p)), scale);
+  }
+  return _mm512_fmadd_ps(sc, dot, acc);
 }
 
 // Per-group state: the float accumulators of the block sums and of the
@@ -129,11 +164,13 @@ struct Sums {
   __m512 acc0, acc1, extra;
 };
 
-// Blocks 0 .. count - 1 of b and a (1 <= count <= 16). The scales come from
-// masked gathers: lanes past count are zero.
-template <Kind K>
-inline void group(const typename Format<K>::Block* b, const BlockQ8_1* a, int count, Sums& s) {
+// Blocks 0 .. count - 1 of b and a (1 <= count <= 16; 16 when kFull, which
+// unrolls the pairs). The scales come from masked gathers: lanes past count
+// are zero.
+template <Kind K, bool kFull>
+inline void group(const typename Format<K>::Block* b, const BlockQ8_1* a, int tail, Sums& s) {
   using F = Format<K>;
+  const int count = kFull ? 16 : tail;
   const __mmask16 live = count >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << count) - 1);
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i w_off = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(sizeof(typename F::Block))));
@@ -151,13 +188,16 @@ inline void group(const typename Format<K>::Block* b, const BlockQ8_1* a, int co
     s.extra = _mm512_fmadd_ps(dw, sa, s.extra);
   }
   const __m512 scale = _mm512_mul_ps(dw, da);
+  const __m512 scale16 = _mm512_mul_ps(scale, _mm512_set1_ps(1.0f / 16));
+  prefetch_ahead(b, 16 * sizeof(typename F::Block));
   const int pairs = (count + 1) / 2;
   int p = 0;
+#pragma GCC unroll 4
   for (; p + 2 <= pairs; p += 2) {
-    s.acc0 = pair_step<K>(b, a, count, p, scale, s.acc0);
-    s.acc1 = pair_step<K>(b, a, count, p + 1, scale, s.acc1);
+    s.acc0 = pair_step<K>(b, a, count, p, scale, scale16, s.acc0);
+    s.acc1 = pair_step<K>(b, a, count, p + 1, scale, scale16, s.acc1);
   }
-  if (p < pairs) s.acc0 = pair_step<K>(b, a, count, p, scale, s.acc0);
+  if (p < pairs) s.acc0 = pair_step<K>(b, a, count, p, scale, scale16, s.acc0);
 }
 
 template <Kind K>
@@ -168,8 +208,8 @@ float dot_blocks(const void* w, const void* x, int64_t n) {
   const int64_t nb = n / kQK;
   Sums s{_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   int64_t i = 0;
-  for (; i + 16 <= nb; i += 16) group<K>(b + i, a + i, 16, s);
-  if (i < nb) group<K>(b + i, a + i, static_cast<int>(nb - i), s);
+  for (; i + 16 <= nb; i += 16) group<K, true>(b + i, a + i, 16, s);
+  if (i < nb) group<K, false>(b + i, a + i, static_cast<int>(nb - i), s);
   const float sum = _mm512_reduce_add_ps(_mm512_add_ps(s.acc0, s.acc1));
   if constexpr (F::kMin) return sum + _mm512_reduce_add_ps(s.extra);
   if constexpr (F::kOffset != 0) return sum - static_cast<float>(F::kOffset) * _mm512_reduce_add_ps(s.extra);
@@ -178,12 +218,20 @@ float dot_blocks(const void* w, const void* x, int64_t n) {
 
 // Float weights, 16 per vector: four accumulators, then a masked tail.
 struct LoadF32 {
+  static void prefetch(const void* w, int64_t i) {
+    const auto* p = static_cast<const float*>(w) + i;
+    for (int k = 0; k < 4; ++k) _mm_prefetch(reinterpret_cast<const char*>(p + 16 * k) + kPrefetchBytes, _MM_HINT_T1);
+  }
   static __m512 load(const void* w, int64_t i) { return _mm512_loadu_ps(static_cast<const float*>(w) + i); }
   static __m512 load_masked(const void* w, int64_t i, __mmask16 k) {
     return _mm512_maskz_loadu_ps(k, static_cast<const float*>(w) + i);
   }
 };
 struct LoadF16 {
+  static void prefetch(const void* w, int64_t i) {
+    const auto* p = static_cast<const uint16_t*>(w) + i;
+    for (int k = 0; k < 2; ++k) _mm_prefetch(reinterpret_cast<const char*>(p + 32 * k) + kPrefetchBytes, _MM_HINT_T1);
+  }
   static __m512 load(const void* w, int64_t i) {
     return _mm512_cvtph_ps(load256(static_cast<const uint16_t*>(w) + i));
   }
@@ -192,6 +240,7 @@ struct LoadF16 {
   }
 };
 struct LoadBF16 {
+  static void prefetch(const void* w, int64_t i) { LoadF16::prefetch(w, i); }
   static __m512 load(const void* w, int64_t i) {
     const __m512i v = _mm512_cvtepu16_epi32(load256(static_cast<const uint16_t*>(w) + i));
     return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
@@ -207,6 +256,7 @@ float dot_float(const void* w, const float* x, int64_t n) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
+    L::prefetch(w, i);
     acc0 = _mm512_fmadd_ps(L::load(w, i), _mm512_loadu_ps(x + i), acc0);
     acc1 = _mm512_fmadd_ps(L::load(w, i + 16), _mm512_loadu_ps(x + i + 16), acc1);
     acc2 = _mm512_fmadd_ps(L::load(w, i + 32), _mm512_loadu_ps(x + i + 32), acc2);

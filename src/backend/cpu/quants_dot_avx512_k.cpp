@@ -73,6 +73,14 @@ inline __m512i spread_quad(__m512i v, int z) {
   return _mm512_permutexvar_epi32(_mm512_add_epi32(lanes, _mm512_set1_epi32(4 * z)), v);
 }
 
+// Software prefetch of the weights, as in quants_dot_avx512.cpp.
+constexpr size_t kPrefetchBytes = 2048;
+
+inline void prefetch_ahead(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p) + kPrefetchBytes;
+  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T1);
+}
+
 // Q4_K and Q5_K: 8 sub-blocks of 32 with a six-bit scale and min each. Step j
 // covers sub-blocks 2j (the low nibbles of qs[32j..32j+31]) and 2j + 1 (their
 // high nibbles).
@@ -84,6 +92,7 @@ float dot_k4_family(const void* w, const void* x, int64_t n) {
   __m512 acc = _mm512_setzero_ps();
   __m256 acc_min = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
+    prefetch_ahead(&b[i], sizeof(Block));
     const __m128i sm = k4_scales_mins(b[i].scales);
     const __m512i sm32 = _mm512_cvtepu8_epi32(sm);  // lanes 0..7 scales, 8..15 mins
     // Mins pair with sums over 32 activations: adjacent bsums added (|sum| < 2^15).
@@ -93,6 +102,7 @@ float dot_k4_family(const void* w, const void* x, int64_t n) {
     __m512i high;
     if constexpr (kHighBits) high = broadcast256(b[i].qh);
     __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
       __m512i q = broadcast256(b[i].qs + 32 * j);
       q = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xFFFF0000u, q, 4), nibble);
@@ -134,11 +144,13 @@ float dot_q6_k(const void* w, const void* x, int64_t n) {
   const __m512i two_bits_at_4 = _mm512_set1_epi8(0x30);
   __m512 acc = _mm512_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
+    prefetch_ahead(&b[i], sizeof(BlockQ6_K));
     const __m256i sc16 = _mm256_cvtepi8_epi16(load128(b[i].scales));
     const __m256i bias = _mm256_madd_epi16(sc16, load256(a[i].bsums));
     const __m512i sc32 = _mm512_cvtepu16_epi32(sc16);  // low word the signed scale, high word 0
     __m512i sumi = _mm512_zextsi256_si512(_mm256_slli_epi32(bias, 5));
     sumi = _mm512_sub_epi32(_mm512_setzero_si512(), sumi);
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m512i low = load512(b[i].ql + 64 * h);
       __m512i high = broadcast256(b[i].qh + 32 * h);
