@@ -173,9 +173,94 @@ float dot_q6_k(const void* w, const void* x, int64_t n) {
   return _mm512_reduce_add_ps(acc);
 }
 
-// Q2_K and Q3_K keep the AVX2 kernels (quants.cpp does not take these).
-float dot_q2_k(const void* w, const void* x, int64_t n) { return avx2::dot_q2_k(w, x, n); }
-float dot_q3_k(const void* w, const void* x, int64_t n) { return avx2::dot_q3_k(w, x, n); }
+// The 2-bit fields of Q2_K/Q3_K's qs: element 128h + 32k + l is bits 2k, 2k + 1
+// of qs[32h + l]. Half h as two steps of 64 elements, p = 0 (k = 0, 1) and
+// p = 1 (k = 2, 3); each 128-bit lane is one 16-element group.
+struct TwoBitHalf {
+  __m512i fields;  // qs[32h..] in both 256-bit halves, the upper one shifted right by 2
+  explicit TwoBitHalf(const uint8_t* qs) {
+    const __m512i q = broadcast256(qs);
+    fields = _mm512_mask_srli_epi16(q, 0xFFFF0000u, q, 2);
+  }
+  __m512i step(int p) const {
+    const __m512i v = p == 0 ? fields : _mm512_srli_epi16(fields, 4);
+    return _mm512_and_si512(v, _mm512_set1_epi8(3));
+  }
+};
+
+// Q2_K: four-bit scale (low nibble) and min (high nibble) per 16 elements.
+float dot_q2_k(const void* w, const void* x, int64_t n) {
+  const auto* b = blocks_of<BlockQ2_K>(w);
+  const auto* a = blocks_of<BlockQ8_K>(x);
+  __m512 acc = _mm512_setzero_ps();
+  __m256 acc_min = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    prefetch_ahead(&b[i], sizeof(BlockQ2_K));
+    const __m128i packed = load128(b[i].scales);
+    const __m128i mins = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F));
+    const __m256i msum = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mins), load256(a[i].bsums));
+    const __m512i sc32 = _mm512_cvtepu8_epi32(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
+    __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const TwoBitHalf q(b[i].qs + 32 * h);
+#pragma GCC unroll 2
+      for (int p = 0; p < 2; ++p) {
+        const __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q.step(p), load512(a[i].qs + 128 * h + 64 * p));
+        sumi = _mm512_add_epi32(sumi, scaled(dots, spread_quad(sc32, 2 * h + p)));
+      }
+    }
+    const __m128 d = f16_pair_times(&b[i].d, a[i].d);  // d * da, dmin * da
+    acc = _mm512_fmadd_ps(_mm512_broadcastss_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+    acc_min = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(d)), _mm256_cvtepi32_ps(msum), acc_min);
+  }
+  return _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(acc_min));
+}
+
+// The 16 six-bit Q3_K scales, unbiased to -32..31, as int8. With the 12 bytes
+// as dwords s0, s1, s2: scales 4i..4i+3 are the low (i = 0, 1) or high (i = 2,
+// 3) nibbles of s(i & 1), with bits 2i, 2i + 1 of each byte of s2 on top.
+inline __m128i q3_scales(const uint8_t* packed) {
+  const __m128i v = _mm_maskz_loadu_epi32(0x7, packed);  // exactly 12 bytes
+  __m128i low = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 1, 0));  // s0 s1 s0 s1
+  low = _mm_and_si128(_mm_srlv_epi32(low, _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi8(0x0F));
+  __m128i high = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2));
+  high = _mm_and_si128(_mm_srlv_epi32(high, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+  return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi32(high, 4)), _mm_set1_epi8(32));
+}
+
+// Q3_K as unsigned 0..7 (low bits | high bit << 2); the true value is 4 less,
+// which comes back as -4 * sum(scale * bsum). Element 32c + l's high bit is
+// bit c of hmask[l].
+float dot_q3_k(const void* w, const void* x, int64_t n) {
+  const auto* b = blocks_of<BlockQ3_K>(w);
+  const auto* a = blocks_of<BlockQ8_K>(x);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    prefetch_ahead(&b[i], sizeof(BlockQ3_K));
+    const __m256i sc16 = _mm256_cvtepi8_epi16(q3_scales(b[i].scales));
+    const __m256i bias = _mm256_madd_epi16(sc16, load256(a[i].bsums));
+    const __m512i sc32 = _mm512_cvtepu16_epi32(sc16);  // low word the signed scale, high word 0
+    __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(_mm256_slli_epi32(bias, 2)));
+    const __m512i hmask = broadcast256(b[i].hmask);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const TwoBitHalf q(b[i].qs + 32 * h);
+#pragma GCC unroll 2
+      for (int p = 0; p < 2; ++p) {
+        const int c = 4 * h + 2 * p;  // the step's first 32 elements; the other 32 are c + 1
+        const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << c)),
+                                               _mm256_set1_epi8(static_cast<char>(2 << c)), 1);
+        const __m512i v = _mm512_mask_add_epi8(q.step(p), _mm512_test_epi8_mask(hmask, bit), q.step(p),
+                                               _mm512_set1_epi8(4));
+        const __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, load512(a[i].qs + 128 * h + 64 * p));
+        sumi = _mm512_add_epi32(sumi, scaled(dots, spread_quad(sc32, 2 * h + p)));
+      }
+    }
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(_cvtsh_ss(b[i].d) * a[i].d), _mm512_cvtepi32_ps(sumi), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
 
 }  // namespace deepinfer::cpu::quants::avx512
 
