@@ -1,11 +1,14 @@
 // Single-thread matrix-vector throughput of the CPU quantisation kernels, in
-// GB/s of weight bytes read, next to the machine's streaming-read and memcpy
-// bandwidth measured in the same run. The weight matrix of each dtype is sized
-// to kWeightBytes (well beyond the last-level cache), so a kernel that keeps up
-// with memory reaches the streaming-read figure.
-//   bench_quants [weight MiB = 128] [repetitions = 5]
+// GB/s of weight bytes read, for every instruction-set level this machine runs
+// (scalar = the portable kernels), next to the machine's streaming-read and
+// memcpy bandwidth measured in the same run. The weight matrix of each dtype
+// is sized to the given size (by default well beyond most last-level caches),
+// so a kernel that keeps up with memory reaches the streaming-read figure; a
+// small size (1 MiB) measures the kernels' arithmetic instead. Times are the
+// thread's CPU time, so that other load on a shared machine (preemption) does
+// not count; on an idle machine they equal wall time.
+//   bench_quants [weight MiB = 128] [repetitions = 5] [dtypes, e.g. q4_0,q4_K = all]
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +17,9 @@
 #include <string>
 #include <vector>
 
+#include <time.h>
+
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/quants.h"
 #include "core/half.h"
 
@@ -24,21 +30,22 @@
 namespace {
 
 using namespace deepinfer;
-using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kCols = 4096;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+double thread_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 template <typename F>
 double median_seconds(int reps, F&& f) {
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
-    auto t0 = Clock::now();
+    const double t0 = thread_seconds();
     f();
-    t.push_back(seconds_since(t0));
+    t.push_back(thread_seconds() - t0);
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -108,6 +115,7 @@ void fill_weights(DType t, uint8_t* w, size_t bytes, std::mt19937& rng) {
 int main(int argc, char** argv) {
   const size_t weight_bytes = (argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 128) << 20;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 5;
+  const std::string only = argc > 3 ? "," + std::string(argv[3]) + "," : "";
   std::mt19937 rng(7);
 
   std::vector<uint8_t> weights(weight_bytes), copy(weight_bytes);
@@ -119,13 +127,23 @@ int main(int argc, char** argv) {
   });
   const double t_copy = median_seconds(reps, [&] { std::memcpy(copy.data(), weights.data(), weight_bytes); });
   const double read_gbs = weight_bytes / t_read / 1e9;
-  std::printf("buffer %zu MiB, %d repetitions, median; single thread\n", weight_bytes >> 20, reps);
+  std::printf("buffer %zu MiB, %d repetitions (scalar: 1), median of thread CPU time; single thread\n",
+              weight_bytes >> 20, reps);
   std::printf("streaming read (AVX2 sum): %6.2f GB/s\n", read_gbs);
   std::printf("memcpy                   : %6.2f GB/s read (%.2f GB/s read+write)\n",
               weight_bytes / t_copy / 1e9, 2 * weight_bytes / t_copy / 1e9);
-  std::printf("\n%-6s %6s %8s %10s %8s %10s %10s\n", "dtype", "act", "rows", "native", "of read",
-              "portable", "quant act");
-  std::printf("%-6s %6s %8s %10s %8s %10s %10s\n", "", "", "", "GB/s", "", "GB/s", "us");
+
+  // Every level this machine runs, widest first; the first is compared with
+  // the streaming read and times the activation quantiser.
+  std::vector<cpu::CpuIsa> levels;
+  for (cpu::CpuIsa isa : {cpu::CpuIsa::Avx512, cpu::CpuIsa::Avx2, cpu::CpuIsa::Scalar}) {
+    if (cpu::isa_available(isa)) levels.push_back(isa);
+  }
+  std::printf("\n%-6s %6s %8s", "dtype", "act", "rows");
+  for (cpu::CpuIsa isa : levels) std::printf(" %8s", std::string(cpu::isa_name(isa)).c_str());
+  std::printf(" %8s %10s\n%-6s %6s %8s", "of read", "quant act", "", "", "");
+  for (size_t l = 0; l < levels.size(); ++l) std::printf(" %8s", "GB/s");
+  std::printf(" %8s %10s\n", "", "us");
 
   std::vector<float> x(kCols), out;
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -135,14 +153,16 @@ int main(int argc, char** argv) {
                          DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
                          DType::Q4_K, DType::Q5_K, DType::Q6_K};
   for (DType t : types) {
+    if (!only.empty() && only.find("," + std::string(dtype_name(t)) + ",") == std::string::npos) continue;
     const size_t rb = row_bytes(t, kCols);
     const int64_t rows = static_cast<int64_t>(weight_bytes / rb);
     const size_t used = rows * rb;
     fill_weights(t, weights.data(), used, rng);
     out.assign(rows, 0.0f);
-    double gbs[2], quant_us = 0;
-    for (int which = 0; which < 2; ++which) {
-      const cpu::QuantKernels& k = which == 0 ? cpu::quant_kernels(t) : cpu::quant_kernels_portable(t);
+    std::vector<double> gbs;
+    double quant_us = 0;
+    for (size_t l = 0; l < levels.size(); ++l) {
+      const cpu::QuantKernels& k = cpu::quant_kernels_for(t, levels[l]);
       auto matvec = [&] {
         const void* a = x.data();
         if (k.quantize_act) {
@@ -151,17 +171,19 @@ int main(int argc, char** argv) {
         }
         for (int64_t r = 0; r < rows; ++r) out[r] = k.dot(weights.data() + r * rb, a, kCols);
       };
-      gbs[which] = used / median_seconds(which == 0 ? reps : 1, matvec) / 1e9;
-      if (which == 0 && k.quantize_act) {
+      gbs.push_back(used / median_seconds(levels[l] == cpu::CpuIsa::Scalar ? 1 : reps, matvec) / 1e9);
+      if (l == 0 && k.quantize_act) {
         quant_us = 1e6 * median_seconds(reps, [&] {
           for (int i = 0; i < 100; ++i) k.quantize_act(x.data(), act.data(), kCols);
         }) / 100;
       }
       sink = sink + out[rows / 2];
     }
-    std::printf("%-6s %6s %8lld %10.2f %7.0f%% %10.2f %10.2f\n", std::string(dtype_name(t)).c_str(),
-                std::string(dtype_name(cpu::quant_kernels(t).act)).c_str(),
-                static_cast<long long>(rows), gbs[0], 100 * gbs[0] / read_gbs, gbs[1], quant_us);
+    std::printf("%-6s %6s %8lld", std::string(dtype_name(t)).c_str(),
+                std::string(dtype_name(cpu::quant_kernels_for(t, levels[0]).act)).c_str(),
+                static_cast<long long>(rows));
+    for (double g : gbs) std::printf(" %8.2f", g);
+    std::printf(" %7.0f%% %10.2f\n", 100 * gbs[0] / read_gbs, quant_us);
   }
   return 0;
 }

@@ -60,25 +60,11 @@ IsaKernels avx2_kernels() {
 #endif
 
 #if defined(DEEPINFER_QUANTS_AVX512)
-// AVX-512 + VNNI where it has its own kernel; the rest keep the AVX2 ones
-// (every AVX-512 machine runs them).
+// AVX-512 + VNNI (quants_dot_avx512*.cpp).
 IsaKernels avx512_kernels() {
-  IsaKernels k = avx2_kernels();
   using namespace avx512;
-  k.quantize_q8_1 = quantize_q8_1;
-  k.quantize_q8_k = quantize_q8_k;
-  k.f32 = dot_f32;
-  k.f16 = dot_f16;
-  k.bf16 = dot_bf16;
-  k.q4_0 = dot_q4_0;
-  k.q4_1 = dot_q4_1;
-  k.q5_0 = dot_q5_0;
-  k.q5_1 = dot_q5_1;
-  k.q8_0 = dot_q8_0;
-  k.q4_k = dot_q4_k;
-  k.q5_k = dot_q5_k;
-  k.q6_k = dot_q6_k;
-  return k;
+  return {quantize_q8_1, quantize_q8_k, dot_f32, dot_f16, dot_bf16, dot_q4_0, dot_q4_1,
+          dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k, dot_q6_k};
 }
 #endif
 
