@@ -117,34 +117,45 @@ TEST_P(LinearTest, QuantisedWeights) {
   }
 }
 
-// On AMX machines prefill-shaped products of the 32-element formats run on
-// the same Q8_1 activations as the row-by-row (decode) kernels, so the two
-// paths agree up to f32 rounding of the block sums: a much tighter check of
-// the tile GEMM than the f32 reference allows.
-TEST(AmxGemm, MatchesRowByRowProductsOfTheSameActivations) {
+// On AMX machines prefill-shaped products of block-quantised weights run as
+// int8 tile products on activations carried in two 8-bit planes (value and
+// rounding residual): x is represented to within d / 256 per 32-element block,
+// d = max|x| / 127 rounded up. Checked against the exact product with that
+// bound, 128 times tighter than one 8-bit plane allows, so a lost residual,
+// a wrong scale or a misplaced block fails.
+TEST(AmxGemm, MatchesExactProductsToTheResidualPrecision) {
   if (cpu::active_isa() != cpu::CpuIsa::Amx) {
     GTEST_SKIP() << "this CPU runs " << cpu::isa_name(cpu::active_isa()) << " kernels, not AMX";
   }
   cpu::CpuBackend backend;
   Rng rng(5);
-  const int64_t n = 37, k = 160, m = 45;
-  for (DType dtype : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0}) {
+  const int64_t n = 37, k = 512, m = 45;
+  for (DType dtype : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K,
+                      DType::Q6_K}) {
+    ASSERT_TRUE(cpu::amx::supports(dtype)) << dtype_name(dtype);
     SCOPED_TRACE(dtype_name(dtype));
     HostWeights w = random_weights(rng, dtype, m, k);
     DeviceTensor dw = upload(backend, dtype, {m, k}, w.bytes.data());
     std::vector<float> x = rng.floats(static_cast<size_t>(n * k));
+    for (int64_t l = 0; l < k; l += 97) x[static_cast<size_t>(l)] *= 40.0f;  // uneven blocks
     DeviceTensor dx = upload_f32(backend, {n, k}, x);
-    DeviceTensor all = zeros(backend, DType::F32, {n, m});
-    ops::linear(backend, dx.t, dw.t, Tensor(), all.t);
-    const std::vector<float> tiled = download_f32(backend, all.t);
+    DeviceTensor out = zeros(backend, DType::F32, {n, m});
+    ops::linear(backend, dx.t, dw.t, Tensor(), out.t);
+    const std::vector<float> got = download_f32(backend, out.t);
     for (int64_t i = 0; i < n; ++i) {
-      DeviceTensor one = zeros(backend, DType::F32, {1, m});
-      ops::linear(backend, dx.t.slice_rows(i, 1), dw.t, Tensor(), one.t);
-      const std::vector<float> row = download_f32(backend, one.t);
       for (int64_t j = 0; j < m; ++j) {
-        double mag = 0.0;
-        for (int64_t l = 0; l < k; ++l) mag += std::abs(x[i * k + l] * w.values[j * k + l]);
-        ASSERT_NEAR(tiled[i * m + j], row[j], 1e-5 * mag + 1e-6) << "row " << i << " column " << j;
+        double exact = 0.0, mag = 0.0, act_err = 0.0;
+        for (int64_t b = 0; b < k; b += 32) {
+          double amax = 0.0;
+          for (int64_t l = b; l < b + 32; ++l) amax = std::max(amax, std::abs(static_cast<double>(x[i * k + l])));
+          for (int64_t l = b; l < b + 32; ++l) {
+            const double p = static_cast<double>(x[i * k + l]) * w.values[j * k + l];
+            exact += p;
+            mag += std::abs(p);
+            act_err += std::abs(w.values[j * k + l]) * amax * 1.01 / (127.0 * 256.0);
+          }
+        }
+        ASSERT_NEAR(got[i * m + j], exact, act_err + 2e-6 * mag) << "row " << i << " column " << j;
       }
     }
   }

@@ -43,15 +43,16 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64);
 
-// Tiles: 0 and 4 hold weights (16 rows x group bytes), 1 and 5 activations
-// (group/4 rows x 16 activations x 4 bytes), 2 and 3 the int32 sums of two
-// consecutive groups, so one group's sums are read back while the next
-// group's product runs.
+// Tiles 0-3 serve even groups, 4-7 odd ones, so that one group's sums are
+// read back while the next group's products run: 0/4 weights (16 rows x
+// group bytes), 1/5 activations (group/4 rows x 16 activations x 4 bytes,
+// loaded twice: the 8-bit values, then their residuals), 2/6 and 3/7 the
+// int32 sums of the values and of the residuals.
 TileConfig tile_config(int group) {
   TileConfig c;
   for (int t : {0, 4}) c.rows[t] = kTile, c.colsb[t] = static_cast<uint16_t>(group);
   for (int t : {1, 5}) c.rows[t] = static_cast<uint8_t>(group / 4), c.colsb[t] = 64;
-  for (int t : {2, 3}) c.rows[t] = kTile, c.colsb[t] = 64;
+  for (int t : {2, 3, 6, 7}) c.rows[t] = kTile, c.colsb[t] = 64;
   return c;
 }
 
@@ -141,18 +142,47 @@ void unpack_q6_k(const void* row, int64_t k, int8_t* q, float* dw, float*) {
   }
 }
 
+// Activations are carried as two int8 planes: q1, the Q8_1 quants (scale d),
+// and q2, the rounding residual x - d q1 quantised with scale d / 128
+// (|residual| <= d / 2, so |q2| <= 64). x = d (q1 + q2 / 128) to within
+// d / 256: about 15 bits per block instead of 8, which keeps prefill logits as
+// close to the exact ones as f32 activations do, for one more tile product
+// and a shift-add per group. The int32 sums combine as 128 S1 + S2 (|S1| <=
+// 32 * 128 * 128, far from overflow) and scale by dw * d / 128.
+
+// q2 for one 32-element block; sum = the block's sum of x (for the min term).
+void quantize_residual(const float* x, const int8_t* q1, float d, int8_t* q2, float& sum) {
+  const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+  sum = _mm512_reduce_add_ps(_mm512_add_ps(x0, x1));
+  if (d == 0.0f) {
+    std::memset(q2, 0, kActBlock);
+    return;
+  }
+  const __m512 vd = _mm512_set1_ps(d), inv = _mm512_set1_ps(128.0f / d);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  for (int h = 0; h < 2; ++h) {
+    const __m512 xv = h ? x1 : x0;
+    const __m512 qv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q1 + 16 * h))));
+    const __m512 r = _mm512_mul_ps(_mm512_fnmadd_ps(qv, vd, xv), inv);
+    __m512i ri = _mm512_cvt_roundps_epi32(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    ri = _mm512_min_epi32(_mm512_max_epi32(ri, lo), hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q2 + 16 * h), _mm512_cvtepi32_epi8(ri));
+  }
+}
+
 // One 16 x 16 block of the output: weight rows of one tile (wq: 16 rows of k
-// int8, scale tables dw/mw) times 16 activation rows (aq: their VNNI tile
-// column, da/sa: their block scales), over all k. Result in tmp[r * 16 + i]
-// for weight row r and activation row i. cbuf: 2 x 256 int32 of scratch.
+// int8, scale tables dw/mw) times 16 activation rows (a1/a2: their VNNI tile
+// column in both planes, da: d / 128 per block, sa: sum of x per block), over
+// all k. Result in tmp[r * 16 + i] for weight row r and activation row i.
+// cbuf: 4 x 256 int32 of scratch.
 template <int kGroup, bool kMin>
-void tile_product(const int8_t* wq, int64_t k, const float* dw, const float* mw, const int8_t* aq,
-                  const float* da, const float* sa, int32_t* cbuf, float* tmp) {
+void tile_product(const int8_t* wq, int64_t k, const float* dw, const float* mw, const int8_t* a1,
+                  const int8_t* a2, const float* da, const float* sa, int32_t* cbuf, float* tmp) {
   __m512 acc[kTile];
 #pragma GCC unroll 16
   for (int r = 0; r < kTile; ++r) acc[r] = _mm512_setzero_ps();
   const int64_t groups = k / kGroup;
-  auto scale_in = [&](const int32_t* c, int64_t g) {
+  auto scale_in = [&](const int32_t* c1, const int32_t* c2, int64_t g) {
     const int64_t ab = g * kGroup / kActBlock;
     const __m512 dav = _mm512_load_ps(da + ab * kTile);
     const __m512 sav = kMin ? _mm512_load_ps(sa + ab * kTile) : _mm512_setzero_ps();
@@ -160,37 +190,47 @@ void tile_product(const int8_t* wq, int64_t k, const float* dw, const float* mw,
     const float* mwg = mw + g * kTile;
 #pragma GCC unroll 16
     for (int r = 0; r < kTile; ++r) {
-      const __m512 sums = _mm512_cvtepi32_ps(_mm512_load_si512(c + r * kTile));
-      acc[r] = _mm512_fmadd_ps(sums, _mm512_mul_ps(_mm512_set1_ps(dwg[r]), dav), acc[r]);
+      const __m512i s = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c1 + r * kTile), 7),
+                                         _mm512_load_si512(c2 + r * kTile));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_set1_ps(dwg[r]), dav), acc[r]);
       if constexpr (kMin) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(mwg[r]), sav, acc[r]);
     }
   };
   constexpr int64_t kActBytesPerGroup = kGroup / 4 * 64;  // rows of the B operand per group
+  constexpr int kSums = kTile * kTile;
   for (int64_t g = 0; g < groups; g += 2) {
     const bool pair = g + 1 < groups;
     _tile_zero(2);
+    _tile_zero(3);
     _tile_loadd(0, wq + g * kGroup, k);
-    _tile_loadd(1, aq + g * kActBytesPerGroup, 64);
+    _tile_loadd(1, a1 + g * kActBytesPerGroup, 64);
     _tile_dpbssd(2, 0, 1);
+    _tile_loadd(1, a2 + g * kActBytesPerGroup, 64);
+    _tile_dpbssd(3, 0, 1);
     if (pair) {
-      _tile_zero(3);
+      _tile_zero(6);
+      _tile_zero(7);
       _tile_loadd(4, wq + (g + 1) * kGroup, k);
-      _tile_loadd(5, aq + (g + 1) * kActBytesPerGroup, 64);
-      _tile_dpbssd(3, 4, 5);
+      _tile_loadd(5, a1 + (g + 1) * kActBytesPerGroup, 64);
+      _tile_dpbssd(6, 4, 5);
+      _tile_loadd(5, a2 + (g + 1) * kActBytesPerGroup, 64);
+      _tile_dpbssd(7, 4, 5);
     }
     _tile_stored(2, cbuf, 64);
-    scale_in(cbuf, g);
+    _tile_stored(3, cbuf + kSums, 64);
+    scale_in(cbuf, cbuf + kSums, g);
     if (pair) {
-      _tile_stored(3, cbuf + kTile * kTile, 64);
-      scale_in(cbuf + kTile * kTile, g + 1);
+      _tile_stored(6, cbuf + 2 * kSums, 64);
+      _tile_stored(7, cbuf + 3 * kSums, 64);
+      scale_in(cbuf + 2 * kSums, cbuf + 3 * kSums, g + 1);
     }
   }
 #pragma GCC unroll 16
   for (int r = 0; r < kTile; ++r) _mm512_store_ps(tmp + r * kTile, acc[r]);
 }
 
-using TileProductFn = void (*)(const int8_t*, int64_t, const float*, const float*, const int8_t*, const float*,
-                               const float*, int32_t*, float*);
+using TileProductFn = void (*)(const int8_t*, int64_t, const float*, const float*, const int8_t*, const int8_t*,
+                               const float*, const float*, int32_t*, float*);
 
 void load_tile_config(const TileConfig& c) { _tile_loadconfig(&c); }
 void release_tiles() { _tile_release(); }
@@ -239,18 +279,20 @@ void linear(ThreadPool& pool, ScratchBuffer& act_scratch, std::vector<ScratchBuf
   DI_CHECK(k % dtype_info(weight.dtype()).block_elems == 0 && k % kActBlock == 0,
            "AMX GEMM: row length {} is not a multiple of the {} block", k, dtype_name(weight.dtype()));
 
-  // Activations: quantised per 32-element block, in VNNI tile order.
+  // Activations: two int8 planes per 32-element block (see quantize_residual), in VNNI tile order.
   const int64_t act_tiles = (n + kTile - 1) / kTile;
   const int64_t act_blocks = k / kActBlock;
   const size_t q_bytes = static_cast<size_t>(act_tiles * kTile * k);
-  const size_t scale_bytes = static_cast<size_t>(act_tiles * act_blocks * kTile) * sizeof(float);
-  char* base = act_scratch.get<char>(q_bytes + 2 * round64(scale_bytes));
-  auto* aq = reinterpret_cast<int8_t*>(base);
-  auto* da = reinterpret_cast<float*>(base + q_bytes);
-  auto* sa = reinterpret_cast<float*>(base + q_bytes + round64(scale_bytes));
+  const size_t scale_bytes = round64(static_cast<size_t>(act_tiles * act_blocks * kTile) * sizeof(float));
+  char* base = act_scratch.get<char>(2 * q_bytes + 2 * scale_bytes);
+  auto* aq1 = reinterpret_cast<int8_t*>(base);
+  auto* aq2 = reinterpret_cast<int8_t*>(base + q_bytes);
+  auto* da = reinterpret_cast<float*>(base + 2 * q_bytes);
+  auto* sa = reinterpret_cast<float*>(base + 2 * q_bytes + scale_bytes);
   if (n % kTile != 0) {  // padding rows of the last tile multiply as zeros
     const int64_t t = act_tiles - 1;
-    std::memset(aq + t * kTile * k, 0, static_cast<size_t>(kTile * k));
+    std::memset(aq1 + t * kTile * k, 0, static_cast<size_t>(kTile * k));
+    std::memset(aq2 + t * kTile * k, 0, static_cast<size_t>(kTile * k));
     std::memset(da + t * act_blocks * kTile, 0, static_cast<size_t>(act_blocks * kTile) * sizeof(float));
     std::memset(sa + t * act_blocks * kTile, 0, static_cast<size_t>(act_blocks * kTile) * sizeof(float));
   }
@@ -259,15 +301,23 @@ void linear(ThreadPool& pool, ScratchBuffer& act_scratch, std::vector<ScratchBuf
   const char* xb = static_cast<const char*>(x.data());
   const int64_t x_stride = x.stride_bytes(0);
   pool.parallel_for(n, [&](int64_t begin, int64_t end, int thread) {
-    auto* row = thread_scratch[static_cast<size_t>(thread)].get<BlockQ8_1>(act_row_bytes);
+    auto* row = thread_scratch[static_cast<size_t>(thread)].get<BlockQ8_1>(act_row_bytes + kActBlock);
+    auto* residual = reinterpret_cast<int8_t*>(reinterpret_cast<char*>(row) + act_row_bytes);
     for (int64_t i = begin; i < end; ++i) {
-      act_kernels.quantize_act(reinterpret_cast<const float*>(xb + i * x_stride), row, k);
+      const auto* xi = reinterpret_cast<const float*>(xb + i * x_stride);
+      act_kernels.quantize_act(xi, row, k);
       const int64_t t = i / kTile, r = i % kTile;
-      int8_t* tile = aq + t * kTile * k + r * 4;
+      int8_t* col1 = aq1 + t * kTile * k + r * 4;
+      int8_t* col2 = aq2 + t * kTile * k + r * 4;
       for (int64_t b = 0; b < act_blocks; ++b) {
-        for (int j = 0; j < kActBlock / 4; ++j) std::memcpy(tile + (b * 8 + j) * 64, row[b].qs + 4 * j, 4);
-        da[(t * act_blocks + b) * kTile + r] = row[b].d;
-        sa[(t * act_blocks + b) * kTile + r] = row[b].s;
+        float sum;
+        quantize_residual(xi + b * kActBlock, row[b].qs, row[b].d, residual, sum);
+        for (int j = 0; j < kActBlock / 4; ++j) {
+          std::memcpy(col1 + (b * 8 + j) * 64, row[b].qs + 4 * j, 4);
+          std::memcpy(col2 + (b * 8 + j) * 64, residual + 4 * j, 4);
+        }
+        da[(t * act_blocks + b) * kTile + r] = row[b].d * (1.0f / 128.0f);
+        sa[(t * act_blocks + b) * kTile + r] = sum;
       }
     }
   }, 16);
@@ -276,7 +326,7 @@ void linear(ThreadPool& pool, ScratchBuffer& act_scratch, std::vector<ScratchBuf
   const int64_t groups = k / format->group;
   const size_t wq_bytes = static_cast<size_t>(kTile * k);
   const size_t table_bytes = round64(static_cast<size_t>(groups * kTile) * sizeof(float));
-  const size_t scratch_bytes = wq_bytes + 2 * table_bytes + 2 * kTile * kTile * sizeof(int32_t) +
+  const size_t scratch_bytes = wq_bytes + 2 * table_bytes + 4 * kTile * kTile * sizeof(int32_t) +
                                kTile * kTile * sizeof(float);
   const TileConfig config = tile_config(format->group);
   const TileProductFn product = tile_product_for(*format);
@@ -292,7 +342,7 @@ void linear(ThreadPool& pool, ScratchBuffer& act_scratch, std::vector<ScratchBuf
     auto* dw = reinterpret_cast<float*>(s + round64(wq_bytes));
     auto* mw = reinterpret_cast<float*>(s + round64(wq_bytes) + table_bytes);
     auto* cbuf = reinterpret_cast<int32_t*>(s + round64(wq_bytes) + 2 * table_bytes);
-    auto* tmp = reinterpret_cast<float*>(cbuf + 2 * kTile * kTile);
+    auto* tmp = reinterpret_cast<float*>(cbuf + 4 * kTile * kTile);
     load_tile_config(config);
     for (int64_t wt = begin; wt < end; ++wt) {
       const int64_t j0 = wt * kTile;
@@ -306,8 +356,8 @@ void linear(ThreadPool& pool, ScratchBuffer& act_scratch, std::vector<ScratchBuf
         }
       }
       for (int64_t t = 0; t < act_tiles; ++t) {
-        product(wq, k, dw, mw, aq + t * kTile * k, da + t * act_blocks * kTile, sa + t * act_blocks * kTile,
-                cbuf, tmp);
+        product(wq, k, dw, mw, aq1 + t * kTile * k, aq2 + t * kTile * k, da + t * act_blocks * kTile,
+                sa + t * act_blocks * kTile, cbuf, tmp);
         const int64_t acts = std::min<int64_t>(kTile, n - t * kTile);
         for (int64_t i = 0; i < acts; ++i) {
           float* o = reinterpret_cast<float*>(ob + (t * kTile + i) * o_stride) + j0;

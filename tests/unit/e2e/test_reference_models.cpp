@@ -98,6 +98,7 @@ TEST_P(ReferenceModel, LastPositionLogitsMatchLlamaCpp) {
   }
   auto backend = create_backend(DeviceType::CPU);
   auto loaded = LoadedModel::open(model_path, *backend);
+  double total_max = 0, total_mean = 0, llama_total_max = 0, llama_total_mean = 0;
   for (size_t i = 0; i < n; ++i) {
     const auto& p = ref["prompts"][i];
     auto ours = prompt_logits(*loaded, *backend, p["tokens"].get<std::vector<int32_t>>());
@@ -124,11 +125,27 @@ TEST_P(ReferenceModel, LastPositionLogitsMatchLlamaCpp) {
       const bool exact_same = argmax(ours.data(), vocab) == exact_top;
       std::printf("; vs exact f64 max-abs %.4f (llama.cpp %.4f) mean-abs %.4f (llama.cpp %.4f) top-1 %s (margin %.3f)",
                   d_exact, llama_max, mean_exact, llama_mean, exact_same ? "same" : "differs", exact_margin);
-      EXPECT_LE(d_exact, 1.1 * llama_max) << p["name"];
-      EXPECT_LE(mean_exact, 1.1 * llama_mean) << p["name"];
+      // Short prompts run on the decode kernels, which quantise activations
+      // to 8 bits per 32-element block exactly as llama.cpp does: there our
+      // error and llama.cpp's are two draws of the same noise (one rounding
+      // flip in a block holding a massive activation moves the logits by
+      // tenths), so a single prompt may land either side of llama.cpp's. Per
+      // prompt the bound catches gross errors; over all prompts, where that
+      // noise averages out and longer prompts use more precise activations
+      // (f32, or two 8-bit planes on AMX), we must be at least as close.
+      EXPECT_LE(d_exact, 1.5 * llama_max) << p["name"];
+      EXPECT_LE(mean_exact, 1.5 * llama_mean) << p["name"];
+      total_max += d_exact, total_mean += mean_exact;
+      llama_total_max += llama_max, llama_total_mean += llama_mean;
       if (exact_margin >= kNearTie) EXPECT_TRUE(exact_same) << p["name"];
     }
     std::printf("\n");
+  }
+  if (!exact.empty()) {
+    std::printf("[e2e] %s over all prompts: vs exact f64 sum of max-abs %.4f (llama.cpp %.4f), of mean-abs %.4f "
+                "(llama.cpp %.4f)\n", GetParam().c_str(), total_max, llama_total_max, total_mean, llama_total_mean);
+    EXPECT_LE(total_max, llama_total_max);
+    EXPECT_LE(total_mean, llama_total_mean);
   }
 }
 
