@@ -11,7 +11,8 @@ data, each tensor read once per token; the tied embedding serves as the output
 matrix), to compare with build/bench_quants' streaming-read figure.
 
 --isa avx2 --llama-path DIR compares the AVX2 level on the same machine:
-DeepInfer runs with DEEPINFER_CPU_ISA=avx2 and llama.cpp is the copy built
+DeepInfer runs with DEEPINFER_CPU_ISA=avx2 (and OpenBLAS held to its AVX2
+kernels by OPENBLAS_CORETYPE=Haswell) and llama.cpp is the copy built
 into DIR by `LCPP_ISA=avx2 LCPP_TARGET=DIR scripts/install_llamacpp.sh` -
 what an AVX2-only server would run.
 
@@ -40,6 +41,14 @@ def env_with(name, value):
     return env
 
 
+def ours_env(isa):
+    env = env_with("DEEPINFER_CPU_ISA", isa)
+    if isa in ("avx2", "scalar"):
+        # OpenBLAS (DeepInfer's f32 GEMM off AMX) picks its kernels by CPUID on its own: keep it on AVX2 too.
+        env["OPENBLAS_CORETYPE"] = "Haswell"
+    return env
+
+
 def cpu_model():
     for line in open("/proc/cpuinfo"):
         if line.startswith("model name"):
@@ -51,7 +60,7 @@ def ours(model, threads, runs, isa):
     out = subprocess.run([BIN, "bench", "-m", model, "--threads", str(threads),
                           "-b", "1", "-p", "128,512,1024", "-g", "128", "-r", str(runs), "--json"],
                          check=True, capture_output=True, text=True,
-                         env=env_with("DEEPINFER_CPU_ISA", isa)).stdout
+                         env=ours_env(isa)).stdout
     rows = json.loads(out)
     by_p = {r["prompt_len"]: r for r in rows}
     return {"prefill 128": by_p[128]["prefill_tok_s"], "prefill 512": by_p[512]["prefill_tok_s"],
