@@ -16,11 +16,18 @@ using namespace quants;
 constexpr size_t kNumDTypes = static_cast<size_t>(DType::Count);
 using KernelTable = std::array<QuantKernels, kNumDTypes>;
 
-// What differs between instruction sets; dequantisation is shared (it is exact
-// and the compiler vectorises it).
+// Dequantisation of the formats prefill dequantises most, per level (every
+// level gives the same bits; the rest are the shared portable loops).
+struct Dequantizers {
+  DequantizeFn q4_0 = dequantize_q4_0, q4_1 = dequantize_q4_1, q5_0 = dequantize_q5_0, q5_1 = dequantize_q5_1,
+               q8_0 = dequantize_q8_0, q4_k = dequantize_q4_k, q5_k = dequantize_q5_k, q6_k = dequantize_q6_k;
+};
+
+// What differs between instruction sets.
 struct IsaKernels {
   QuantizeFn quantize_q8_1, quantize_q8_k;
   DotFn f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k;
+  Dequantizers deq{};
 };
 
 KernelTable make_table(const IsaKernels& k) {
@@ -31,16 +38,16 @@ KernelTable make_table(const IsaKernels& k) {
   set(DType::F32, DType::F32, dequantize_f32, nullptr, k.f32);
   set(DType::F16, DType::F32, dequantize_f16, nullptr, k.f16);
   set(DType::BF16, DType::F32, dequantize_bf16, nullptr, k.bf16);
-  set(DType::Q4_0, DType::Q8_1, dequantize_q4_0, k.quantize_q8_1, k.q4_0);
-  set(DType::Q4_1, DType::Q8_1, dequantize_q4_1, k.quantize_q8_1, k.q4_1);
-  set(DType::Q5_0, DType::Q8_1, dequantize_q5_0, k.quantize_q8_1, k.q5_0);
-  set(DType::Q5_1, DType::Q8_1, dequantize_q5_1, k.quantize_q8_1, k.q5_1);
-  set(DType::Q8_0, DType::Q8_1, dequantize_q8_0, k.quantize_q8_1, k.q8_0);
+  set(DType::Q4_0, DType::Q8_1, k.deq.q4_0, k.quantize_q8_1, k.q4_0);
+  set(DType::Q4_1, DType::Q8_1, k.deq.q4_1, k.quantize_q8_1, k.q4_1);
+  set(DType::Q5_0, DType::Q8_1, k.deq.q5_0, k.quantize_q8_1, k.q5_0);
+  set(DType::Q5_1, DType::Q8_1, k.deq.q5_1, k.quantize_q8_1, k.q5_1);
+  set(DType::Q8_0, DType::Q8_1, k.deq.q8_0, k.quantize_q8_1, k.q8_0);
   set(DType::Q2_K, DType::Q8_K, dequantize_q2_k, k.quantize_q8_k, k.q2_k);
   set(DType::Q3_K, DType::Q8_K, dequantize_q3_k, k.quantize_q8_k, k.q3_k);
-  set(DType::Q4_K, DType::Q8_K, dequantize_q4_k, k.quantize_q8_k, k.q4_k);
-  set(DType::Q5_K, DType::Q8_K, dequantize_q5_k, k.quantize_q8_k, k.q5_k);
-  set(DType::Q6_K, DType::Q8_K, dequantize_q6_k, k.quantize_q8_k, k.q6_k);
+  set(DType::Q4_K, DType::Q8_K, k.deq.q4_k, k.quantize_q8_k, k.q4_k);
+  set(DType::Q5_K, DType::Q8_K, k.deq.q5_k, k.quantize_q8_k, k.q5_k);
+  set(DType::Q6_K, DType::Q8_K, k.deq.q6_k, k.quantize_q8_k, k.q6_k);
   return t;
 }
 
@@ -52,10 +59,16 @@ KernelTable make_portable() {
 }
 
 #if defined(DEEPINFER_QUANTS_AVX2)
+Dequantizers avx2_dequantizers() {
+  return {avx2::dequantize_q4_0, avx2::dequantize_q4_1, avx2::dequantize_q5_0, avx2::dequantize_q5_1,
+          avx2::dequantize_q8_0, avx2::dequantize_q4_k, avx2::dequantize_q5_k, avx2::dequantize_q6_k};
+}
+
 IsaKernels avx2_kernels() {
   using namespace avx2;
   return {quantize_q8_1, quantize_q8_k, dot_f32, dot_f16, dot_bf16, dot_q4_0, dot_q4_1,
-          dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k, dot_q6_k};
+          dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k, dot_q6_k,
+          avx2_dequantizers()};
 }
 #endif
 
@@ -64,7 +77,8 @@ IsaKernels avx2_kernels() {
 IsaKernels avx512_kernels() {
   using namespace avx512;
   return {quantize_q8_1, quantize_q8_k, dot_f32, dot_f16, dot_bf16, dot_q4_0, dot_q4_1,
-          dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k, dot_q6_k};
+          dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k, dot_q6_k,
+          avx2_dequantizers()};  // dequantisation is bound by stores: AVX2 is as fast
 }
 #endif
 

@@ -185,6 +185,15 @@ namespace avx2 {
 DEEPINFER_QUANT_DOTS
 void quantize_q8_1(const float* src, void* dst, int64_t n);
 void quantize_q8_k(const float* src, void* dst, int64_t n);
+// Vectorised dequantisation (quants_dequant_avx2.cpp), bit for bit the portable one.
+void dequantize_q4_0(const void* src, float* dst, int64_t n);
+void dequantize_q4_1(const void* src, float* dst, int64_t n);
+void dequantize_q5_0(const void* src, float* dst, int64_t n);
+void dequantize_q5_1(const void* src, float* dst, int64_t n);
+void dequantize_q8_0(const void* src, float* dst, int64_t n);
+void dequantize_q4_k(const void* src, float* dst, int64_t n);
+void dequantize_q5_k(const void* src, float* dst, int64_t n);
+void dequantize_q6_k(const void* src, float* dst, int64_t n);
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

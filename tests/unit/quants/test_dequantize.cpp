@@ -4,9 +4,12 @@
 // (d * q, then + m or - dmin * m), so the results must match bit for bit.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/quants.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -41,8 +44,13 @@ void expect_bit_exact(const QuantKernels& k, const test::QuantReference& ref, co
 TEST_P(Dequantize, MatchesGgufReferenceBitForBit) {
   const test::QuantReference ref = test::load_quant_reference(GetParam());
   ASSERT_GT(ref.rows, 0);
-  expect_bit_exact(cpu::quant_kernels(ref.dtype), ref, "native");
-  expect_bit_exact(cpu::quant_kernels_portable(ref.dtype), ref, "portable");
+  for (cpu::CpuIsa isa : {cpu::CpuIsa::Scalar, cpu::CpuIsa::Avx2, cpu::CpuIsa::Avx512}) {
+    if (!cpu::isa_available(isa)) {
+      std::printf("[  NOTE    ] %s dequantisation not tested: this CPU lacks it\n", std::string(cpu::isa_name(isa)).c_str());
+      continue;
+    }
+    expect_bit_exact(cpu::quant_kernels_for(ref.dtype, isa), ref, std::string(cpu::isa_name(isa)).c_str());
+  }
 }
 
 // Rows are independent blocks: dequantising a prefix writes exactly that prefix.
