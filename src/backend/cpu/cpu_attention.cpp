@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vec.h"
+#include "backend/cpu/vec_kernels.h"
 #include "core/error.h"
 #include "core/fp8.h"
 
@@ -173,6 +174,7 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
   }
 
   const float* sinks = params.sinks.defined() ? params.sinks.data_as<float>() : nullptr;
+  const VecKernels& vk = *vec_;
   float softcap = params.logit_softcap;
   int64_t window = params.sliding_window;
   // Items are (query row, KV head, a run of that KV head's query heads): the
@@ -229,11 +231,11 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
           float block_max = -std::numeric_limits<float>::infinity();
           if (cache.k.dtype() == DType::F32) {
             // The page's keys sit at a fixed stride: their logits in one pass.
-            vec::dot_strided(qv, at(cache.k, pages[p], lo, kvh), cache.k.stride_bytes(1) / 4, hi - lo + 1,
-                             head_dim, scores + lo);
+            vk.dot_strided_f32(qv, at(cache.k, pages[p], lo, kvh), cache.k.stride_bytes(1) / 4, hi - lo + 1,
+                               head_dim, scores + lo);
           } else if (cache.k.dtype() == DType::F16) {
-            vec::dot_strided(qv, at<const uint16_t>(cache.k, pages[p], lo, kvh), cache.k.stride_bytes(1) / 2,
-                             hi - lo + 1, head_dim, scores + lo);
+            vk.dot_strided_f16(qv, at<const uint16_t>(cache.k, pages[p], lo, kvh), cache.k.stride_bytes(1) / 2,
+                               hi - lo + 1, head_dim, scores + lo);
           } else {
             for (int64_t o = lo; o <= hi; ++o) {
               scores[o] = vec::dot(qv, cache_row(cache.k, pages[p], o, kvh, head_dim, k_row), head_dim);
@@ -251,13 +253,13 @@ void CpuBackend::attention(const Tensor& q, const KvCacheLayer& cache, const Att
             sum *= rescale;
             max = block_max;
           }
-          sum += vec::exp_shifted_sum(scores + lo, max, hi - lo + 1);
+          sum += vk.exp_shifted_sum(scores + lo, max, hi - lo + 1);
           if (cache.v.dtype() == DType::F32) {
-            vec::accumulate_strided(acc, scores + lo, at(cache.v, pages[p], lo, kvh),
-                                    cache.v.stride_bytes(1) / 4, hi - lo + 1, v_dim);
+            vk.accumulate_strided_f32(acc, scores + lo, at(cache.v, pages[p], lo, kvh),
+                                      cache.v.stride_bytes(1) / 4, hi - lo + 1, v_dim);
           } else if (cache.v.dtype() == DType::F16) {
-            vec::accumulate_strided(acc, scores + lo, at<const uint16_t>(cache.v, pages[p], lo, kvh),
-                                    cache.v.stride_bytes(1) / 2, hi - lo + 1, v_dim);
+            vk.accumulate_strided_f16(acc, scores + lo, at<const uint16_t>(cache.v, pages[p], lo, kvh),
+                                      cache.v.stride_bytes(1) / 2, hi - lo + 1, v_dim);
           } else {
             for (int64_t o = lo; o <= hi; ++o) {
               vec::axpy(acc, scores[o], cache_row(cache.v, pages[p], o, kvh, v_dim, v_row), v_dim);

@@ -8,6 +8,7 @@
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_sampling.h"
 #include "backend/cpu/rows.h"
+#include "backend/cpu/vec_kernels.h"
 #include "backend/cpu/weight_kernels.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -39,7 +40,10 @@ void ScratchBuffer::grow(size_t bytes) {
 }
 
 CpuBackend::CpuBackend(const BackendOptions& options)
-    : batch_invariant_(options.batch_invariant), use_amx_(active_isa() == CpuIsa::Amx), pool_(options.num_threads) {
+    : batch_invariant_(options.batch_invariant),
+      use_amx_(active_isa() == CpuIsa::Amx),
+      vec_(&vec_kernels(active_isa())),
+      pool_(options.num_threads) {
   // Parallelism comes from our own pool; BLAS runs single-threaded inside it.
   openblas_set_num_threads(1);
   log_info("cpu: {} kernels (this CPU supports {}), {} threads", isa_name(active_isa()), isa_name(hardware_isa()),

@@ -18,6 +18,8 @@
 
 namespace deepinfer::cpu {
 
+struct VecKernels;
+
 // A 64-byte aligned byte buffer that only grows.
 class ScratchBuffer {
  public:
@@ -103,6 +105,7 @@ class CpuBackend final : public Backend {
   void linear_gemm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out);
 
   bool use_amx_ = false;  // active_isa() is AMX: prefill GEMMs on quantised weights use its tiles
+  const VecKernels* vec_ = nullptr;  // attention and element-wise loops of active_isa()
   ThreadPool pool_;
   std::vector<ScratchBuffer> thread_scratch_;  // one per pool thread
   ScratchBuffer act_scratch_;                  // activations converted for `dot`, shared

@@ -5,6 +5,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/rows.h"
 #include "backend/cpu/vec.h"
+#include "backend/cpu/vec_kernels.h"
 
 namespace deepinfer::cpu {
 
@@ -71,11 +72,11 @@ void CpuBackend::gated_activation(const Tensor& gate, const Tensor& up, Activati
       const float* u = ur.row(r);
       float* o = orow.row(r);
       if (act == Activation::Silu) {
-        vec::silu_mul(o, g, u, n);
+        vec_->silu_mul(o, g, u, n);
       } else if (act == Activation::ClampedSwiglu) {
         for (int64_t i = 0; i < n; ++i) o[i] = clamped_swiglu(g[i], u[i]);
       } else {
-        vec::gelu_tanh_mul(o, g, u, n);
+        vec_->gelu_tanh_mul(o, g, u, n);
       }
     }
   }, std::max<int64_t>(1, row_grain(n) / 8));

@@ -3,10 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <random>
 #include <vector>
 
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/vec.h"
+#include "backend/cpu/vec_kernels.h"
+#include "core/half.h"
 
 namespace deepinfer::cpu {
 namespace {
@@ -79,6 +84,83 @@ TEST(VecActivations, AnElementsResultDoesNotDependOnItsPosition) {
   for (int i = 0; i < 40; ++i) g[static_cast<size_t>(i)] = 0.731f;
   vec::gelu_tanh_mul(out.data(), g.data(), u.data(), 37);
   for (int i = 1; i < 37; ++i) EXPECT_EQ(out[static_cast<size_t>(i)], out[0]) << i;
+}
+
+std::vector<CpuIsa> vec_levels_here() {
+  std::vector<CpuIsa> levels;
+  for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512}) {
+    if (isa_available(isa)) {
+      levels.push_back(isa);
+    } else {
+      std::printf("[  NOTE    ] %s vector kernels not tested: this CPU lacks them\n", std::string(isa_name(isa)).c_str());
+    }
+  }
+  return levels;
+}
+
+// The attention loops of every level against double precision, f32 and f16
+// rows, head sizes that are and are not a multiple of 16 (the AVX-512 code
+// hands the latter to AVX2), key counts with a tail.
+TEST(VecKernels, StridedDotsAndSumsMatchDoublePrecisionAtEveryLevel) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (CpuIsa isa : vec_levels_here()) {
+    const VecKernels& vk = vec_kernels(isa);
+    for (int64_t n : {64, 72, 256}) {
+      const int64_t count = 13, stride = n + 8;
+      std::vector<float> q(static_cast<size_t>(n)), k32(static_cast<size_t>(count * stride));
+      std::vector<uint16_t> k16(k32.size());
+      for (auto& v : q) v = normal(rng);
+      for (size_t i = 0; i < k32.size(); ++i) {
+        k16[i] = f32_to_f16(normal(rng));
+        k32[i] = f16_to_f32(k16[i]);  // the same values in both layouts
+      }
+      std::vector<float> out32(count), out16(count), w(count);
+      vk.dot_strided_f32(q.data(), k32.data(), stride, count, n, out32.data());
+      vk.dot_strided_f16(q.data(), k16.data(), stride, count, n, out16.data());
+      for (int64_t j = 0; j < count; ++j) {
+        double want = 0, mag = 0;
+        for (int64_t i = 0; i < n; ++i) want += double(q[i]) * k32[j * stride + i], mag += std::abs(q[i] * k32[j * stride + i]);
+        EXPECT_NEAR(out32[j], want, 1e-6 * mag) << isa_name(isa) << " n=" << n << " key " << j;
+        EXPECT_NEAR(out16[j], want, 1e-6 * mag) << isa_name(isa) << " n=" << n << " key " << j;
+        w[static_cast<size_t>(j)] = normal(rng);
+      }
+      std::vector<float> acc32(static_cast<size_t>(n), 0.5f), acc16 = acc32;
+      vk.accumulate_strided_f32(acc32.data(), w.data(), k32.data(), stride, count, n);
+      vk.accumulate_strided_f16(acc16.data(), w.data(), k16.data(), stride, count, n);
+      for (int64_t i = 0; i < n; ++i) {
+        double want = 0.5, mag = 0.5;
+        for (int64_t j = 0; j < count; ++j) want += double(w[j]) * k32[j * stride + i], mag += std::abs(w[j] * k32[j * stride + i]);
+        EXPECT_NEAR(acc32[i], want, 1e-6 * mag) << isa_name(isa) << " n=" << n << " element " << i;
+        EXPECT_EQ(acc16[i], acc32[i]) << "f16 and f32 rows of the same values sum alike";
+      }
+    }
+  }
+}
+
+// The element-wise kernels do the same operations per element at every
+// level: AVX-512 gives AVX2's bits, at any length (tails included).
+TEST(VecKernels, ElementwiseKernelsGiveTheSameBitsAtEveryLevel) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 5.0f);
+  const VecKernels& base = vec_kernels(CpuIsa::Avx2);
+  for (CpuIsa isa : vec_levels_here()) {
+    const VecKernels& vk = vec_kernels(isa);
+    for (int64_t n : {1, 15, 16, 17, 100, 2048}) {
+      std::vector<float> g(static_cast<size_t>(n)), u(g.size());
+      for (size_t i = 0; i < g.size(); ++i) g[i] = normal(rng), u[i] = normal(rng);
+      std::vector<float> a(g.size()), b(g.size());
+      vk.silu_mul(a.data(), g.data(), u.data(), n);
+      base.silu_mul(b.data(), g.data(), u.data(), n);
+      EXPECT_EQ(a, b) << isa_name(isa) << " silu n=" << n;
+      vk.gelu_tanh_mul(a.data(), g.data(), u.data(), n);
+      base.gelu_tanh_mul(b.data(), g.data(), u.data(), n);
+      EXPECT_EQ(a, b) << isa_name(isa) << " gelu n=" << n;
+      a = g, b = g;
+      EXPECT_EQ(vk.exp_shifted_sum(a.data(), 3.0f, n), base.exp_shifted_sum(b.data(), 3.0f, n)) << isa_name(isa);
+      EXPECT_EQ(a, b) << isa_name(isa) << " exp n=" << n;
+    }
+  }
 }
 
 }  // namespace
