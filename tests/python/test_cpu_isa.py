@@ -44,3 +44,39 @@ def test_unknown_or_unavailable_level_is_a_clean_error(cli):
         done = generate(cli, LEVELS[LEVELS.index(top) + 1])
         assert done.returncode != 0
         assert f"supports at most {top}" in done.stderr
+
+
+# AVX-512 and AMX instructions: 512-bit and upper-16 vector registers, mask registers, EVEX-only opcodes, tiles.
+WIDE = re.compile(r"%zmm|%[xy]mm(1[6-9]|2[0-9]|3[01])\b|%k[0-7]\b|\{%k|vpternlog|vpermt2|vpermi2|vpdpbusd|vpmovdb|"
+                  r"vpmovwb|kmov|tdpb|ldtilecfg|tileloadd|tilestored|tilezero|tilerelease")
+ALLOWED = ("::avx512::", "::amx::", "::vec_avx512::")
+
+
+def test_wider_instructions_stay_in_their_kernels(cli):
+    """The binary targets AVX2; AVX-512/AMX code may only sit in the kernels that run after cpu_isa found them.
+
+    An inline function instantiated inside an AVX-512 region and shared with baseline code would crash an
+    AVX2-only machine; this scans the disassembly for any such function."""
+    import shutil
+
+    import pytest
+
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86-64 only")
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        pytest.skip("objdump (binutils) not installed")
+    out = subprocess.run([objdump, "-d", "--no-show-raw-insn", "-C", cli], capture_output=True, text=True,
+                         timeout=600, check=True).stdout
+    offenders, wide, fn = set(), set(), None
+    for line in out.splitlines():
+        if line.endswith(">:") and "<" in line:
+            fn = line
+        elif fn is not None and WIDE.search(line):
+            wide.add(fn)
+            if not any(a in fn for a in ALLOWED):
+                offenders.add(fn)
+    assert wide, "no AVX-512/AMX code found at all: the scan is broken or the kernels were not built"
+    assert not offenders, "wide instructions outside the dispatched kernels:\n" + "\n".join(sorted(offenders)[:20])
