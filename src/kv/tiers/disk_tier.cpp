@@ -1,0 +1,337 @@
+#include "kv/tiers/disk_tier.h"
+
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <tuple>
+#include <vector>
+
+#include "core/logging.h"
+
+namespace deepinfer {
+
+namespace {
+
+constexpr char kMagic[8] = {'D', 'I', 'K', 'V', 'B', 'L', 'K', '1'};
+constexpr const char* kSuffix = ".kvb";
+constexpr const char* kTempPrefix = ".tmp-";
+constexpr uint32_t kFirstBlock = 1;
+// Bounds a header may claim before anything is allocated for it.
+constexpr uint32_t kMaxSaltBytes = 1 << 16;
+constexpr uint32_t kMaxTokens = 1 << 20;
+
+// The file's first 72 bytes (little-endian; the engine only runs on
+// little-endian hosts).
+struct FileHeader {
+  char magic[8];
+  uint64_t fingerprint;
+  uint64_t key;
+  uint64_t parent_key;
+  uint32_t flags;
+  uint32_t n_tokens;
+  uint32_t salt_bytes;
+  uint32_t reserved;
+  uint64_t payload_bytes;
+  int64_t expires_at;
+  uint64_t checksum;  // XXH3-64 of the whole file with this field zero
+};
+static_assert(sizeof(FileHeader) == 72);
+
+std::string hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+bool parse_hex16(std::string_view s, uint64_t& out) {
+  if (s.size() != 16) return false;
+  out = 0;
+  for (char c : s) {
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return false;
+    out = out << 4 | static_cast<uint64_t>(d);
+  }
+  return true;
+}
+
+uint64_t file_checksum(const std::vector<std::byte>& file) {
+  FileHeader h;
+  std::memcpy(&h, file.data(), sizeof h);
+  h.checksum = 0;
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  XXH3_64bits_update(state, &h, sizeof h);
+  XXH3_64bits_update(state, file.data() + sizeof h, file.size() - sizeof h);
+  const uint64_t sum = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return sum;
+}
+
+// Reads a whole file; false when it cannot be opened or read.
+bool read_file(const std::filesystem::path& path, std::vector<std::byte>& out) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  bool ok = std::fseek(f, 0, SEEK_END) == 0;
+  const long size = ok ? std::ftell(f) : -1;
+  ok = ok && size >= 0 && std::fseek(f, 0, SEEK_SET) == 0;
+  if (ok) {
+    out.resize(static_cast<size_t>(size));
+    ok = std::fread(out.data(), 1, out.size(), f) == out.size();
+  }
+  std::fclose(f);
+  return ok;
+}
+
+}  // namespace
+
+DiskKvTier::DiskKvTier(Options options) : options_(std::move(options)) {
+  fingerprint_hash_ = XXH3_64bits(options_.fingerprint.data(), options_.fingerprint.size());
+  folder_ = options_.dir / hex16(fingerprint_hash_);
+  std::error_code ec;
+  std::filesystem::create_directories(folder_, ec);
+  if (ec || !std::filesystem::is_directory(folder_, ec)) {
+    log_error("kv disk tier: cannot use {} ({}); the tier is off", folder_.string(), ec.message());
+    return;
+  }
+  enabled_ = true;
+  index_existing();
+}
+
+std::filesystem::path DiskKvTier::path_of(uint64_t key) const { return folder_ / (hex16(key) + kSuffix); }
+
+int64_t DiskKvTier::now_seconds() const {
+  return std::chrono::duration_cast<std::chrono::seconds>(now_().time_since_epoch()).count();
+}
+
+void DiskKvTier::index_existing() {
+  std::lock_guard lock(mutex_);
+  std::vector<std::tuple<std::filesystem::file_time_type, uint64_t, uint64_t>> found;  // mtime, key, bytes
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(folder_, ec)) {
+    const std::string name = entry.path().filename().string();
+    std::error_code fec;
+    if (name.rfind(kTempPrefix, 0) == 0) {
+      // Left by a writer that died before its rename: never a block.
+      std::filesystem::remove(entry.path(), fec);
+      continue;
+    }
+    uint64_t key;
+    if (name.size() != 16 + std::strlen(kSuffix) || name.substr(16) != kSuffix || !parse_hex16(name.substr(0, 16), key)) {
+      continue;
+    }
+    const uint64_t bytes = entry.file_size(fec);
+    const auto mtime = entry.last_write_time(fec);
+    if (!fec) found.emplace_back(mtime, key, bytes);
+  }
+  if (ec) log_error("kv disk tier: listing {} failed ({})", folder_.string(), ec.message());
+  std::sort(found.begin(), found.end());
+  for (const auto& [mtime, key, bytes] : found) {  // oldest first, so the newest ends at the front
+    lru_.push_front(key);
+    index_[key] = Entry{bytes, -1, lru_.begin()};  // expiry read when first met
+    bytes_ += bytes;
+  }
+  make_room(0);
+  if (!found.empty()) log_info("kv disk tier: {} blocks ({:.1f} MiB) found in {}", index_.size(), bytes_ / 1048576.0, folder_.string());
+}
+
+void DiskKvTier::touch(Entry& e, uint64_t key) {
+  lru_.erase(e.lru);
+  lru_.push_front(key);
+  e.lru = lru_.begin();
+}
+
+void DiskKvTier::forget(uint64_t key, bool remove_file) {
+  auto it = index_.find(key);
+  if (it != index_.end()) {
+    bytes_ -= it->second.bytes;
+    lru_.erase(it->second.lru);
+    index_.erase(it);
+  }
+  if (remove_file) {
+    std::error_code ec;
+    std::filesystem::remove(path_of(key), ec);
+  }
+}
+
+void DiskKvTier::make_room(uint64_t bytes) {
+  while (!lru_.empty() && bytes_ + bytes > options_.capacity_bytes) {
+    forget(lru_.back(), true);
+    ++stats_.evictions;
+  }
+}
+
+bool DiskKvTier::put(const KvBlockIdentity& id, std::span<const std::byte> payload, std::chrono::seconds ttl) {
+  if (!enabled_) return false;
+  std::lock_guard lock(mutex_);
+  if (auto it = index_.find(id.key); it != index_.end()) {
+    touch(it->second, id.key);
+    return true;
+  }
+  FileHeader h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.fingerprint = fingerprint_hash_;
+  h.key = id.key;
+  h.parent_key = id.first ? 0 : id.parent_key;
+  h.flags = id.first ? kFirstBlock : 0;
+  h.n_tokens = static_cast<uint32_t>(id.tokens.size());
+  h.salt_bytes = id.first ? static_cast<uint32_t>(id.salt.size()) : 0;
+  h.payload_bytes = payload.size();
+  h.expires_at = ttl.count() > 0 ? now_seconds() + ttl.count() : 0;
+  if (h.salt_bytes > kMaxSaltBytes || h.n_tokens > kMaxTokens) return false;
+
+  std::vector<std::byte> file(sizeof h + h.salt_bytes + id.tokens.size_bytes() + payload.size());
+  std::byte* p = file.data() + sizeof h;
+  if (h.salt_bytes) std::memcpy(p, id.salt.data(), h.salt_bytes);
+  p += h.salt_bytes;
+  if (!id.tokens.empty()) std::memcpy(p, id.tokens.data(), id.tokens.size_bytes());
+  p += id.tokens.size_bytes();
+  if (!payload.empty()) std::memcpy(p, payload.data(), payload.size());
+  std::memcpy(file.data(), &h, sizeof h);
+  h.checksum = file_checksum(file);
+  std::memcpy(file.data(), &h, sizeof h);
+
+  if (file.size() > options_.capacity_bytes) return false;
+  make_room(file.size());
+
+  // Written under a temporary name and renamed: readers (this process or
+  // another sharing the directory) see the whole block or none of it.
+  const std::filesystem::path temp =
+      folder_ / (kTempPrefix + hex16(id.key) + "-" + std::to_string(getpid()) + "-" + std::to_string(temp_counter_++));
+  std::FILE* f = std::fopen(temp.c_str(), "wb");
+  bool ok = f != nullptr;
+  int err = ok ? 0 : errno;
+  if (ok) {
+    ok = std::fwrite(file.data(), 1, file.size(), f) == file.size();
+    if (!ok) err = errno;
+    if (std::fclose(f) != 0 && ok) ok = false, err = errno;
+  }
+  std::error_code ec;
+  if (ok) {
+    std::filesystem::rename(temp, path_of(id.key), ec);
+    ok = !ec;
+  }
+  if (!ok) {
+    std::filesystem::remove(temp, ec);
+    // The first failure and then one in a thousand: a full disk fails every write.
+    if (stats_.write_errors++ % 1000 == 0) {
+      log_error("kv disk tier: writing a block to {} failed ({}); the block stays uncached", folder_.string(),
+                err ? std::strerror(err) : ec.message());
+    }
+    return false;
+  }
+  lru_.push_front(id.key);
+  index_[id.key] = Entry{file.size(), h.expires_at, lru_.begin()};
+  bytes_ += file.size();
+  ++stats_.stored;
+  stats_.bytes_written += static_cast<int64_t>(file.size());
+  return true;
+}
+
+bool DiskKvTier::get(const KvBlockIdentity& id, std::span<std::byte> out) {
+  if (!enabled_) return false;
+  std::lock_guard lock(mutex_);
+  auto it = index_.find(id.key);
+  if (it != index_.end() && it->second.expires_at > 0 && now_seconds() >= it->second.expires_at) {
+    forget(id.key, true);
+    ++stats_.expirations;
+    ++stats_.misses;
+    return false;
+  }
+  // A key missing from the index may still have been written by another
+  // process sharing the directory: the file decides.
+  std::vector<std::byte> file;
+  if (!read_file(path_of(id.key), file)) {
+    if (it != index_.end()) forget(id.key, false);  // deleted behind our back
+    ++stats_.misses;
+    return false;
+  }
+  FileHeader h;
+  const bool sized = file.size() >= sizeof h;
+  if (sized) std::memcpy(&h, file.data(), sizeof h);
+  const bool intact = sized && std::memcmp(h.magic, kMagic, sizeof kMagic) == 0 &&
+                      h.fingerprint == fingerprint_hash_ && h.key == id.key && h.salt_bytes <= kMaxSaltBytes &&
+                      h.n_tokens <= kMaxTokens && h.payload_bytes <= file.size() &&  // no wrap in the sum below
+                      file.size() == sizeof h + h.salt_bytes + uint64_t{h.n_tokens} * sizeof(int32_t) + h.payload_bytes &&
+                      file_checksum(file) == h.checksum;
+  if (!intact) {
+    forget(id.key, true);
+    ++stats_.rejected;
+    ++stats_.misses;
+    log_warn("kv disk tier: removed a damaged block file {}", path_of(id.key).string());
+    return false;
+  }
+  if (h.expires_at > 0 && now_seconds() >= h.expires_at) {
+    forget(id.key, true);
+    ++stats_.expirations;
+    ++stats_.misses;
+    return false;
+  }
+  // The content check: the same tokens after the same parent (or salt).
+  const std::byte* salt = file.data() + sizeof h;
+  const std::byte* tokens = salt + h.salt_bytes;
+  const std::byte* payload = tokens + uint64_t{h.n_tokens} * sizeof(int32_t);
+  const bool first = (h.flags & kFirstBlock) != 0;
+  const bool same = first == id.first && h.n_tokens == id.tokens.size() && h.payload_bytes == out.size() &&
+                    (first ? h.salt_bytes == id.salt.size() && std::memcmp(salt, id.salt.data(), id.salt.size()) == 0
+                           : h.parent_key == id.parent_key) &&
+                    (id.tokens.empty() || std::memcmp(tokens, id.tokens.data(), id.tokens.size_bytes()) == 0);
+  if (it == index_.end()) {
+    lru_.push_front(id.key);
+    it = index_.emplace(id.key, Entry{file.size(), h.expires_at, lru_.begin()}).first;
+    bytes_ += file.size();
+    make_room(0);
+    it = index_.find(id.key);
+    if (it == index_.end()) {  // evicted at once: the tier is smaller than this block
+      ++stats_.misses;
+      return false;
+    }
+  }
+  it->second.expires_at = h.expires_at;
+  if (!same) {  // a hash collision or another layout: not ours, but not damaged either
+    ++stats_.misses;
+    return false;
+  }
+  std::memcpy(out.data(), payload, out.size());
+  touch(it->second, id.key);
+  ++stats_.hits;
+  stats_.bytes_read += static_cast<int64_t>(file.size());
+  return true;
+}
+
+bool DiskKvTier::contains(uint64_t key) const {
+  std::lock_guard lock(mutex_);
+  return index_.count(key) != 0;
+}
+
+void DiskKvTier::remove_expired() {
+  if (!enabled_) return;
+  std::lock_guard lock(mutex_);
+  const int64_t now = now_seconds();
+  std::vector<uint64_t> expired;
+  for (auto& [key, e] : index_) {
+    if (e.expires_at < 0) {  // indexed at start-up: read the header once
+      FileHeader h;
+      std::FILE* f = std::fopen(path_of(key).c_str(), "rb");
+      const bool read = f != nullptr && std::fread(&h, 1, sizeof h, f) == sizeof h;
+      if (f != nullptr) std::fclose(f);
+      e.expires_at = read ? h.expires_at : 0;
+    }
+    if (e.expires_at > 0 && now >= e.expires_at) expired.push_back(key);
+  }
+  for (uint64_t key : expired) forget(key, true);
+  stats_.expirations += static_cast<int64_t>(expired.size());
+}
+
+DiskKvTierStats DiskKvTier::stats() const {
+  std::lock_guard lock(mutex_);
+  DiskKvTierStats s = stats_;
+  s.files = static_cast<int64_t>(index_.size());
+  s.bytes = static_cast<int64_t>(bytes_);
+  return s;
+}
+
+}  // namespace deepinfer
