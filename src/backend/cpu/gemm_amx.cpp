@@ -170,14 +170,48 @@ void quantize_residual(const float* x, const int8_t* q1, float d, int8_t* q2, fl
   }
 }
 
+// acc[r] holds weight row r over 16 activation rows; afterwards acc[i] holds
+// activation row i over the 16 weight rows (a 16 x 16 transpose in registers:
+// 32-bit and 64-bit interleaves within 128-bit lanes, then lane shuffles).
+inline void transpose16(__m512* acc) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(acc[2 * i], acc[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(acc[2 * i], acc[2 * i + 1]);
+  }
+  // r[4i + c], 128-bit lane L: weight rows 4i..4i+3 of activation row 4L + c.
+  __m512 r[16];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512d t0 = _mm512_castps_pd(t[4 * i]), t1 = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d t2 = _mm512_castps_pd(t[4 * i + 2]), t3 = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512 lo01 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44), lo23 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44);
+    const __m512 hi01 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE), hi23 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
+    acc[c] = _mm512_shuffle_f32x4(lo01, lo23, 0x88);
+    acc[4 + c] = _mm512_shuffle_f32x4(lo01, lo23, 0xDD);
+    acc[8 + c] = _mm512_shuffle_f32x4(hi01, hi23, 0x88);
+    acc[12 + c] = _mm512_shuffle_f32x4(hi01, hi23, 0xDD);
+  }
+}
+
 // One 16 x 16 block of the output: weight rows of one tile (wq: 16 rows of k
 // int8, scale tables dw/mw) times 16 activation rows (a1/a2: their VNNI tile
 // column in both planes, da: d / 128 per block, sa: sum of x per block), over
-// all k. Result in tmp[r * 16 + i] for weight row r and activation row i.
-// cbuf: 4 x 256 int32 of scratch.
+// all k. Written to out (activation row i at out + i * o_stride, weight row r
+// at column r) for the first `acts` activation rows and `rows` weight rows,
+// plus bias (null: none). cbuf: 4 x 256 int32 of scratch.
 template <int kGroup, bool kMin>
 void tile_product(const int8_t* wq, int64_t k, const float* dw, const float* mw, const int8_t* a1,
-                  const int8_t* a2, const float* da, const float* sa, int32_t* cbuf, float* tmp) {
+                  const int8_t* a2, const float* da, const float* sa, int32_t* cbuf, float* out, int64_t o_stride,
+                  int acts, int rows, const float* bias) {
   __m512 acc[kTile];
 #pragma GCC unroll 16
   for (int r = 0; r < kTile; ++r) acc[r] = _mm512_setzero_ps();
@@ -225,12 +259,14 @@ void tile_product(const int8_t* wq, int64_t k, const float* dw, const float* mw,
       scale_in(cbuf + 2 * kSums, cbuf + 3 * kSums, g + 1);
     }
   }
-#pragma GCC unroll 16
-  for (int r = 0; r < kTile; ++r) _mm512_store_ps(tmp + r * kTile, acc[r]);
+  transpose16(acc);
+  const __mmask16 cols = static_cast<__mmask16>((1u << rows) - 1);
+  const __m512 b = bias ? _mm512_maskz_loadu_ps(cols, bias) : _mm512_setzero_ps();
+  for (int i = 0; i < acts; ++i) _mm512_mask_storeu_ps(out + i * o_stride, cols, _mm512_add_ps(acc[i], b));
 }
 
 using TileProductFn = void (*)(const int8_t*, int64_t, const float*, const float*, const int8_t*, const int8_t*,
-                               const float*, const float*, int32_t*, float*);
+                               const float*, const float*, int32_t*, float*, int64_t, int, int, const float*);
 
 void load_tile_config(const TileConfig& c) { _tile_loadconfig(&c); }
 void release_tiles() { _tile_release(); }
@@ -326,8 +362,7 @@ void linear(ThreadPool& pool, ScratchBuffer& act_scratch, std::vector<ScratchBuf
   const int64_t groups = k / format->group;
   const size_t wq_bytes = static_cast<size_t>(kTile * k);
   const size_t table_bytes = round64(static_cast<size_t>(groups * kTile) * sizeof(float));
-  const size_t scratch_bytes = wq_bytes + 2 * table_bytes + 4 * kTile * kTile * sizeof(int32_t) +
-                               kTile * kTile * sizeof(float);
+  const size_t scratch_bytes = wq_bytes + 2 * table_bytes + 4 * kTile * kTile * sizeof(int32_t);
   const TileConfig config = tile_config(format->group);
   const TileProductFn product = tile_product_for(*format);
   const char* wb = static_cast<const char*>(weight.data());
@@ -342,7 +377,6 @@ void linear(ThreadPool& pool, ScratchBuffer& act_scratch, std::vector<ScratchBuf
     auto* dw = reinterpret_cast<float*>(s + round64(wq_bytes));
     auto* mw = reinterpret_cast<float*>(s + round64(wq_bytes) + table_bytes);
     auto* cbuf = reinterpret_cast<int32_t*>(s + round64(wq_bytes) + 2 * table_bytes);
-    auto* tmp = reinterpret_cast<float*>(cbuf + 4 * kTile * kTile);
     load_tile_config(config);
     for (int64_t wt = begin; wt < end; ++wt) {
       const int64_t j0 = wt * kTile;
@@ -356,13 +390,11 @@ void linear(ThreadPool& pool, ScratchBuffer& act_scratch, std::vector<ScratchBuf
         }
       }
       for (int64_t t = 0; t < act_tiles; ++t) {
+        const int acts = static_cast<int>(std::min<int64_t>(kTile, n - t * kTile));
         product(wq, k, dw, mw, aq1 + t * kTile * k, aq2 + t * kTile * k, da + t * act_blocks * kTile,
-                sa + t * act_blocks * kTile, cbuf, tmp);
-        const int64_t acts = std::min<int64_t>(kTile, n - t * kTile);
-        for (int64_t i = 0; i < acts; ++i) {
-          float* o = reinterpret_cast<float*>(ob + (t * kTile + i) * o_stride) + j0;
-          for (int64_t r = 0; r < rows; ++r) o[r] = tmp[r * kTile + i] + (bias_data ? bias_data[j0 + r] : 0.0f);
-        }
+                sa + t * act_blocks * kTile, cbuf, reinterpret_cast<float*>(ob + t * kTile * o_stride) + j0,
+                o_stride / static_cast<int64_t>(sizeof(float)), acts, static_cast<int>(rows),
+                bias_data ? bias_data + j0 : nullptr);
       }
     }
     release_tiles();

@@ -12,15 +12,6 @@
 
 #include "backend/cpu/isa_target.h"
 
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which it then
-// reports as used uninitialised once inlined (a false positive in its own
-// headers).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
 DEEPINFER_ISA_BEGIN(DEEPINFER_AVX512_FEATURES)
 
 namespace deepinfer::cpu::quants::avx512 {
@@ -332,9 +323,5 @@ void quantize_q8_k(const float* src, void* dst, int64_t n) {
 }  // namespace deepinfer::cpu::quants::avx512
 
 DEEPINFER_ISA_END
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 #endif  // DEEPINFER_QUANTS_AVX512

@@ -14,15 +14,6 @@
 
 #include "backend/cpu/isa_target.h"
 
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which it then
-// reports as used uninitialised once inlined (a false positive in its own
-// headers).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
 DEEPINFER_ISA_BEGIN(DEEPINFER_AVX512_FEATURES)
 
 namespace deepinfer::cpu::quants::avx512 {
@@ -265,9 +256,5 @@ float dot_q3_k(const void* w, const void* x, int64_t n) {
 }  // namespace deepinfer::cpu::quants::avx512
 
 DEEPINFER_ISA_END
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 #endif  // DEEPINFER_QUANTS_AVX512
