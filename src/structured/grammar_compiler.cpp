@@ -215,6 +215,12 @@ void check_supported(const StructuredOutputs& so) {
 
 }  // namespace
 
+// Whitespace characters allowed between two JSON tokens: room for pretty
+// printing (a newline and the indentation of deep nesting), but a small model
+// that starts emitting newlines cannot fill max_tokens with them - with no
+// bound, greedy decoding of SmolLM2 runs into exactly that after a key.
+constexpr int kMaxJsonWhitespace = 32;
+
 struct GrammarCompiler::Impl {
   xgrammar::TokenizerInfo info;
   xgrammar::GrammarCompiler compiler;
@@ -228,10 +234,16 @@ struct GrammarCompiler::Impl {
     switch (so.kind) {
       case StructuredOutputs::Kind::Json:
         // Free whitespace between JSON tokens unless the request asked for
-        // compact output; XGrammar's strict mode: no properties beyond those
-        // the schema names unless it allows them.
-        return compiler.CompileJSONSchema(so.spec, so.any_whitespace);
-      case StructuredOutputs::Kind::JsonObject: return compiler.CompileBuiltinJSONGrammar();
+        // compact output, at most kMaxJsonWhitespace characters per gap;
+        // XGrammar's strict mode: no properties beyond those the schema names
+        // unless it allows them.
+        return compiler.CompileJSONSchema(so.spec, so.any_whitespace, std::nullopt, std::nullopt, true,
+                                          so.any_whitespace ? std::optional<int>(kMaxJsonWhitespace) : std::nullopt);
+      case StructuredOutputs::Kind::JsonObject:
+        // OpenAI's JSON mode: a JSON object, whatever its keys. (XGrammar's
+        // built-in JSON grammar also takes an array at the top level.)
+        return compiler.CompileJSONSchema(R"({"type": "object", "additionalProperties": true})", true, std::nullopt,
+                                          std::nullopt, true, kMaxJsonWhitespace);
       case StructuredOutputs::Kind::Regex: return compiler.CompileRegex(so.spec);
       case StructuredOutputs::Kind::Choice: return compiler.CompileGrammar(choice_grammar(so.choices), "root");
       case StructuredOutputs::Kind::Grammar:

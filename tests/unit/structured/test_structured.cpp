@@ -156,6 +156,31 @@ TEST(GrammarCompiler, ChoiceMasksAndTermination) {
   EXPECT_EQ(compiler.stats().cache_hits, 1);
 }
 
+// response_format json_object: any JSON object, and only an object.
+TEST(GrammarCompiler, JsonObjectModeTakesObjectsOnly) {
+  REQUIRE_SMOLLM2();
+  auto tok = smollm2_tokenizer();
+  structured::GrammarCompiler compiler(*tok, tok->vocab_size());
+  auto accepts = [&](const std::string& text) {
+    StructuredOutputs so;
+    so.kind = StructuredOutputs::Kind::JsonObject;
+    structured::TokenMatcher m(compiler.compile(so), tok->eos_ids());
+    for (int32_t t : tok->encode(text, false)) {
+      if (!m.accept(t)) return false;
+    }
+    return m.accept(*tok->eos_id());
+  };
+  EXPECT_TRUE(accepts(R"({"name": "John", "tags": [1, {"a": null}], "ok": true})"));
+  EXPECT_TRUE(accepts("{\n  \"nested\": {\"deep\": [\"x\"]}\n}"));
+  EXPECT_TRUE(accepts("{}"));
+  EXPECT_FALSE(accepts(R"([{"name": "John"}])"));
+  EXPECT_FALSE(accepts(R"("just a string")"));
+  EXPECT_FALSE(accepts("42"));
+  // Pretty printing fits the whitespace bound between tokens; a runaway does not.
+  EXPECT_TRUE(accepts("{\n    \"a\": {\n        \"b\": 1\n    }\n}"));
+  EXPECT_FALSE(accepts("{\"a\":" + std::string(40, '\n') + "1}"));
+}
+
 // A tool-call constraint accepts exactly a call in the template's format, with
 // arguments valid for the tool's schema, then the end of the output.
 TEST(GrammarCompiler, ToolCallFormats) {
