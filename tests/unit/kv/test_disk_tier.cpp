@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
+#include <tuple>
 #include <numeric>
 #include <vector>
 
@@ -147,6 +149,37 @@ TEST_F(DiskTierTest, DamagedFilesAreMissesAndAreRemoved) {
   bool hit = false;
   EXPECT_EQ(read_back(tier, blocks[0], &hit), blocks[0].payload);
   EXPECT_TRUE(hit);
+}
+
+// A hostile file under a block's name: the right magic, fingerprint and key,
+// but lengths that point past the end or wrap around. Every one is a miss and
+// is removed; nothing is read out of bounds.
+TEST_F(DiskTierTest, HeadersWithLyingLengthsAreRejected) {
+  Block b = make_block(7, 0, true, 0, 64);
+  DiskKvTier tier(options());
+  ASSERT_TRUE(tier.put(id_of(b), b.payload, std::chrono::seconds(0)));
+  char name[32];
+  std::snprintf(name, sizeof name, "%016llx.kvb", 7ull);
+  const fs::path path = tier.folder() / name;
+  std::vector<char> good(fs::file_size(path));
+  std::ifstream(path, std::ios::binary).read(good.data(), static_cast<std::streamsize>(good.size()));
+  // Header offsets: n_tokens at 36, salt_bytes at 40, payload_bytes at 48.
+  auto with = [&](size_t offset, uint64_t value, size_t width) {
+    std::vector<char> f = good;
+    std::memcpy(f.data() + offset, &value, width);
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(f.data(), static_cast<std::streamsize>(f.size()));
+  };
+  const std::vector<std::tuple<size_t, uint64_t, size_t>> lies = {
+      {36, 0xFFFFFFFFu, 4}, {36, 1u << 19, 4}, {40, 0xFFFFFFFFu, 4},
+      {48, ~uint64_t{0}, 8}, {48, ~uint64_t{0} - 60, 8}, {48, 1u << 30, 8}};
+  for (const auto& [offset, value, width] : lies) {
+    with(offset, value, width);
+    bool hit = true;
+    read_back(tier, b, &hit);
+    EXPECT_FALSE(hit) << offset << " " << value;
+    EXPECT_FALSE(fs::exists(path)) << offset << " " << value;
+  }
+  EXPECT_EQ(tier.stats().rejected, static_cast<int64_t>(lies.size()));
 }
 
 TEST_F(DiskTierTest, AWriterKilledBeforeItsRenameLeavesNothingBehind) {
