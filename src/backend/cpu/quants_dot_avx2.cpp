@@ -58,7 +58,7 @@ float dot_offset_form(const void* w, const void* x, int64_t n) {
   };
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {
-    prefetch_weights<2 * sizeof(Block)>(b + i);
+    prefetch_weights(b + i, 2 * sizeof(Block));
     acc0 = block(i, acc0, off0);
     acc1 = block(i + 1, acc1, off1);
   }
@@ -90,7 +90,7 @@ float dot_min_form(const void* w, const void* x, int64_t n) {
   };
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {
-    prefetch_weights<2 * sizeof(Block)>(b + i);
+    prefetch_weights(b + i, 2 * sizeof(Block));
     acc0 = block(i, acc0, min0);
     acc1 = block(i + 1, acc1, min1);
   }
@@ -197,7 +197,7 @@ float dot_q8_0(const void* w, const void* x, int64_t n) {
   };
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {
-    prefetch_weights<2 * sizeof(BlockQ8_0)>(b + i);
+    prefetch_weights(b + i, 2 * sizeof(BlockQ8_0));
     acc0 = block(i, acc0);
     acc1 = block(i + 1, acc1);
   }

@@ -68,7 +68,7 @@ float dot_k4_family(const void* w, const void* x, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   float acc_min = 0.0f;
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    prefetch_weights<sizeof(Block)>(b + i);
+    prefetch_weights(b + i, sizeof(Block));
     alignas(16) uint8_t sm[16];
     k4_scales_mins(b[i].scales, sm);
     // Mins pair with sums over 32 activations: add adjacent bsums first.
@@ -123,7 +123,7 @@ float dot_q2_k(const void* w, const void* x, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   float acc_min = 0.0f;
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    prefetch_weights<sizeof(BlockQ2_K)>(b + i);
+    prefetch_weights(b + i, sizeof(BlockQ2_K));
     const __m128i packed_scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales));
     const __m128i mins = _mm_and_si128(_mm_srli_epi16(packed_scales, 4), _mm_set1_epi8(0xF));
     const int msum = scaled_bsums(mins, a[i].bsums);
@@ -158,7 +158,7 @@ float dot_q3_k(const void* w, const void* x, int64_t n) {
   const __m256i bit0 = _mm256_set1_epi8(1);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    prefetch_weights<sizeof(BlockQ3_K)>(b + i);
+    prefetch_weights(b + i, sizeof(BlockQ3_K));
     const __m128i scales = q3_scales(b[i].scales);
     const int bias = 4 * scaled_bsums(scales, a[i].bsums);
     alignas(32) int16_t sc[16];
@@ -192,7 +192,7 @@ float dot_q6_k(const void* w, const void* x, int64_t n) {
   const __m256i two_bits = _mm256_set1_epi8(3);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    prefetch_weights<sizeof(BlockQ6_K)>(b + i);
+    prefetch_weights(b + i, sizeof(BlockQ6_K));
     const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales));
     const int bias = 32 * scaled_bsums(scales, a[i].bsums);
     alignas(32) int16_t sc[16];

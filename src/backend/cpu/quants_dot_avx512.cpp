@@ -57,17 +57,6 @@ inline __m512i add_high_pair(__m512i q, const uint8_t* qh_a, const uint8_t* qh_b
   return _mm512_mask_add_epi8(q, bits, q, _mm512_set1_epi8(0x10));
 }
 
-// Software prefetch (into L2) of the weight stream a fixed distance ahead of
-// [p, p + bytes): the hardware prefetchers alone leave a single core well below
-// its streaming-read bandwidth. Past the row's end it reaches into the next
-// row, which a matrix-vector product reads next (prefetches never fault).
-constexpr size_t kPrefetchBytes = 2048;
-
-inline void prefetch_ahead(const void* p, size_t bytes) {
-  const char* c = static_cast<const char*>(p) + kPrefetchBytes;
-  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T1);
-}
-
 // Which weight format a group kernel handles.
 enum class Kind { Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 };
 
@@ -180,7 +169,7 @@ inline void group(const typename Format<K>::Block* b, const BlockQ8_1* a, int ta
   }
   const __m512 scale = _mm512_mul_ps(dw, da);
   const __m512 scale16 = _mm512_mul_ps(scale, _mm512_set1_ps(1.0f / 16));
-  prefetch_ahead(b, 16 * sizeof(typename F::Block));
+  prefetch_weights(b, 16 * sizeof(typename F::Block));
   const int pairs = (count + 1) / 2;
   int p = 0;
 #pragma GCC unroll 4
@@ -211,7 +200,7 @@ float dot_blocks(const void* w, const void* x, int64_t n) {
 struct LoadF32 {
   static void prefetch(const void* w, int64_t i) {
     const auto* p = static_cast<const float*>(w) + i;
-    for (int k = 0; k < 4; ++k) _mm_prefetch(reinterpret_cast<const char*>(p + 16 * k) + kPrefetchBytes, _MM_HINT_T1);
+    prefetch_weights(p, 64 * sizeof(float));
   }
   static __m512 load(const void* w, int64_t i) { return _mm512_loadu_ps(static_cast<const float*>(w) + i); }
   static __m512 load_masked(const void* w, int64_t i, __mmask16 k) {
@@ -221,7 +210,7 @@ struct LoadF32 {
 struct LoadF16 {
   static void prefetch(const void* w, int64_t i) {
     const auto* p = static_cast<const uint16_t*>(w) + i;
-    for (int k = 0; k < 2; ++k) _mm_prefetch(reinterpret_cast<const char*>(p + 32 * k) + kPrefetchBytes, _MM_HINT_T1);
+    prefetch_weights(p, 64 * sizeof(uint16_t));
   }
   static __m512 load(const void* w, int64_t i) {
     return _mm512_cvtph_ps(load256(static_cast<const uint16_t*>(w) + i));

@@ -64,14 +64,6 @@ inline __m512i spread_quad(__m512i v, int z) {
   return _mm512_permutexvar_epi32(_mm512_add_epi32(lanes, _mm512_set1_epi32(4 * z)), v);
 }
 
-// Software prefetch of the weights, as in quants_dot_avx512.cpp.
-constexpr size_t kPrefetchBytes = 2048;
-
-inline void prefetch_ahead(const void* p, size_t bytes) {
-  const char* c = static_cast<const char*>(p) + kPrefetchBytes;
-  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T1);
-}
-
 // Q4_K and Q5_K: 8 sub-blocks of 32 with a six-bit scale and min each. Step j
 // covers sub-blocks 2j (the low nibbles of qs[32j..32j+31]) and 2j + 1 (their
 // high nibbles).
@@ -83,7 +75,7 @@ float dot_k4_family(const void* w, const void* x, int64_t n) {
   __m512 acc = _mm512_setzero_ps();
   __m256 acc_min = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    prefetch_ahead(&b[i], sizeof(Block));
+    prefetch_weights(&b[i], sizeof(Block));
     const __m128i sm = k4_scales_mins(b[i].scales);
     const __m512i sm32 = _mm512_cvtepu8_epi32(sm);  // lanes 0..7 scales, 8..15 mins
     // Mins pair with sums over 32 activations: adjacent bsums added (|sum| < 2^15).
@@ -135,7 +127,7 @@ float dot_q6_k(const void* w, const void* x, int64_t n) {
   const __m512i two_bits_at_4 = _mm512_set1_epi8(0x30);
   __m512 acc = _mm512_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    prefetch_ahead(&b[i], sizeof(BlockQ6_K));
+    prefetch_weights(&b[i], sizeof(BlockQ6_K));
     const __m256i sc16 = _mm256_cvtepi8_epi16(load128(b[i].scales));
     const __m256i bias = _mm256_madd_epi16(sc16, load256(a[i].bsums));
     const __m512i sc32 = _mm512_cvtepu16_epi32(sc16);  // low word the signed scale, high word 0
@@ -186,7 +178,7 @@ float dot_q2_k(const void* w, const void* x, int64_t n) {
   __m512 acc = _mm512_setzero_ps();
   __m256 acc_min = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    prefetch_ahead(&b[i], sizeof(BlockQ2_K));
+    prefetch_weights(&b[i], sizeof(BlockQ2_K));
     const __m128i packed = load128(b[i].scales);
     const __m128i mins = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F));
     const __m256i msum = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mins), load256(a[i].bsums));
@@ -228,7 +220,7 @@ float dot_q3_k(const void* w, const void* x, int64_t n) {
   const auto* a = blocks_of<BlockQ8_K>(x);
   __m512 acc = _mm512_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    prefetch_ahead(&b[i], sizeof(BlockQ3_K));
+    prefetch_weights(&b[i], sizeof(BlockQ3_K));
     const __m256i sc16 = _mm256_cvtepi8_epi16(q3_scales(b[i].scales));
     const __m256i bias = _mm256_madd_epi16(sc16, load256(a[i].bsums));
     const __m512i sc32 = _mm512_cvtepu16_epi32(sc16);  // low word the signed scale, high word 0

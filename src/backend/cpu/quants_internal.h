@@ -2,6 +2,7 @@
 // behind quant_kernels(); only the quants*.cpp files include this.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -153,6 +154,20 @@ inline void add_high_bits(const uint8_t* qh_bytes, int* q) {
   for (int l = 0; l < kQK; ++l) q[l] |= static_cast<int>((qh >> l) & 1u) << 4;
 }
 
+#if defined(__AVX2__)
+// Software prefetch into L2 of [p, p + bytes) shifted kPrefetchAhead bytes
+// ahead, issued by the AVX2 and AVX-512 dot products for the weights they are
+// about to read: the hardware prefetchers alone leave one core well short of
+// its streaming-read bandwidth on these kernels. Past a row's end it reaches
+// into the next row, which a matrix-vector product reads next (prefetches
+// never fault). Defined outside any AVX-512 region: baseline code.
+constexpr size_t kPrefetchAhead = 2048;
+inline void prefetch_weights(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p) + kPrefetchAhead;
+  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T1);
+}
+#endif
+
 namespace scalar {
 void quantize_q8_0(const float* src, void* dst, int64_t n);
 void quantize_q8_1(const float* src, void* dst, int64_t n);
@@ -207,16 +222,6 @@ inline int hsum(__m256i v) {
   s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
   return _mm_cvtsi128_si32(s);
-}
-
-// Software prefetch of the weight stream `bytes` ahead of p into L2, issued
-// once per 64 bytes the caller consumes: the hardware prefetchers alone leave
-// one core well short of its streaming-read bandwidth on these kernels.
-constexpr int kPrefetchAhead = 2048;
-template <int kBytes>
-inline void prefetch_weights(const void* p) {
-  const char* c = static_cast<const char*>(p) + kPrefetchAhead;
-  for (int off = 0; off < kBytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T1);
 }
 
 // Sums of 4 adjacent products of unsigned bytes u and signed bytes s, as 8

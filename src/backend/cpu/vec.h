@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cpu/vec_kernels.h"
 #include "core/half.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -248,19 +249,19 @@ inline float sum_squares(const float* x, int64_t n) {
 // reduction x = k ln2 + r with |r| <= ln2/2 (ln2 split in two so that k ln2
 // is exact), a degree-6 polynomial for e^r, and 2^k put into the exponent.
 inline __m256 exp(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.7f), lo = _mm256_set1_ps(-87.3f);
+  const __m256 hi = _mm256_set1_ps(vec_constants::kExpMax), lo = _mm256_set1_ps(vec_constants::kExpMin);
   const __m256 too_small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
   x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(vec_constants::kLog2e)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(vec_constants::kLn2Hi), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(vec_constants::kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(vec_constants::kExpPoly[0]);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(vec_constants::kExpPoly[1]));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(vec_constants::kExpPoly[2]));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(vec_constants::kExpPoly[3]));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(vec_constants::kExpPoly[4]));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(vec_constants::kExpPoly[5]));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   // 2^k: k in [-126, 128] here; 2^128 is split as 2^127 * 2 to stay finite.
   const __m256i ki = _mm256_cvtps_epi32(k);
@@ -329,13 +330,13 @@ inline void silu_mul(float* out, const float* g, const float* u, int64_t n) {
 // out = gelu_tanh(g) * u. 0.5 g (1 + tanh z) equals g / (1 + e^(-2z)), one
 // exponential instead of a tanh; z = sqrt(2/pi) (g + 0.044715 g^3).
 inline void gelu_tanh_mul(float* out, const float* g, const float* u, int64_t n) {
-  constexpr float kTwoSqrt2OverPi = 2.0f * 0.7978845608028654f;
+  constexpr float kTwoSqrt2OverPi = vec_constants::kGeluTwoSqrt2OverPi;
   map(out, g, u, n,
 #if DEEPINFER_CPU_AVX2
       [](__m256 vg, __m256 vu) {
         const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(vg, vg), vg);
         const __m256 z2 = _mm256_mul_ps(_mm256_set1_ps(kTwoSqrt2OverPi),
-                                        _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, vg));
+                                        _mm256_fmadd_ps(_mm256_set1_ps(vec_constants::kGeluCubic), g3, vg));
         const __m256 e = exp(_mm256_sub_ps(_mm256_setzero_ps(), z2));
         return _mm256_mul_ps(_mm256_div_ps(vg, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), vu);
       },
@@ -343,7 +344,7 @@ inline void gelu_tanh_mul(float* out, const float* g, const float* u, int64_t n)
       nullptr,
 #endif
       [](float vg, float vu) {
-        const float z2 = kTwoSqrt2OverPi * (vg + 0.044715f * vg * vg * vg);
+        const float z2 = kTwoSqrt2OverPi * (vg + vec_constants::kGeluCubic * vg * vg * vg);
         return vg / (1.0f + std::exp(-z2)) * vu;
       });
 }

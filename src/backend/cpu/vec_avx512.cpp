@@ -37,19 +37,19 @@ inline __m512 load16(const uint16_t* p) {
 
 // vec::exp with 16 lanes: the same operations lane for lane, so the same bits.
 inline __m512 exp16(__m512 x) {
-  const __m512 hi = _mm512_set1_ps(88.7f), lo = _mm512_set1_ps(-87.3f);
+  const __m512 hi = _mm512_set1_ps(vec_constants::kExpMax), lo = _mm512_set1_ps(vec_constants::kExpMin);
   const __mmask16 too_small = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
   x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(vec_constants::kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(vec_constants::kLn2Hi), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(vec_constants::kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(vec_constants::kExpPoly[0]);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(vec_constants::kExpPoly[1]));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(vec_constants::kExpPoly[2]));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(vec_constants::kExpPoly[3]));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(vec_constants::kExpPoly[4]));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(vec_constants::kExpPoly[5]));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   const __m512i ki = _mm512_cvtps_epi32(k);
   const __m512i half = _mm512_srai_epi32(ki, 1);
@@ -65,10 +65,10 @@ inline __m512 silu16(__m512 g, __m512 u) {
 }
 
 inline __m512 gelu16(__m512 g, __m512 u) {
-  constexpr float kTwoSqrt2OverPi = 2.0f * 0.7978845608028654f;
+  constexpr float kTwoSqrt2OverPi = vec_constants::kGeluTwoSqrt2OverPi;
   const __m512 g3 = _mm512_mul_ps(_mm512_mul_ps(g, g), g);
   const __m512 z2 =
-      _mm512_mul_ps(_mm512_set1_ps(kTwoSqrt2OverPi), _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), g3, g));
+      _mm512_mul_ps(_mm512_set1_ps(kTwoSqrt2OverPi), _mm512_fmadd_ps(_mm512_set1_ps(vec_constants::kGeluCubic), g3, g));
   const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), z2));
   return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
 }

@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_isa.h"
 #include "core/dtype.h"
 
 namespace deepinfer::test {
@@ -83,6 +85,21 @@ inline const std::vector<std::string>& kernel_dtype_names() {
                                                  "q5_0", "q5_1", "q8_0", "q2_K", "q3_K",
                                                  "q4_K", "q5_K", "q6_K"};
   return names;
+}
+
+// The quantisation kernel levels this machine runs (AMX adds no dot products
+// of its own); the others are reported as not tested (a test on a wider
+// machine covers them).
+inline std::vector<cpu::CpuIsa> kernel_levels_here() {
+  std::vector<cpu::CpuIsa> levels;
+  for (cpu::CpuIsa isa : {cpu::CpuIsa::Scalar, cpu::CpuIsa::Avx2, cpu::CpuIsa::Avx512}) {
+    if (cpu::isa_available(isa)) {
+      levels.push_back(isa);
+    } else {
+      std::printf("[  NOTE    ] %s kernels not tested: this CPU lacks them\n", std::string(cpu::isa_name(isa)).c_str());
+    }
+  }
+  return levels;
 }
 
 }  // namespace deepinfer::test

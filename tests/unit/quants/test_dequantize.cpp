@@ -44,11 +44,7 @@ void expect_bit_exact(const QuantKernels& k, const test::QuantReference& ref, co
 TEST_P(Dequantize, MatchesGgufReferenceBitForBit) {
   const test::QuantReference ref = test::load_quant_reference(GetParam());
   ASSERT_GT(ref.rows, 0);
-  for (cpu::CpuIsa isa : {cpu::CpuIsa::Scalar, cpu::CpuIsa::Avx2, cpu::CpuIsa::Avx512}) {
-    if (!cpu::isa_available(isa)) {
-      std::printf("[  NOTE    ] %s dequantisation not tested: this CPU lacks it\n", std::string(cpu::isa_name(isa)).c_str());
-      continue;
-    }
+  for (cpu::CpuIsa isa : test::kernel_levels_here()) {
     expect_bit_exact(cpu::quant_kernels_for(ref.dtype, isa), ref, std::string(cpu::isa_name(isa)).c_str());
   }
 }

@@ -154,20 +154,6 @@ void check_dot(const QuantKernels& k, const uint8_t* w_row, int64_t n, const std
       << label << ": dot " << got << " vs f32 activations " << truth;
 }
 
-// Every instruction-set level this machine runs; the others are reported as
-// not tested (a test on a wider machine covers them).
-std::vector<cpu::CpuIsa> levels_here() {
-  std::vector<cpu::CpuIsa> levels;
-  for (cpu::CpuIsa isa : {cpu::CpuIsa::Scalar, cpu::CpuIsa::Avx2, cpu::CpuIsa::Avx512}) {
-    if (cpu::isa_available(isa)) {
-      levels.push_back(isa);
-    } else {
-      std::printf("[  NOTE    ] %s kernels not tested: this CPU lacks them\n", std::string(cpu::isa_name(isa)).c_str());
-    }
-  }
-  return levels;
-}
-
 class Dot : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Dot, MatchesDoubleReferenceWithinBounds) {
@@ -178,7 +164,7 @@ TEST_P(Dot, MatchesDoubleReferenceWithinBounds) {
   std::vector<int64_t> lengths = {block, ref.cols - block, ref.cols, all};
   if (dtype_info(ref.dtype).block_elems == 1) lengths.push_back(ref.cols - 3);  // vector tail
   uint32_t seed = 1;
-  for (cpu::CpuIsa isa : levels_here()) {
+  for (cpu::CpuIsa isa : test::kernel_levels_here()) {
     const QuantKernels* k = &cpu::quant_kernels_for(ref.dtype, isa);
     for (int64_t n : lengths) {
       for (int64_t r = 0; r < ref.rows && r * ref.cols + n <= all; ++r) {
@@ -193,7 +179,7 @@ TEST_P(Dot, MatchesDoubleReferenceWithinBounds) {
 TEST_P(Dot, ZeroActivationsGiveZero) {
   const test::QuantReference ref = test::load_quant_reference(GetParam());
   ASSERT_GT(ref.rows, 0);
-  for (cpu::CpuIsa isa : levels_here()) {
+  for (cpu::CpuIsa isa : test::kernel_levels_here()) {
     const QuantKernels* k = &cpu::quant_kernels_for(ref.dtype, isa);
     const std::vector<float> x(static_cast<size_t>(ref.cols), 0.0f);
     const Activations a = pack_activations(*k, x);
@@ -206,7 +192,7 @@ TEST_P(Dot, ZeroActivationsGiveZero) {
 TEST_P(Dot, EveryLevelQuantisesActivationsLikeThePortableKernels) {
   const DType w = test::dtype_from_name(GetParam());
   const QuantKernels& portable = cpu::quant_kernels_portable(w);
-  for (cpu::CpuIsa isa : levels_here()) {
+  for (cpu::CpuIsa isa : test::kernel_levels_here()) {
     const QuantKernels& k = cpu::quant_kernels_for(w, isa);
     ASSERT_EQ(k.act, portable.act) << cpu::isa_name(isa);
     if (k.act == DType::F32) continue;
