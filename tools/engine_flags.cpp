@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "deepinfer/sampling_params.h"
 
 namespace deepinfer::cli {
 
@@ -36,6 +37,19 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "fp8 / fp8_e4m3 (half the memory and attention reads of 16-bit; values rounded to e4m3, scale 1)")
       ->check(CLI::IsMember({"auto", "f32", "float32", "f16", "float16", "bf16", "bfloat16", "fp8", "fp8_e4m3"}));
   app.add_flag("--no-enable-prefix-caching", f.no_prefix_caching, "disable prefix caching");
+  app.add_option("--kv-offloading-size", f.kv_offloading_gib,
+                 "GiB of host memory for a KV tier below the device's pages (0 = none): prefix blocks are "
+                 "copied there and loaded back on a hit")
+      ->check(CLI::Range(0.0, 1048576.0));
+  app.add_option("--kv-cache-dir", c.kv_cache_dir,
+                 "directory of a persistent KV tier (block files; a shared file system lets replicas and "
+                 "restarts share prefixes)");
+  app.add_option("--kv-cache-dir-size", f.kv_cache_dir_gib, "GiB the --kv-cache-dir tier may hold (LRU beyond)")
+      ->check(CLI::Range(0.001, 16777216.0));
+  app.add_option("--kv-cache-ttl", c.kv_cache_ttl_s,
+                 "seconds the KV tiers keep a block of a request without cache_ttl (0 = no expiry; "
+                 "default 7 days; requests with tools default to 3 days)")
+      ->check(CLI::Range(int64_t{0}, SamplingParams::kMaxCacheTtl));
   app.add_option("--cost-model", f.cost_model_path, "chunked-prefill cost model (JSON from `deepinfer bench`)");
   app.add_option("--step-time-budget", c.step_time_budget_s, "seconds per step for the cost model")
       ->check(CLI::Range(1e-4, 100.0));
@@ -94,6 +108,8 @@ EngineConfig finish_engine_flags(EngineFlags& f, const char* argv0) {
   DI_CHECK(device == "cpu" || device == "cuda", "unknown device '{}': expected cpu or cuda", device);
   c.device = device == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
   c.enable_prefix_caching = !f.no_prefix_caching;
+  c.kv_offloading_bytes = static_cast<uint64_t>(f.kv_offloading_gib * 1073741824.0);
+  c.kv_cache_dir_bytes = static_cast<uint64_t>(f.kv_cache_dir_gib * 1073741824.0);
   if (!f.speculative_config.empty()) c.speculative = spec::SpeculativeConfig::parse(f.speculative_config);
   c = with_environment(std::move(c));
   if (!f.cost_model_path.empty()) {

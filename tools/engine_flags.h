@@ -14,6 +14,8 @@ struct EngineFlags {
   std::string cost_model_path;
   std::string speculative_config;  // --speculative-config JSON
   bool no_prefix_caching = false;
+  double kv_offloading_gib = 0.0;   // --kv-offloading-size
+  double kv_cache_dir_gib = 64.0;   // --kv-cache-dir-size
   std::string device;  // --device cpu|cuda; empty = DEEPINFER_ACCELERATOR or cpu
 };
 

@@ -59,6 +59,15 @@ struct SamplingParams {
   bool include_stop_str_in_output = false;
   // Constrains the output to a JSON schema, regex, grammar or choice list.
   std::optional<StructuredOutputs> structured_outputs;
+  // Not sampling, but per request like the rest: how long the KV tiers below
+  // the device keep the blocks this request computes (seconds, up to
+  // kMaxCacheTtl); unset = the engine's default for its traffic class.
+  std::optional<int64_t> cache_ttl;
+
+  static constexpr int64_t kMaxCacheTtl = int64_t{366} * 86400;
+  // The default for agent traffic (requests with tools): 3 days, as the
+  // reference operator keeps it; chat traffic takes the engine's default.
+  static constexpr int64_t kAgentCacheTtl = int64_t{3} * 86400;
 
   bool greedy() const { return temperature < kGreedyTemperature; }
   bool top_k_enabled() const { return top_k > 0; }

@@ -243,6 +243,12 @@ class Backend {
   // data is valid once an event recorded after it has completed. dst or src
   // on the host must come from allocate_host.
   virtual void copy_async(Tensor dst, const Tensor& src) { copy(dst, src); }
+  // `rows` runs of `width` bytes, src_pitch apart in src and dst_pitch apart
+  // in dst (device memory, or host memory from allocate_host), in order with
+  // the ops and without waiting, like copy_async (KV blocks to and from the
+  // host tier).
+  virtual void copy_rows_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                               size_t rows);
   // A point in the backend's op stream.
   virtual std::unique_ptr<DeviceEvent> create_event();
   // Records the ops enqueued between begin_capture() and end_capture() into a

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "backend/backend.h"
@@ -41,6 +42,13 @@ void* Backend::allocate_host(size_t bytes) {
 }
 
 void Backend::deallocate_host(void* ptr) { std::free(ptr); }
+
+void Backend::copy_rows_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                              size_t rows) {
+  for (size_t r = 0; r < rows; ++r) {
+    std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, width);
+  }
+}
 
 std::unique_ptr<DeviceEvent> Backend::create_event() { return std::make_unique<HostEvent>(); }
 

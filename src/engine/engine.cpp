@@ -12,6 +12,7 @@
 #include "core/logging.h"
 #include "engine/output_processor.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/tiers/kv_tiers.h"
 #include "model/model_loader.h"
 #include "moe/expert_load_monitor.h"
 #include "runner/model_runner.h"
@@ -134,10 +135,33 @@ uint64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams par
           std::make_unique<structured::GrammarLogitsProcessor>(*live->grammar, grammar_compiler_->mask_words());
     }
   }
+  start_kv_prefetch(*live->request);
   parts_.scheduler->add(live->request.get());
   stats_.prompt_tokens += prompt_len;
   requests_.emplace(id, std::move(live));
   return id;
+}
+
+void Engine::start_kv_prefetch(Request& r) {
+  KvTiers* tiers = parts_.kv_tiers.get();
+  if (tiers == nullptr || !tiers->disk_enabled()) return;
+  const int32_t bs = parts_.config.block_size;
+  const std::vector<BlockHash> hashes = PrefixCache::compute_block_hashes(r.prompt_ids(), bs, r.cache_salt());
+  const KvTierQuery query{hashes, r.prompt_ids(), r.cache_salt(), bs, parts_.kv_manager->layout().num_groups()};
+  // Blocks on the device already need no read.
+  const int32_t on_device = parts_.kv_manager->num_cached_blocks(r.prompt_ids(), r.cache_salt());
+  if (tiers->prefetch(r.id(), query, on_device)) {
+    r.kv_loading = true;
+    kv_loading_.push_back(r.id());
+  }
+}
+
+void Engine::poll_kv_prefetches() {
+  std::erase_if(kv_loading_, [&](uint64_t id) {
+    if (!parts_.kv_tiers->prefetch_done(id)) return false;
+    if (auto it = requests_.find(id); it != requests_.end()) it->second->request->kv_loading = false;
+    return true;
+  });
 }
 
 std::shared_ptr<const structured::CompiledGrammar> Engine::compile_grammar(const StructuredOutputs& so) const {
@@ -216,6 +240,9 @@ Engine::InflightStep Engine::launch(const ScheduledBatch& batch) {
     }
   }
   parts_.scheduler->commit(batch);
+  // The tiers' copies enqueued while planning (loads) and committing
+  // (offloads) are ordered around this step.
+  if (parts_.kv_tiers) parts_.kv_tiers->step_launched(step.id);
   ++stats_.steps;
   return step;
 }
@@ -313,6 +340,10 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
   const StepResults res = parts_.runner->wait(step.slot);
   // The device is done with this step: blocks held for it can be reused.
   parts_.kv_manager->release_deferred(step.id);
+  if (parts_.kv_tiers) {
+    parts_.kv_tiers->step_completed(step.id);
+    if (!res.captured) parts_.kv_tiers->record_compute(step.num_tokens, res.device_ms);
+  }
   stats_.device_busy_ms += res.device_ms;
   stats_.last_step_device_ms = res.device_ms;
   stats_.last_step_idle_ms = res.idle_ms_before;
@@ -428,6 +459,7 @@ std::vector<RequestOutput> Engine::step() {
     requests_.erase(it);
   }
   aborted_.clear();
+  if (!kv_loading_.empty()) poll_kv_prefetches();
 
   const bool drafting = speculator_ && speculator_->should_propose();
   if (drafting) {
@@ -462,7 +494,12 @@ std::vector<RequestOutput> Engine::step() {
     std::unique_ptr<InflightStep> current = std::move(inflight_);
     complete(*current, outputs);
   }
-  if (!inflight_) parts_.backend->synchronize();  // surfaces device-side input errors while idle
+  if (!inflight_) {
+    parts_.backend->synchronize();  // surfaces device-side input errors while idle
+    if (parts_.kv_tiers) parts_.kv_tiers->device_idle();
+    // Only requests waiting on disk reads are left: let the reads run.
+    if (batch.empty() && !kv_loading_.empty()) std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
   return outputs;
 }
 
@@ -484,6 +521,11 @@ EngineStats Engine::stats() const {
   if (speculator_) {
     s.speculative = true;
     s.spec = speculator_->stats();
+  }
+  if (parts_.kv_tiers) {
+    s.kv_tiers = true;
+    s.tier_hit_tokens = parts_.kv_manager->tier_hit_tokens();
+    s.tiers = parts_.kv_tiers->stats();
   }
   if (grammar_ready_.load(std::memory_order_acquire)) {
     // Made once under grammar_once_, possibly on a server thread; the flag

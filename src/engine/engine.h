@@ -17,6 +17,7 @@
 #include "engine/engine_config.h"
 #include "engine/request_output.h"
 #include "engine/speculator.h"
+#include "kv/tiers/kv_tiers.h"
 #include "model/model_config.h"
 #include "sched/request.h"
 #include "sched/scheduled_batch.h"
@@ -73,6 +74,10 @@ struct EngineStats {
   // Speculative decoding (when configured).
   bool speculative = false;
   SpecDecodeStats spec;
+  // KV tiers below the device (--kv-offloading-size, --kv-cache-dir).
+  bool kv_tiers = false;
+  int64_t tier_hit_tokens = 0;  // prompt tokens loaded from the tiers instead of computed
+  KvTierStats tiers;
 };
 
 // Finished-request facts for callers that report timings.
@@ -156,6 +161,9 @@ class Engine {
   void propose_drafts();
   // The step that still uses a finishing request's KV blocks, if any.
   std::optional<uint64_t> newest_inflight_step() const;
+  // KV tiers: a new request whose prefix is on disk waits while it is read.
+  void start_kv_prefetch(Request& r);
+  void poll_kv_prefetches();
   void finish(Live& live, FinishReason reason, RequestOutput& out);
 
   EngineParts parts_;
@@ -173,6 +181,7 @@ class Engine {
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Live>> requests_;
   std::vector<uint64_t> aborted_;
+  std::vector<uint64_t> kv_loading_;  // requests whose prefix the disk tier is reading
   std::unordered_map<uint64_t, RequestSummary> finished_summaries_;
   EngineStats stats_;
   uint64_t next_step_id_ = 1;

@@ -9,6 +9,7 @@
 #include "core/logging.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_storage.h"
+#include "kv/tiers/kv_tiers.h"
 #include "model/model_loader.h"
 #include "moe/expert_load_monitor.h"
 #include "runner/model_runner.h"
@@ -126,6 +127,28 @@ void build_kv_cache(EngineParts& p) {
   log_info("engine: max concurrency at {} tokens: {:.1f}x", p.max_model_len, static_cast<double>(blocks) / per_seq);
 }
 
+void build_kv_tiers(EngineParts& p) {
+  const EngineConfig& c = p.config;
+  if (c.kv_offloading_bytes == 0 && c.kv_cache_dir.empty()) return;
+  DI_CHECK(c.enable_prefix_caching, "--kv-offloading-size and --kv-cache-dir need prefix caching "
+                                    "(drop --no-enable-prefix-caching)");
+  DI_CHECK(c.kv_cache_ttl_s >= 0, "--kv-cache-ttl must not be negative, got {}", c.kv_cache_ttl_s);
+  const KvCacheSpec& spec = p.kv->spec();
+  const KvLayout& layout = p.kv->layout();
+  std::string layout_text = fmt::format("kv {} page {} layers {} heads {} dim {} latent {} slots {} groups", dtype_name(spec.dtype),
+                                        spec.page_size, spec.n_layers, spec.n_heads_kv, spec.head_dim,
+                                        spec.latent_v_dim, layout.slots_per_block);
+  for (const KvGroup& g : layout.groups) layout_text += fmt::format(" [w{}:{}]", g.window, g.layers.size());
+  KvTierOptions o;
+  o.host_bytes = c.kv_offloading_bytes;
+  o.dir = c.kv_cache_dir;
+  o.disk_bytes = c.kv_cache_dir_bytes;
+  o.default_ttl_s = c.kv_cache_ttl_s;
+  o.fingerprint = c.kv_cache_dir.empty() ? layout_text : kv_cache_fingerprint(c.model_path, layout_text);
+  p.kv_tiers = std::make_unique<KvTiers>(*p.backend, *p.kv, std::move(o));
+  p.kv_manager->set_tier_link(p.kv_tiers.get());
+}
+
 void build_expert_load(EngineParts& p, RunnerLimits& limits) {
   const EngineConfig& config = p.config;
   if (config.eplb_ep_size == 0 && config.routing_trace_path.empty()) return;
@@ -202,6 +225,7 @@ EngineParts build_engine(EngineConfig config) {
            c.max_num_batched_tokens, c.cost_model ? ", chunks sized by the cost model" : "", c.max_num_seqs);
 
   build_kv_cache(p);
+  build_kv_tiers(p);
   SchedulerConfig sc;
   sc.capacity.max_num_seqs = c.max_num_seqs;
   sc.planner.max_num_batched_tokens = c.max_num_batched_tokens;

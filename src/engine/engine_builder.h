@@ -18,6 +18,7 @@ class KvStorage;
 class KvCacheManager;
 class Scheduler;
 class ModelRunner;
+class KvTiers;
 namespace moe {
 class ExpertLoadMonitor;
 }
@@ -32,6 +33,9 @@ struct EngineParts {
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<moe::ExpertLoadMonitor> expert_load;  // with --eplb-ep-size or --routing-trace
+  // Host and disk tiers (--kv-offloading-size, --kv-cache-dir); declared
+  // last so it finishes its copies before the storage and backend go.
+  std::unique_ptr<KvTiers> kv_tiers;
   int32_t max_model_len = 0;
 
   EngineParts();

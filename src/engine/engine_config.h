@@ -36,6 +36,17 @@ struct EngineConfig {
   // halves the cache's memory and the bytes decode attention reads.
   std::string kv_cache_dtype = "auto";
   bool enable_prefix_caching = true;  // --enable-prefix-caching / --no-enable-prefix-caching
+  // KV tiers below the device pages (kv/tiers/kv_tiers.h), used with prefix
+  // caching: --kv-offloading-size (GiB of host memory, vLLM's flag; 0 = off,
+  // or only staging for the disk tier), --kv-cache-dir (block files; on a
+  // cluster a shared file system) with --kv-cache-dir-size (GiB), and the
+  // time to live of blocks whose request gives no cache_ttl (--kv-cache-ttl,
+  // seconds; the seed's chat default of 7 days; agent requests, those with
+  // tools, default to 3 days).
+  uint64_t kv_offloading_bytes = 0;
+  std::string kv_cache_dir;
+  uint64_t kv_cache_dir_bytes = uint64_t{64} << 30;
+  int64_t kv_cache_ttl_s = 7 * 86400;
   std::optional<StepCostModel> cost_model;  // from `deepinfer bench --fit-cost-model`
   double step_time_budget_s = 0.25;
   bool batch_invariant = false;  // DEEPINFER_BATCH_INVARIANT=1

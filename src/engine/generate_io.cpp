@@ -31,6 +31,7 @@ GenerateInput parse_generate_input(const nlohmann::ordered_json& j, const nlohma
     if (j.contains("tools") && !j["tools"].is_null()) {
       DI_CHECK(j["tools"].is_array(), "{}: tools must be a list", where);
       g.tools = j["tools"];
+      if (!g.params.cache_ttl) g.params.cache_ttl = SamplingParams::kAgentCacheTtl;
     }
   } else if (j.contains("prompt_token_ids")) {
     DI_CHECK(j["prompt_token_ids"].is_array() && !j["prompt_token_ids"].empty(),

@@ -40,51 +40,89 @@ const SequenceKv& KvCacheManager::tables(uint64_t seq) const {
 }
 
 std::optional<int32_t> KvCacheManager::admit(uint64_t seq, std::span<const int32_t> tokens, std::string_view salt,
-                                             int32_t reserve_blocks) {
+                                             int32_t reserve_blocks, int64_t cache_ttl_s) {
   DI_CHECK(!seqs_.contains(seq), "KV cache: sequence {} is already admitted", seq);
   DI_CHECK(!tokens.empty(), "KV cache: sequence {} has no tokens", seq);
   const auto total = static_cast<int32_t>(tokens.size());
   const int32_t bs = config_.block_size;
   const int32_t n_groups = layout_.num_groups();
   SequenceKv s;
+  s.cache_ttl_s = cache_ttl_s;
   s.groups.resize(static_cast<size_t>(n_groups));
   std::vector<std::vector<int32_t>> hits(static_cast<size_t>(n_groups));
-  int32_t hit_blocks = 0;
+  int32_t hit_blocks = 0;   // on the device
+  int32_t tier_blocks = 0;  // after those, in the lower tiers
   if (prefix_cache_) {
     s.block_hashes = PrefixCache::compute_block_hashes(tokens, bs, salt);
     // At least the last token must be computed to produce logits.
-    hit_blocks = std::min<int32_t>(static_cast<int32_t>(s.block_hashes.size()), (total - 1) / bs);
+    const int32_t usable_blocks = std::min<int32_t>(static_cast<int32_t>(s.block_hashes.size()), (total - 1) / bs);
+    hit_blocks = usable_blocks;
     for (int32_t g = 0; g < n_groups && hit_blocks > 0; ++g) {
       const auto usable = std::span(s.block_hashes).first(static_cast<size_t>(hit_blocks));
       hits[g] = prefix_cache_->lookup(usable, tokens, salt, g);
       hit_blocks = std::min(hit_blocks, static_cast<int32_t>(hits[g].size()));
     }
+    if (tier_link_ != nullptr && hit_blocks < usable_blocks) {
+      const KvTierQuery query{s.block_hashes, tokens, salt, bs, n_groups};
+      tier_blocks = tier_link_->acquire(query, hit_blocks, usable_blocks);
+    }
   }
-  const int32_t cached = hit_blocks * bs;
-  // Each group keeps the hit blocks its first query still reads; blocks with
-  // refcount 0 that it is about to ref count as free in the pool.
+  const int32_t cached_blocks = hit_blocks + tier_blocks;
+  const int32_t cached = cached_blocks * bs;
+  // Each group keeps the cached blocks its first query still reads: device
+  // hits are referenced (those with refcount 0 count as free in the pool
+  // until then), tier hits take fresh pages like the blocks still to compute.
   std::vector<int32_t> first_held(static_cast<size_t>(n_groups)), ends(static_cast<size_t>(n_groups));
   int64_t free_after_refs = pool_.num_free();
   int64_t need = 0;
   for (int32_t g = 0; g < n_groups; ++g) {
     const KvGroup& group = layout_.groups[static_cast<size_t>(g)];
-    first_held[g] = std::min(first_needed_block(cached, group.window), hit_blocks);
+    first_held[g] = std::min(first_needed_block(cached, group.window), cached_blocks);
     ends[g] = table_end(group, cached, total - cached, 0);
     for (int32_t i = first_held[g]; i < hit_blocks; ++i) free_after_refs -= pool_.refcount(hits[g][i]) == 0;
-    need += std::max(ends[g] - hit_blocks, 0);
+    need += std::max(ends[g] - std::max(first_held[g], hit_blocks), 0);
   }
-  if (need + reserve_blocks > free_after_refs) return std::nullopt;
+  if (need + reserve_blocks > free_after_refs) {
+    if (tier_link_ != nullptr) tier_link_->release();
+    return std::nullopt;
+  }
   if (prefix_cache_) prefix_cache_->record_query(total, cached);
   for (int32_t g = 0; g < n_groups; ++g) {
     GroupTable& t = s.groups[static_cast<size_t>(g)];
     t.blocks.assign(hits[g].begin(), hits[g].begin() + hit_blocks);
+    // Tier blocks a window has already passed are neither loaded nor held.
+    if (first_held[g] > hit_blocks) t.blocks.resize(static_cast<size_t>(first_held[g]), GroupTable::kNoBlock);
     t.num_released = first_held[g];
     for (int32_t i = t.num_released; i < hit_blocks; ++i) pool_.ref(t.blocks[static_cast<size_t>(i)]);
     grow_table(t, ends[g]);
+    for (int32_t i = std::max(first_held[g], hit_blocks); i < cached_blocks; ++i) {
+      const int32_t block = t.blocks[static_cast<size_t>(i)];
+      tier_link_->load(i, g, block);
+      // Cached on the device from now on, where its parent is known.
+      if (i == 0 || i - 1 >= t.num_released) {
+        const auto block_tokens = tokens.subspan(static_cast<size_t>(i) * bs, static_cast<size_t>(bs));
+        const int32_t parent = i == 0 ? PrefixCache::kNoParent : t.blocks[static_cast<size_t>(i - 1)];
+        prefix_cache_->insert(s.block_hashes[static_cast<size_t>(i)], block, block_tokens, parent, salt, g);
+      }
+    }
   }
-  s.num_registered_blocks = hit_blocks;
+  if (tier_link_ != nullptr) tier_link_->release();
+  tier_hit_tokens_ += int64_t{tier_blocks} * bs;
+  s.num_registered_blocks = cached_blocks;
   seqs_.emplace(seq, std::move(s));
   return cached;
+}
+
+int32_t KvCacheManager::num_cached_blocks(std::span<const int32_t> tokens, std::string_view salt) const {
+  if (!prefix_cache_ || tokens.empty()) return 0;
+  const std::vector<BlockHash> hashes = PrefixCache::compute_block_hashes(tokens, config_.block_size, salt);
+  auto n = static_cast<int32_t>(hashes.size());
+  for (int32_t g = 0; g < layout_.num_groups() && n > 0; ++g) {
+    n = std::min(n, static_cast<int32_t>(prefix_cache_->lookup(std::span(hashes).first(static_cast<size_t>(n)),
+                                                               tokens, salt, g)
+                                             .size()));
+  }
+  return n;
 }
 
 bool KvCacheManager::allocate_slots(uint64_t seq, int32_t num_computed, int32_t num_new, int32_t num_lookahead) {
@@ -145,7 +183,11 @@ void KvCacheManager::register_full_blocks(SequenceKv& s, const SequenceTokens& t
       const int32_t block = t.blocks[static_cast<size_t>(i)];
       if (prefix_cache_->is_cached(block)) continue;
       const int32_t parent = i == 0 ? PrefixCache::kNoParent : t.blocks[static_cast<size_t>(i - 1)];
-      prefix_cache_->insert(s.block_hashes[static_cast<size_t>(i)], block, block_tokens, parent, salt, g);
+      const BlockHash hash = s.block_hashes[static_cast<size_t>(i)];
+      if (prefix_cache_->insert(hash, block, block_tokens, parent, salt, g) && tier_link_ != nullptr) {
+        const BlockHash parent_hash = i == 0 ? BlockHash{} : s.block_hashes[static_cast<size_t>(i - 1)];
+        tier_link_->on_registered({g, i, hash, parent_hash, salt, block_tokens}, block, s.cache_ttl_s);
+      }
     }
   }
   s.num_registered_blocks = full;

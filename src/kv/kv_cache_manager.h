@@ -25,6 +25,7 @@
 
 #include "kv/block_pool.h"
 #include "kv/kv_layout.h"
+#include "kv/kv_tier_link.h"
 #include "kv/prefix_cache.h"
 
 namespace deepinfer {
@@ -66,6 +67,7 @@ struct SequenceKv {
   std::vector<GroupTable> groups;       // one per layout group
   std::vector<BlockHash> block_hashes;  // chained hashes of the full blocks seen so far
   int32_t num_registered_blocks = 0;    // leading blocks already offered to the prefix cache
+  int64_t cache_ttl_s = 0;              // how long lower tiers keep its blocks (0 = their default)
 };
 
 class KvCacheManager {
@@ -76,11 +78,22 @@ class KvCacheManager {
 
   // Takes a new sequence whose tokens are all known: reuses the longest prefix
   // of full blocks every group has cached (always leaving the last token to
-  // compute) and allocates pages for the rest. Returns the number of cached
-  // tokens, or nothing (and holds nothing) when that would leave fewer than
-  // reserve_blocks blocks free.
+  // compute), continues it with blocks the lower tiers hold (loaded into
+  // fresh pages), and allocates pages for the rest. Returns the number of
+  // cached tokens, or nothing (and holds nothing) when that would leave fewer
+  // than reserve_blocks blocks free. cache_ttl_s: how long lower tiers keep
+  // the blocks this sequence computes (0 = their default).
   std::optional<int32_t> admit(uint64_t seq, std::span<const int32_t> tokens, std::string_view salt,
-                               int32_t reserve_blocks);
+                               int32_t reserve_blocks, int64_t cache_ttl_s = 0);
+  // Leading full blocks of `tokens` every group has cached on the device
+  // (the most admit() would reuse from there), without taking them.
+  int32_t num_cached_blocks(std::span<const int32_t> tokens, std::string_view salt) const;
+
+  // Tiers below the device pages (null: none). Registered blocks are offered
+  // to them; admit() loads what they hold beyond the device's hits.
+  void set_tier_link(KvTierLink* link) { tier_link_ = link; }
+  // Prompt tokens admit() took from the lower tiers.
+  int64_t tier_hit_tokens() const { return tier_hit_tokens_; }
   // Pages for the next num_new tokens after num_computed, plus num_lookahead
   // more slots; a windowed group allocates for at most max_step_tokens of the
   // new ones. All or nothing: false when the pool is short.
@@ -141,6 +154,8 @@ class KvCacheManager {
   BlockPool pool_;
   std::optional<PrefixCache> prefix_cache_;
   std::unordered_map<uint64_t, SequenceKv> seqs_;
+  KvTierLink* tier_link_ = nullptr;
+  int64_t tier_hit_tokens_ = 0;
   struct DeferredBlocks {
     uint64_t step;
     std::vector<int32_t> blocks;

@@ -17,7 +17,7 @@ KvStorage::KvStorage(Backend& backend, const KvCacheSpec& spec, int32_t num_page
     : KvStorage(backend, spec, num_pages, KvLayout::single(spec.n_layers)) {}
 
 KvStorage::KvStorage(Backend& backend, const KvCacheSpec& spec, int32_t num_pages, KvLayout layout)
-    : spec_(spec), layout_(std::move(layout)), num_pages_(num_pages) {
+    : backend_(backend), spec_(spec), layout_(std::move(layout)), num_pages_(num_pages) {
   DI_CHECK(num_pages > 0, "KV cache needs at least one page, got {}", num_pages);
   DI_CHECK(spec.page_size > 0 && spec.n_layers > 0 && spec.n_heads_kv > 0 && spec.head_dim > 0,
            "invalid KV cache shape");
@@ -44,10 +44,35 @@ KvCacheLayer KvStorage::layer(int32_t index) const {
   return slot_view(layout_.slot_of_layer[static_cast<size_t>(index)]);
 }
 
+size_t KvStorage::num_parts() const {
+  const size_t tensors = spec_.latent_v_dim > 0 ? 1 : 2;
+  return tensors * static_cast<size_t>(layout_.slots_per_block);
+}
+
+size_t KvStorage::part_bytes() const { return buffer_.size() / num_parts(); }
+
+size_t KvStorage::page_bytes() const {
+  return static_cast<size_t>(spec_.page_size) * row_bytes(spec_.dtype, int64_t{spec_.n_heads_kv} * spec_.head_dim);
+}
+
+// The buffer is num_parts() parts (each slot's K, then its V) of
+// num_pages + 1 pages: a block's pages are one page apart from part to part.
+void KvStorage::save_block(int32_t block, void* host) const {
+  DI_CHECK(block >= 0 && block < num_pages_, "KV storage: block {} out of range", block);
+  const auto* base = static_cast<const char*>(buffer_.data()) + static_cast<size_t>(block) * page_bytes();
+  backend_.copy_rows_async(host, page_bytes(), base, part_bytes(), page_bytes(), num_parts());
+}
+
+void KvStorage::load_block(int32_t block, const void* host) {
+  DI_CHECK(block >= 0 && block < num_pages_, "KV storage: block {} out of range", block);
+  auto* base = static_cast<char*>(buffer_.data()) + static_cast<size_t>(block) * page_bytes();
+  backend_.copy_rows_async(base, part_bytes(), host, page_bytes(), page_bytes(), num_parts());
+}
+
 KvCacheLayer KvStorage::slot_view(int32_t index) const {
   const size_t tensors = spec_.latent_v_dim > 0 ? 1 : 2;
   // One slot's K (or V) bytes.
-  const size_t part = buffer_.size() / tensors / static_cast<size_t>(layout_.slots_per_block);
+  const size_t part = part_bytes();
   std::initializer_list<int64_t> shape = {num_pages_ + 1, spec_.page_size, spec_.n_heads_kv,
                                           spec_.head_dim};
   KvCacheLayer l;

@@ -50,9 +50,23 @@ class KvStorage {
   KvCacheLayer layer(int32_t index) const;
   size_t bytes() const { return buffer_.size(); }
 
+  // One block's pages of every slot as one contiguous run of
+  // bytes_per_block() bytes (slot 0's K page, its V page, slot 1's, ...), to
+  // or from host memory from Backend::allocate_host; enqueued in order with
+  // the backend's ops (the host side is valid or reusable once a later event
+  // completes).
+  size_t bytes_per_block() const { return spec_.bytes_per_block(layout_.slots_per_block); }
+  void save_block(int32_t block, void* host) const;
+  void load_block(int32_t block, const void* host);
+
  private:
   KvCacheLayer slot_view(int32_t slot) const;
+  size_t page_bytes() const;
+  // Bytes between one slot's K (or V) pages and the next's.
+  size_t part_bytes() const;
+  size_t num_parts() const;
 
+  Backend& backend_;
   KvCacheSpec spec_;
   KvLayout layout_;
   int32_t num_pages_;

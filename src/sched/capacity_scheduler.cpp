@@ -25,7 +25,8 @@ void CapacityScheduler::preempt(Request& request) {
 
 bool CapacityScheduler::admit(Request& request) {
   const std::vector<int32_t> tokens = request.all_tokens();
-  const auto cached = kv_.admit(request.id(), tokens, request.cache_salt(), config_.watermark_blocks);
+  const auto cached = kv_.admit(request.id(), tokens, request.cache_salt(), config_.watermark_blocks,
+                                request.params().cache_ttl.value_or(0));
   if (!cached) return false;
   request.num_computed_tokens = *cached;
   if (request.num_preemptions == 0) request.num_cached_prompt_tokens = *cached;
@@ -56,10 +57,16 @@ CapacityDecision CapacityScheduler::run(const std::vector<Request*>& running, st
   for (auto it = d.preempted.rbegin(); it != d.preempted.rend(); ++it) waiting.push_front(*it);
   if (!d.preempted.empty()) return d;  // memory is tight: admit nobody this step
 
-  while (!waiting.empty() && static_cast<int32_t>(d.running.size()) < config_.max_num_seqs) {
-    Request* r = waiting.front();
+  // First come, first served, except that a request still loading its
+  // prefix from a KV tier lets the ones behind it pass.
+  for (auto it = waiting.begin(); it != waiting.end() && static_cast<int32_t>(d.running.size()) < config_.max_num_seqs;) {
+    Request* r = *it;
+    if (r->kv_loading) {
+      ++it;
+      continue;
+    }
     if (!admit(*r)) break;
-    waiting.pop_front();
+    it = waiting.erase(it);
     r->state = RequestState::Running;
     d.running.push_back(r);
     d.admitted.push_back(r);

@@ -68,6 +68,9 @@ class Request {
   // the KvCacheManager's).
   int32_t num_computed_tokens = 0;
   int32_t num_cached_prompt_tokens = 0;  // prompt tokens served by the prefix cache (first admission)
+  // Its prefix is being read from the disk KV tier: it waits (others pass it)
+  // until the blocks are in host memory.
+  bool kv_loading = false;
   int32_t num_preemptions = 0;
 
   // The pipelined step loop (Engine). Tokens

@@ -131,6 +131,9 @@ void SamplingParams::validate(int32_t vocab_size) const {
   if (!(top_p > 0.0f && top_p <= 1.0f)) param_fail("top_p", fmt::format("must be in (0, 1], got {}", top_p));
   if (top_k < -1) param_fail("top_k", fmt::format("must be -1 or 0 (disabled) or at least 1, got {}", top_k));
   check_range("min_p", min_p, 0.0f, 1.0f);
+  if (cache_ttl && (*cache_ttl < 1 || *cache_ttl > kMaxCacheTtl)) {
+    param_fail("cache_ttl", fmt::format("must be in [1, {}] seconds, got {}", kMaxCacheTtl, *cache_ttl));
+  }
   check_range("presence_penalty", presence_penalty, -kMaxPenalty, kMaxPenalty);
   check_range("frequency_penalty", frequency_penalty, -kMaxPenalty, kMaxPenalty);
   check_finite("repetition_penalty", repetition_penalty);
@@ -212,6 +215,8 @@ SamplingParams SamplingParams::from_json(const json& object, std::vector<std::st
       p.stop = read_stop(v);
     } else if (key == "stop_token_ids") {
       p.stop_token_ids = read_int_list(v, k, kMaxStopTokenIds);
+    } else if (key == "cache_ttl") {
+      p.cache_ttl = read_int64(v, k);
     } else if (key == "ignore_eos") {
       p.ignore_eos = read_bool(v, k);
     } else if (key == "min_tokens") {

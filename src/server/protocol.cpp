@@ -76,6 +76,7 @@ const std::vector<std::pair<const char*, const char*>>& openai_sampling_fields()
       {"min_tokens", "min_tokens"}, {"max_tokens", "max_tokens"}, {"max_completion_tokens", "max_completion_tokens"},
       {"logprobs", "logprobs"}, {"top_logprobs", "top_logprobs"}, {"prompt_logprobs", "prompt_logprobs"},
       {"skip_special_tokens", "skip_special_tokens"}, {"include_stop_str_in_output", "include_stop_str_in_output"},
+      {"cache_ttl", "cache_ttl"},
       // Structured output (SamplingParams::structured_outputs and its spellings).
       {"response_format", "response_format"}, {"structured_outputs", "structured_outputs"},
       {"guided_json", "guided_json"}, {"guided_regex", "guided_regex"}, {"guided_choice", "guided_choice"},
@@ -288,6 +289,7 @@ GenerationRequest parse_chat_request(const ojson& body, const RequestLimits& lim
   if (const ojson* tools = field(body, "tools")) r.tools = parse_chat_tools(*tools, limits);
   parse_tool_choice(body, r);
   r.params = sampling_from(body, openai_sampling_fields());
+  if (!r.tools.is_null() && !r.params.cache_ttl) r.params.cache_ttl = SamplingParams::kAgentCacheTtl;
   r.chat_logprobs = r.params.logprobs.has_value();
   if (const ojson* lp = field(body, "logprobs"); lp && !lp->is_boolean()) {
     bad_param("logprobs", "'logprobs' must be a boolean for chat completions (use top_logprobs for alternatives)");

@@ -143,6 +143,7 @@ GenerationRequest parse_messages_request(const ojson& body, const RequestLimits&
   } catch (const ParamError& e) {
     throw ApiError(400, e.what(), e.param() == "stop" ? "stop_sequences" : e.param());
   }
+  if (!r.tools.is_null()) r.params.cache_ttl = SamplingParams::kAgentCacheTtl;
   static const std::set<std::string> known = {"model", "messages", "system", "max_tokens", "stream", "temperature",
                                               "top_p", "top_k", "stop_sequences", "tools", "tool_choice", "metadata",
                                               "thinking", "service_tier"};

@@ -85,6 +85,14 @@ void CudaBackend::copy_async(Tensor dst, const Tensor& src) {
         "cudaMemcpyAsync");
 }
 
+void CudaBackend::copy_rows_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                                  size_t rows) {
+  if (width == 0 || rows == 0) return;
+  check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault,
+                          static_cast<cudaStream_t>(stream_)),
+        "cudaMemcpy2DAsync");
+}
+
 std::unique_ptr<DeviceEvent> CudaBackend::create_event() {
   return std::make_unique<CudaEvent>(static_cast<cudaStream_t>(stream_));
 }

@@ -231,7 +231,7 @@ bool DiskKvTier::put(const KvBlockIdentity& id, std::span<const std::byte> paylo
   return true;
 }
 
-bool DiskKvTier::get(const KvBlockIdentity& id, std::span<std::byte> out) {
+bool DiskKvTier::get(const KvBlockIdentity& id, std::span<std::byte> out, int64_t* expires_at) {
   if (!enabled_) return false;
   std::lock_guard lock(mutex_);
   auto it = index_.find(id.key);
@@ -296,6 +296,7 @@ bool DiskKvTier::get(const KvBlockIdentity& id, std::span<std::byte> out) {
     return false;
   }
   std::memcpy(out.data(), payload, out.size());
+  if (expires_at != nullptr) *expires_at = h.expires_at;
   touch(it->second, id.key);
   ++stats_.hits;
   stats_.bytes_read += static_cast<int64_t>(file.size());

@@ -74,7 +74,8 @@ class DiskKvTier {
 
   // Copies the block's payload into `out` when a file for id.key exists, is
   // intact, has not expired, matches id's content and holds out.size() bytes.
-  bool get(const KvBlockIdentity& id, std::span<std::byte> out);
+  // expires_at (optional) receives the block's expiry (Unix seconds, 0 = never).
+  bool get(const KvBlockIdentity& id, std::span<std::byte> out, int64_t* expires_at = nullptr);
 
   // Whether the index lists the key (no file access, no verification).
   bool contains(uint64_t key) const;

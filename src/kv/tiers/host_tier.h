@@ -1,0 +1,111 @@
+// HostKvTier: KV blocks in host memory (pinned where the backend has it), the
+// tier between the device pages and the disk.
+//
+// A fixed number of block-sized slots in one allocation. Each slot holds one
+// block's payload (the layout of KvStorage::save_block) and its identity (the
+// key, the parent's key or the salt, and the token ids), so a hit is
+// confirmed by content exactly as in the prefix cache and the disk tier.
+//
+// A slot is reserved for a key, filled (by a device copy or a disk read), and
+// only then published: lookups never see a half-written slot. Slots in use by
+// a copy or a disk write are pinned and never evicted; otherwise the least
+// recently used published slot is reused first. Expired slots are misses.
+//
+// Thread-safe: the engine thread and the tier's I/O thread both use it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/tiers/disk_tier.h"
+
+namespace deepinfer {
+
+class Backend;
+
+struct HostKvTierStats {
+  int64_t hits = 0, misses = 0;
+  int64_t stored = 0;       // slots published
+  int64_t evictions = 0;    // published slots reused for other blocks
+  int64_t expirations = 0;  // slots dropped past their time to live
+  int64_t full = 0;         // reserve() calls refused because every slot was pinned
+  int64_t blocks = 0, capacity_blocks = 0;
+};
+
+class HostKvTier {
+ public:
+  // capacity_blocks slots of block_bytes each, from backend.allocate_host().
+  HostKvTier(Backend& backend, size_t block_bytes, int64_t capacity_blocks);
+  ~HostKvTier();
+  HostKvTier(const HostKvTier&) = delete;
+  HostKvTier& operator=(const HostKvTier&) = delete;
+
+  size_t block_bytes() const { return block_bytes_; }
+  int64_t capacity_blocks() const { return static_cast<int64_t>(slots_.size()); }
+
+  // A pinned slot for a new block, not visible to lookups until publish();
+  // nothing when the key is already present (published or being filled) or
+  // when every slot is pinned. expires_at: Unix seconds, 0 = never.
+  std::optional<int32_t> reserve(const KvBlockIdentity& id, int64_t expires_at);
+  // The slot's payload, writable while reserved, readable while pinned.
+  std::span<std::byte> payload(int32_t slot);
+  // The reserved slot now holds its block: lookups may find it. Unpins it.
+  void publish(int32_t slot);
+  // Drops a reserved slot that could not be filled. Unpins it.
+  void abandon(int32_t slot);
+
+  // The published slot holding exactly this block (content verified), pinned
+  // until unpin(); -1 on a miss (an expired slot is dropped).
+  int32_t find_and_pin(const KvBlockIdentity& id);
+  void pin(int32_t slot);
+  void unpin(int32_t slot);
+
+  // Whether a slot is published or being filled for the key (no verification).
+  bool contains(uint64_t key) const;
+  // The identity a published, pinned slot holds (for writing it to disk).
+  KvBlockIdentity identity(int32_t slot) const;
+  int64_t expires_at(int32_t slot) const;
+
+  HostKvTierStats stats() const;
+  void set_clock_for_testing(std::chrono::system_clock::time_point (*now)()) { now_ = now; }
+
+ private:
+  enum class State : uint8_t { Free, Filling, Ready };
+  struct Slot {
+    State state = State::Free;
+    int32_t pins = 0;
+    uint64_t key = 0, parent_key = 0;
+    bool first = false;
+    std::string salt;
+    std::vector<int32_t> tokens;
+    int64_t expires_at = 0;
+    std::list<int32_t>::iterator lru;  // valid while Ready
+  };
+
+  int64_t now_seconds() const;
+  // Frees a Ready slot (removes it from the index and the LRU list).
+  void drop(int32_t slot);
+  bool matches(const Slot& s, const KvBlockIdentity& id) const;
+
+  Backend& backend_;
+  size_t block_bytes_;
+  std::byte* memory_ = nullptr;
+  std::chrono::system_clock::time_point (*now_)() = &std::chrono::system_clock::now;
+
+  mutable std::mutex mutex_;
+  std::vector<Slot> slots_;
+  std::vector<int32_t> free_;                 // Free slots
+  std::unordered_map<uint64_t, int32_t> by_key_;  // Filling and Ready slots
+  std::list<int32_t> lru_;                    // Ready slots, front = most recently used
+  HostKvTierStats stats_;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,369 @@
+#include "kv/tiers/kv_tiers.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "kv/kv_storage.h"
+
+namespace deepinfer {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Staging when only a disk tier is asked for: room for the blocks being
+// written and a long prompt's prefetch.
+constexpr uint64_t kDefaultStagingBytes = uint64_t{256} << 20;
+
+}  // namespace
+
+uint64_t KvTiers::tier_key(BlockHash hash, int32_t group) {
+  return hash.value ^ (static_cast<uint64_t>(group) * 0x9e37'79b9'7f4a'7c15ULL);
+}
+
+KvTiers::KvTiers(Backend& backend, KvStorage& storage, KvTierOptions options)
+    : backend_(backend),
+      storage_(storage),
+      options_(std::move(options)),
+      cost_(static_cast<int64_t>(storage.bytes_per_block()) * storage.layout().num_groups(), storage.page_size()) {
+  const size_t block_bytes = storage_.bytes_per_block();
+  const uint64_t host_bytes = options_.host_bytes > 0 ? options_.host_bytes : kDefaultStagingBytes;
+  const auto host_blocks = static_cast<int64_t>(std::max<uint64_t>(host_bytes / block_bytes, 2 * storage.layout().num_groups()));
+  host_ = std::make_unique<HostKvTier>(backend_, block_bytes, host_blocks);
+  log_info("kv tiers: host tier of {} blocks ({:.1f} MiB{})", host_blocks,
+           static_cast<double>(host_blocks) * static_cast<double>(block_bytes) / 1048576.0,
+           options_.host_bytes > 0 ? "" : ", staging for the disk tier");
+  if (!options_.dir.empty()) {
+    disk_ = std::make_unique<DiskKvTier>(
+        DiskKvTier::Options{options_.dir, options_.fingerprint, options_.disk_bytes});
+    if (disk_->enabled()) {
+      const DiskKvTierStats d = disk_->stats();
+      log_info("kv tiers: disk tier at {} holds {} blocks ({:.1f} MiB) of this model, limit {:.1f} GiB",
+               disk_->folder().string(), d.files, static_cast<double>(d.bytes) / 1048576.0,
+               static_cast<double>(options_.disk_bytes) / 1073741824.0);
+    }
+  }
+  calibrate_host();
+  io_ = std::thread([this] { io_loop(); });
+}
+
+void KvTiers::calibrate_host() {
+  // A few round trips of one block through a host slot, timed: the host
+  // side of the load-or-recompute decision. Block 0 gets its own bytes back.
+  const std::optional<int32_t> slot = host_->reserve(KvBlockIdentity{~uint64_t{0}, 0, false, {}, {}}, 0);
+  if (!slot) return;
+  backend_.synchronize();
+  constexpr int kRounds = 4;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kRounds; ++i) {
+    storage_.save_block(0, host_->payload(*slot).data());
+    storage_.load_block(0, host_->payload(*slot).data());
+  }
+  backend_.synchronize();
+  cost_.record_transfer(KvTierKind::Host, 2 * kRounds * static_cast<int64_t>(host_->block_bytes()), ms_since(t0));
+  host_->abandon(*slot);
+}
+
+KvTiers::~KvTiers() {
+  try {
+    backend_.synchronize();
+    device_idle();
+  } catch (const std::exception& e) {
+    log_error("kv tiers: device copies failed at shutdown: {}", e.what());
+  }
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  io_.join();
+}
+
+void KvTiers::on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl_s) {
+  const uint64_t key = tier_key(ref.hash, ref.group);
+  if (host_->contains(key) || (disk_ && disk_->contains(key))) return;
+  const int64_t ttl = ttl_s > 0 ? ttl_s : options_.default_ttl_s;
+  const KvBlockIdentity id{key, ref.index == 0 ? 0 : tier_key(ref.parent, ref.group), ref.index == 0, ref.salt,
+                           ref.tokens};
+  const std::optional<int32_t> slot = host_->reserve(id, ttl > 0 ? unix_now() + ttl : 0);
+  if (!slot) {
+    ++offload_skipped_;
+    return;
+  }
+  storage_.save_block(block_id, host_->payload(*slot).data());
+  copies_.push_back({*slot, true});
+  ++offloaded_;
+}
+
+int32_t KvTiers::acquire(const KvTierQuery& q, int32_t from, int32_t to) {
+  DI_CHECK(acquired_.empty(), "kv tiers: acquire() while an earlier one is not released");
+  if (!cost_.worth_loading(KvTierKind::Host)) {
+    ++skipped_as_slower_;
+    return 0;
+  }
+  const auto bs = static_cast<size_t>(q.block_size);
+  int32_t n = 0;
+  for (int32_t i = from; i < to; ++i) {
+    const auto tokens = q.tokens.subspan(static_cast<size_t>(i) * bs, bs);
+    bool all = true;
+    for (int32_t g = 0; g < q.num_groups && all; ++g) {
+      const KvBlockIdentity id{tier_key(q.hashes[static_cast<size_t>(i)], g),
+                               i == 0 ? 0 : tier_key(q.hashes[static_cast<size_t>(i - 1)], g), i == 0, q.salt, tokens};
+      const int32_t slot = host_->find_and_pin(id);
+      if (slot < 0) {
+        all = false;
+      } else {
+        acquired_[{i, g}] = slot;
+      }
+    }
+    if (!all) break;
+    ++n;
+  }
+  return n;
+}
+
+void KvTiers::load(int32_t index, int32_t group, int32_t block_id) {
+  auto it = acquired_.find({index, group});
+  DI_CHECK(it != acquired_.end(), "kv tiers: block {} of group {} was not acquired", index, group);
+  storage_.load_block(block_id, host_->payload(it->second).data());
+  copies_.push_back({it->second, false});
+  acquired_.erase(it);
+  ++loaded_;
+}
+
+void KvTiers::release() {
+  for (const auto& [where, slot] : acquired_) host_->unpin(slot);
+  acquired_.clear();
+}
+
+void KvTiers::step_launched(uint64_t step) {
+  for (auto it = copies_.rbegin(); it != copies_.rend() && !it->tagged; ++it) {
+    it->step = step;
+    it->tagged = true;
+  }
+}
+
+void KvTiers::step_completed(uint64_t step) {
+  while (!copies_.empty() && copies_.front().tagged && copies_.front().step <= step) {
+    finish_copy(copies_.front());
+    copies_.pop_front();
+  }
+}
+
+void KvTiers::device_idle() {
+  for (const Copy& c : copies_) finish_copy(c);
+  copies_.clear();
+}
+
+void KvTiers::finish_copy(const Copy& c) {
+  if (!c.offload) {
+    host_->unpin(c.slot);
+    return;
+  }
+  if (!disk_enabled()) {
+    host_->publish(c.slot);
+    return;
+  }
+  host_->pin(c.slot);  // held for the disk write
+  host_->publish(c.slot);
+  Job job;
+  job.write_slot = c.slot;
+  enqueue(std::move(job));
+}
+
+void KvTiers::enqueue(Job job) {
+  {
+    std::lock_guard lock(mutex_);
+    const bool write = job.write_slot >= 0;
+    if (write && jobs_.size() >= options_.max_queued_writes) {
+      ++writes_dropped_;
+      host_->unpin(job.write_slot);
+      return;
+    }
+    jobs_.push_back(std::move(job));
+  }
+  wake_.notify_one();
+}
+
+bool KvTiers::prefetch(uint64_t request, const KvTierQuery& q, int32_t from_block) {
+  if (!disk_enabled()) return false;
+  const auto total = static_cast<int32_t>(q.tokens.size());
+  const int32_t usable = std::min<int32_t>(static_cast<int32_t>(q.hashes.size()), (total - 1) / q.block_size);
+  const auto bs = static_cast<size_t>(q.block_size);
+  Job job;
+  job.request = request;
+  job.salt.assign(q.salt);
+  for (int32_t i = from_block; i < usable; ++i) {
+    bool stop = false;
+    for (int32_t g = 0; g < q.num_groups; ++g) {
+      const uint64_t key = tier_key(q.hashes[static_cast<size_t>(i)], g);
+      if (host_->contains(key)) continue;
+      if (!disk_->contains(key)) {
+        stop = true;
+        break;
+      }
+      const auto tokens = q.tokens.subspan(static_cast<size_t>(i) * bs, bs);
+      job.items.push_back({key, i == 0 ? 0 : tier_key(q.hashes[static_cast<size_t>(i - 1)], g), i == 0,
+                           std::vector<int32_t>(tokens.begin(), tokens.end())});
+    }
+    if (stop) break;
+  }
+  if (job.items.empty()) return false;
+  if (!cost_.worth_loading(KvTierKind::Disk)) {
+    ++skipped_as_slower_;
+    return false;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    prefetching_[request] = false;
+    jobs_.push_back(std::move(job));
+  }
+  wake_.notify_one();
+  return true;
+}
+
+bool KvTiers::prefetch_done(uint64_t request) {
+  std::lock_guard lock(mutex_);
+  auto it = prefetching_.find(request);
+  if (it == prefetching_.end()) return true;
+  if (!it->second) return false;
+  prefetching_.erase(it);
+  return true;
+}
+
+void KvTiers::io_loop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, everything written
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    try {
+      if (job.write_slot >= 0) {
+        write_to_disk(job.write_slot);
+      } else {
+        run_prefetch(job);
+      }
+    } catch (const std::exception& e) {
+      // The tiers are a cache: a failure costs hits, never the engine.
+      log_error("kv tiers: I/O job failed: {}", e.what());
+      if (job.write_slot >= 0) host_->unpin(job.write_slot);
+      std::lock_guard lock(mutex_);
+      if (job.write_slot < 0) prefetching_[job.request] = true;
+    }
+  }
+}
+
+void KvTiers::write_to_disk(int32_t slot) {
+  const int64_t expires = host_->expires_at(slot);
+  const int64_t now = unix_now();
+  if (expires == 0 || expires > now) {
+    disk_->put(host_->identity(slot), host_->payload(slot), std::chrono::seconds(expires == 0 ? 0 : expires - now));
+  }
+  host_->unpin(slot);
+}
+
+void KvTiers::run_prefetch(Job& job) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t blocks = 0;
+  for (const PrefetchItem& item : job.items) {
+    const KvBlockIdentity id{item.key, item.parent_key, item.first, job.salt, item.tokens};
+    const std::optional<int32_t> slot = host_->reserve(id, 0);
+    if (!slot) {
+      if (host_->contains(item.key)) continue;  // another request's prefetch or an offload got there first
+      break;                                      // every host slot is pinned
+    }
+    int64_t expires = 0;
+    if (!disk_->get(id, host_->payload(*slot), &expires)) {
+      host_->abandon(*slot);
+      break;  // the chain ends here: later blocks could not be used anyway
+    }
+    host_->publish(*slot);
+    ++blocks;
+  }
+  const double ms = ms_since(t0);
+  if (blocks > 0) cost_.record_transfer(KvTierKind::Disk, blocks * static_cast<int64_t>(host_->block_bytes()), ms);
+  std::lock_guard lock(mutex_);
+  prefetching_[job.request] = true;
+  ++prefetches_;
+  prefetched_blocks_ += blocks;
+  prefetch_ms_total_ += ms;
+  prefetch_ms_max_ = std::max(prefetch_ms_max_, ms);
+}
+
+KvTierStats KvTiers::stats() const {
+  KvTierStats s;
+  s.host = host_->stats();
+  if (disk_) {
+    s.disk = disk_->stats();
+    s.disk_enabled = disk_->enabled();
+  }
+  s.offloaded_blocks = offloaded_;
+  s.offload_skipped = offload_skipped_;
+  s.loaded_blocks = loaded_;
+  s.loaded_bytes = loaded_ * static_cast<int64_t>(host_->block_bytes());
+  s.skipped_as_slower = skipped_as_slower_;
+  s.cost = cost_.estimate();
+  std::lock_guard lock(mutex_);
+  s.writes_dropped = writes_dropped_;
+  s.prefetches = prefetches_;
+  s.prefetched_blocks = prefetched_blocks_;
+  s.prefetch_ms_total = prefetch_ms_total_;
+  s.prefetch_ms_max = prefetch_ms_max_;
+  return s;
+}
+
+std::string kv_cache_fingerprint(const std::filesystem::path& model_path, const std::string& kv_layout_description) {
+  // Size plus the first and last MiB of every model file: cheap, and any
+  // other checkpoint (or a re-quantisation) differs in them.
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  if (std::filesystem::is_directory(model_path, ec)) {
+    for (const auto& e : std::filesystem::directory_iterator(model_path, ec)) {
+      const std::string ext = e.path().extension().string();
+      if (ext == ".safetensors" || ext == ".gguf" || e.path().filename() == "config.json") files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(model_path);
+  }
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  std::vector<char> buf(size_t{1} << 20);
+  for (const auto& f : files) {
+    const std::string name = f.filename().string();
+    XXH3_64bits_update(state, name.data(), name.size());
+    std::FILE* file = std::fopen(f.c_str(), "rb");
+    if (file == nullptr) continue;
+    std::fseek(file, 0, SEEK_END);
+    const long size = std::ftell(file);
+    XXH3_64bits_update(state, &size, sizeof size);
+    for (long at : {0L, std::max(0L, size - static_cast<long>(buf.size()))}) {
+      std::fseek(file, at, SEEK_SET);
+      const size_t got = std::fread(buf.data(), 1, buf.size(), file);
+      XXH3_64bits_update(state, buf.data(), got);
+    }
+    std::fclose(file);
+  }
+  const uint64_t weights = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(weights));
+  return std::string("weights ") + hex + "; " + kv_layout_description;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,162 @@
+// KvTiers: the host-memory and disk tiers below the device KV pages, and the
+// traffic between them (write-through: every block the prefix cache
+// registers is copied down once).
+//
+//   device page --(copy on the op stream, after the step that writes it)--> host slot
+//   host slot   --(I/O thread)--> block file under --kv-cache-dir
+//   block file  --(I/O thread, prefetch when a request arrives)--> host slot
+//   host slot   --(copy on the op stream, before the step that reads it)--> device page
+//
+// Device copies are enqueued in order with the steps, so no fence is needed
+// against the steps that write or read the pages; the host side of a copy is
+// used only once the step launched after it has completed (step_completed).
+// Disk reads happen on the I/O thread while the engine keeps stepping: a
+// request whose prefix is on disk waits (prefetch / prefetch_done) while the
+// others run, then is admitted with its blocks in host memory.
+//
+// A tier is used only where loading beats recomputing: the engine reports
+// measured step costs (record_compute), the tiers measure their own
+// bandwidth, and a tier that loses is skipped (re-probed now and then).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_tier_link.h"
+#include "kv/tiers/disk_tier.h"
+#include "kv/tiers/host_tier.h"
+#include "kv/tiers/tier_cost_model.h"
+
+namespace deepinfer {
+
+class Backend;
+class KvStorage;
+
+struct KvTierOptions {
+  uint64_t host_bytes = 0;  // --kv-offloading-size
+  std::filesystem::path dir;  // --kv-cache-dir; empty = no disk tier
+  uint64_t disk_bytes = uint64_t{64} << 30;  // --kv-cache-dir-size
+  std::string fingerprint;  // model, weights, KV dtype and layout (see kv_cache_fingerprint)
+  int64_t default_ttl_s = 0;  // blocks of requests without cache_ttl; 0 = never expire
+  size_t max_queued_writes = 4096;
+};
+
+struct KvTierStats {
+  HostKvTierStats host;
+  DiskKvTierStats disk;
+  bool disk_enabled = false;
+  int64_t offloaded_blocks = 0;  // device -> host copies
+  int64_t offload_skipped = 0;   // registered blocks not copied (host tier full of pinned slots)
+  int64_t writes_dropped = 0;    // disk writes dropped (queue full)
+  int64_t loaded_blocks = 0;     // host -> device copies (prompt blocks served by the tiers)
+  int64_t loaded_bytes = 0;
+  int64_t prefetches = 0;        // requests whose prefix was read from disk
+  int64_t prefetched_blocks = 0;
+  double prefetch_ms_total = 0.0, prefetch_ms_max = 0.0;
+  int64_t skipped_as_slower = 0;  // lookups not made because recomputing was judged faster
+  TierCostEstimate cost;
+};
+
+class KvTiers final : public KvTierLink {
+ public:
+  KvTiers(Backend& backend, KvStorage& storage, KvTierOptions options);
+  // Completes every copy and queued disk write (a clean exit persists the cache).
+  ~KvTiers() override;
+  KvTiers(const KvTiers&) = delete;
+  KvTiers& operator=(const KvTiers&) = delete;
+
+  // KvTierLink (engine thread).
+  void on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl_s) override;
+  int32_t acquire(const KvTierQuery& query, int32_t from, int32_t to) override;
+  void load(int32_t index, int32_t group, int32_t block_id) override;
+  void release() override;
+
+  // Copies enqueued since the previous call belong to step `step` (call after
+  // launching it); once it completes their host side is final.
+  void step_launched(uint64_t step);
+  void step_completed(uint64_t step);
+  // Nothing is in flight on the device (the backend synchronized): every
+  // enqueued copy has landed.
+  void device_idle();
+
+  // Starts reading the prompt's blocks that only the disk holds, from block
+  // from_block on, into host memory. False when there is nothing to read.
+  bool prefetch(uint64_t request, const KvTierQuery& query, int32_t from_block);
+  // Whether the request's prefetch has finished; forgets it when so.
+  bool prefetch_done(uint64_t request);
+
+  // A step computed `tokens` tokens in device_ms (the recompute side of the
+  // load-or-recompute decision).
+  void record_compute(int64_t tokens, double device_ms) { cost_.record_compute(tokens, device_ms); }
+
+  KvTierStats stats() const;
+  bool disk_enabled() const { return disk_ && disk_->enabled(); }
+  // The tier key of a block of `group` (the prefix-cache hash, told apart by group).
+  static uint64_t tier_key(BlockHash hash, int32_t group);
+
+ private:
+  struct Copy {
+    int32_t slot;
+    bool offload;  // device -> host (publish when done) or host -> device (unpin when done)
+    uint64_t step = 0;
+    bool tagged = false;
+  };
+  struct PrefetchItem {
+    uint64_t key = 0, parent_key = 0;
+    bool first = false;
+    std::vector<int32_t> tokens;
+  };
+  struct Job {
+    // A disk write of a pinned host slot, or a prefetch of a request's blocks.
+    int32_t write_slot = -1;
+    uint64_t request = 0;
+    std::string salt;
+    std::vector<PrefetchItem> items;
+  };
+
+  void calibrate_host();
+  void finish_copy(const Copy& c);
+  void io_loop();
+  void write_to_disk(int32_t slot);
+  void run_prefetch(Job& job);
+  void enqueue(Job job);
+
+  Backend& backend_;
+  KvStorage& storage_;
+  KvTierOptions options_;
+  std::unique_ptr<HostKvTier> host_;
+  std::unique_ptr<DiskKvTier> disk_;
+  TierCostModel cost_;
+
+  // Engine thread only.
+  std::deque<Copy> copies_;
+  std::map<std::pair<int32_t, int32_t>, int32_t> acquired_;  // (block index, group) -> pinned host slot
+  int64_t offloaded_ = 0, offload_skipped_ = 0, loaded_ = 0, skipped_as_slower_ = 0;
+
+  // Shared with the I/O thread.
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Job> jobs_;
+  std::unordered_map<uint64_t, bool> prefetching_;  // request -> done
+  bool stop_ = false;
+  int64_t writes_dropped_ = 0, prefetches_ = 0, prefetched_blocks_ = 0;
+  double prefetch_ms_total_ = 0.0, prefetch_ms_max_ = 0.0;
+  std::thread io_;
+};
+
+// Names what a block's bytes depend on: the model file(s) (size and sampled
+// content), the KV dtype, block size and layout. Blocks under another
+// fingerprint are never read.
+std::string kv_cache_fingerprint(const std::filesystem::path& model_path, const std::string& kv_layout_description);
+
+}  // namespace deepinfer
