@@ -47,6 +47,31 @@ std::vector<GenerateInput> read_jsonl(const std::string& path, const SamplingPar
   return inputs;
 }
 
+
+// The KV tiers' part of the run: what they served, moved and hold.
+void print_kv_tier_summary(const EngineStats& st) {
+  const KvTierStats& t = st.tiers;
+  std::fprintf(stderr,
+               "kv tiers: %lld prompt tokens loaded instead of computed; host: %lld hits, %lld blocks offloaded, "
+               "%lld evicted, %lld skipped (full)",
+               static_cast<long long>(st.tier_hit_tokens), static_cast<long long>(t.host.hits),
+               static_cast<long long>(t.offloaded_blocks), static_cast<long long>(t.host.evictions),
+               static_cast<long long>(t.offload_skipped));
+  if (t.disk_enabled) {
+    std::fprintf(stderr,
+                 "; disk: %lld blocks read in %lld prefetches (mean %.1f ms, max %.1f ms), %.1f MiB written, "
+                 "holds %lld files (%.1f MiB), %lld evicted, %lld expired, %lld rejected as damaged, %lld write "
+                 "errors",
+                 static_cast<long long>(t.prefetched_blocks), static_cast<long long>(t.prefetches),
+                 t.prefetches > 0 ? t.prefetch_ms_total / static_cast<double>(t.prefetches) : 0.0, t.prefetch_ms_max,
+                 static_cast<double>(t.disk.bytes_written) / 1048576.0, static_cast<long long>(t.disk.files),
+                 static_cast<double>(t.disk.bytes) / 1048576.0, static_cast<long long>(t.disk.evictions),
+                 static_cast<long long>(t.disk.expirations), static_cast<long long>(t.disk.rejected),
+                 static_cast<long long>(t.disk.write_errors));
+  }
+  std::fprintf(stderr, "\n");
+}
+
 int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) {
   std::vector<GenerateInput> inputs = read_jsonl(g.input_path, defaults);
   DI_CHECK(!inputs.empty(), "input file '{}' holds no prompts", g.input_path);
@@ -102,6 +127,7 @@ int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) 
                  static_cast<long long>(st.grammar_masked_rows), st.grammar_mask_ms,
                  1e3 * st.grammar_mask_ms / static_cast<double>(st.grammar_masked_rows));
   }
+  if (st.kv_tiers) print_kv_tier_summary(st);
   if (st.speculative) {
     std::fprintf(stderr, "speculative: %lld verifications, %lld drafts proposed, %lld verified, %lld accepted\n",
                  static_cast<long long>(st.spec.num_drafts), static_cast<long long>(st.spec.num_proposed_tokens),

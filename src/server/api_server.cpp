@@ -55,6 +55,41 @@ ApiServer::ApiServer(AsyncEngine& engine, ApiServerOptions options)
 
 ApiServer::~ApiServer() = default;
 
+void ApiServer::render_kv_tier_metrics(const EngineStats& e) {
+  // Only with --kv-offloading-size or --kv-cache-dir.
+  MetricsRegistry& m = metrics_;
+  const KvTierStats& t = e.tiers;
+  auto count = [&](const char* name, const char* help, const char* tier, int64_t v) {
+    m.counter(name, help, {{"tier", tier}}).set(static_cast<double>(v));
+  };
+  m.counter("deepinfer:kv_tier_hit_tokens_total", "Prompt tokens loaded from the KV tiers instead of computed.")
+      .set(static_cast<double>(e.tier_hit_tokens));
+  count("deepinfer:kv_tier_hits_total", "Blocks found in a KV tier.", "host", t.host.hits);
+  count("deepinfer:kv_tier_hits_total", "Blocks found in a KV tier.", "disk", t.disk.hits);
+  count("deepinfer:kv_tier_read_bytes_total", "Bytes loaded from a KV tier.", "host", t.loaded_bytes);
+  count("deepinfer:kv_tier_read_bytes_total", "Bytes loaded from a KV tier.", "disk", t.disk.bytes_read);
+  count("deepinfer:kv_tier_stored_blocks_total", "Blocks stored in a KV tier.", "host", t.host.stored);
+  count("deepinfer:kv_tier_stored_blocks_total", "Blocks stored in a KV tier.", "disk", t.disk.stored);
+  count("deepinfer:kv_tier_written_bytes_total", "Bytes written to a KV tier.", "disk", t.disk.bytes_written);
+  count("deepinfer:kv_tier_evictions_total", "Blocks evicted from a KV tier for room.", "host", t.host.evictions);
+  count("deepinfer:kv_tier_evictions_total", "Blocks evicted from a KV tier for room.", "disk", t.disk.evictions);
+  count("deepinfer:kv_tier_expirations_total", "Blocks dropped past their time to live.", "host", t.host.expirations);
+  count("deepinfer:kv_tier_expirations_total", "Blocks dropped past their time to live.", "disk", t.disk.expirations);
+  m.counter("deepinfer:kv_tier_rejected_blocks_total", "Block files removed as damaged or not matching.")
+      .set(static_cast<double>(t.disk.rejected));
+  m.counter("deepinfer:kv_tier_write_errors_total", "Block writes that failed (full disk, vanished directory).")
+      .set(static_cast<double>(t.disk.write_errors));
+  m.gauge("deepinfer:kv_tier_host_blocks", "Blocks the host KV tier holds now.")
+      .set(static_cast<double>(t.host.blocks));
+  m.gauge("deepinfer:kv_tier_disk_blocks", "Blocks the disk KV tier holds now.")
+      .set(static_cast<double>(t.disk.files));
+  m.counter("deepinfer:kv_tier_onload_seconds_total", "Time spent reading prefixes from disk into host memory.")
+      .set(t.prefetch_ms_total / 1e3);
+  m.counter("deepinfer:kv_tier_onloads_total", "Prefixes read from disk into host memory.")
+      .set(static_cast<double>(t.prefetches));
+  m.gauge("deepinfer:kv_tier_onload_seconds_max", "Longest read of one prefix from disk.").set(t.prefetch_ms_max / 1e3);
+}
+
 std::string ApiServer::render_metrics() {
   const AsyncEngineStats s = engine_.stats();
   MetricsRegistry& m = metrics_;
@@ -90,6 +125,7 @@ std::string ApiServer::render_metrics() {
   m.counter("deepinfer:structured_output_mask_seconds_total",
             "Host time spent filling grammar token masks (overlapped with the device's forward).")
       .set(s.engine.grammar_mask_ms / 1e3);
+  if (s.engine.kv_tiers) render_kv_tier_metrics(s.engine);
   if (s.engine.eplb) {
     // Only with --eplb-ep-size: a model without the statistics has no moe_lb to report.
     m.gauge("deepinfer:moe_lb", "MoE load balance over the EPLB window: max rank load / mean rank load for the "

@@ -92,7 +92,9 @@ KvTiers::~KvTiers() {
 
 void KvTiers::on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl_s) {
   const uint64_t key = tier_key(ref.hash, ref.group);
-  if (host_->contains(key) || (disk_ && disk_->contains(key))) return;
+  if (host_->contains(key)) return;
+  const bool verify = disk_ && disk_->contains(key);
+  if (verify && !is_suspect(key)) return;
   const int64_t ttl = ttl_s > 0 ? ttl_s : options_.default_ttl_s;
   const KvBlockIdentity id{key, ref.index == 0 ? 0 : tier_key(ref.parent, ref.group), ref.index == 0, ref.salt,
                            ref.tokens};
@@ -102,7 +104,7 @@ void KvTiers::on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl
     return;
   }
   storage_.save_block(block_id, host_->payload(*slot).data());
-  copies_.push_back({*slot, true});
+  copies_.push_back({*slot, true, verify});
   ++offloaded_;
 }
 
@@ -179,6 +181,7 @@ void KvTiers::finish_copy(const Copy& c) {
   host_->publish(c.slot);
   Job job;
   job.write_slot = c.slot;
+  job.verify_existing = c.verify_existing;
   enqueue(std::move(job));
 }
 
@@ -204,8 +207,8 @@ bool KvTiers::prefetch(uint64_t request, const KvTierQuery& q, int32_t from_bloc
   Job job;
   job.request = request;
   job.salt.assign(q.salt);
-  for (int32_t i = from_block; i < usable; ++i) {
-    bool stop = false;
+  int32_t i = from_block;
+  for (bool stop = false; i < usable && !stop; ++i) {
     for (int32_t g = 0; g < q.num_groups; ++g) {
       const uint64_t key = tier_key(q.hashes[static_cast<size_t>(i)], g);
       if (host_->contains(key)) continue;
@@ -217,7 +220,17 @@ bool KvTiers::prefetch(uint64_t request, const KvTierQuery& q, int32_t from_bloc
       job.items.push_back({key, i == 0 ? 0 : tier_key(q.hashes[static_cast<size_t>(i - 1)], g), i == 0,
                            std::vector<int32_t>(tokens.begin(), tokens.end())});
     }
-    if (stop) break;
+  }
+  // Files of blocks after a missing one cannot serve this request, which
+  // recomputes them: check them then (on_registered).
+  {
+    std::lock_guard lock(mutex_);
+    for (; i < usable; ++i) {
+      for (int32_t g = 0; g < q.num_groups; ++g) {
+        const uint64_t key = tier_key(q.hashes[static_cast<size_t>(i)], g);
+        if (disk_->contains(key)) suspect_.insert(key);
+      }
+    }
   }
   if (job.items.empty()) return false;
   if (!cost_.worth_loading(KvTierKind::Disk)) {
@@ -254,7 +267,7 @@ void KvTiers::io_loop() {
     }
     try {
       if (job.write_slot >= 0) {
-        write_to_disk(job.write_slot);
+        write_to_disk(job.write_slot, job.verify_existing);
       } else {
         run_prefetch(job);
       }
@@ -268,9 +281,22 @@ void KvTiers::io_loop() {
   }
 }
 
-void KvTiers::write_to_disk(int32_t slot) {
+bool KvTiers::is_suspect(uint64_t key) {
+  std::lock_guard lock(mutex_);
+  return suspect_.erase(key) > 0;
+}
+
+void KvTiers::write_to_disk(int32_t slot, bool verify_existing) {
   const int64_t expires = host_->expires_at(slot);
   const int64_t now = unix_now();
+  if (verify_existing) {
+    // get() removes the file when it is damaged; an intact one stays.
+    std::vector<std::byte> scratch(host_->block_bytes());
+    if (disk_->get(host_->identity(slot), scratch)) {
+      host_->unpin(slot);
+      return;
+    }
+  }
   if (expires == 0 || expires > now) {
     disk_->put(host_->identity(slot), host_->payload(slot), std::chrono::seconds(expires == 0 ? 0 : expires - now));
   }
@@ -290,7 +316,15 @@ void KvTiers::run_prefetch(Job& job) {
     int64_t expires = 0;
     if (!disk_->get(id, host_->payload(*slot), &expires)) {
       host_->abandon(*slot);
-      break;  // the chain ends here: later blocks could not be used anyway
+      // The chain ends here: later blocks could not be used anyway, so they
+      // are not read now; the request recomputes them, and their files are
+      // checked then.
+      std::lock_guard lock(mutex_);
+      if (suspect_.size() > (size_t{1} << 20)) suspect_.clear();  // of requests that never came back
+      for (const PrefetchItem* rest = &item + 1; rest != job.items.data() + job.items.size(); ++rest) {
+        suspect_.insert(rest->key);
+      }
+      break;
     }
     host_->publish(*slot);
     ++blocks;

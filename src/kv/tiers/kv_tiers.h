@@ -30,6 +30,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "kv/kv_tier_link.h"
@@ -108,6 +109,7 @@ class KvTiers final : public KvTierLink {
   struct Copy {
     int32_t slot;
     bool offload;  // device -> host (publish when done) or host -> device (unpin when done)
+    bool verify_existing = false;
     uint64_t step = 0;
     bool tagged = false;
   };
@@ -119,6 +121,7 @@ class KvTiers final : public KvTierLink {
   struct Job {
     // A disk write of a pinned host slot, or a prefetch of a request's blocks.
     int32_t write_slot = -1;
+    bool verify_existing = false;  // the disk lists the key: check its file, write only if damaged
     uint64_t request = 0;
     std::string salt;
     std::vector<PrefetchItem> items;
@@ -127,7 +130,8 @@ class KvTiers final : public KvTierLink {
   void calibrate_host();
   void finish_copy(const Copy& c);
   void io_loop();
-  void write_to_disk(int32_t slot);
+  void write_to_disk(int32_t slot, bool verify_existing);
+  bool is_suspect(uint64_t key);
   void run_prefetch(Job& job);
   void enqueue(Job job);
 
@@ -148,6 +152,10 @@ class KvTiers final : public KvTierLink {
   std::condition_variable wake_;
   std::deque<Job> jobs_;
   std::unordered_map<uint64_t, bool> prefetching_;  // request -> done
+  // Keys the disk index lists that a prefetch left unread after a broken
+  // chain: when they are computed again, the file is checked and replaced
+  // if damaged (else a damaged file would only be found one run at a time).
+  std::unordered_set<uint64_t> suspect_;
   bool stop_ = false;
   int64_t writes_dropped_ = 0, prefetches_ = 0, prefetched_blocks_ = 0;
   double prefetch_ms_total_ = 0.0, prefetch_ms_max_ = 0.0;

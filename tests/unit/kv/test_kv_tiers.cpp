@@ -1,0 +1,374 @@
+// The KV tiers below the device pages: the host tier's slots (publish,
+// content-verified hits, LRU around pinned slots, TTL), the load-or-recompute
+// decision, the manager's use of a tier link (offers registered blocks, loads
+// tier hits into fresh pages at admission), and KvTiers moving real bytes
+// between a KvStorage, host slots and block files across instances.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kv/kv_cache_manager.h"
+#include "kv/kv_storage.h"
+#include "kv/tiers/host_tier.h"
+#include "kv/tiers/kv_tiers.h"
+#include "kv/tiers/tier_cost_model.h"
+
+namespace deepinfer {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<int32_t> iota_tokens(int32_t n, int32_t from = 100) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), from);
+  return t;
+}
+
+// ---------------------------------------------------------------- host tier
+
+TEST(HostKvTier, PublishedBlocksHitOnlyWithTheirContent) {
+  auto backend = create_backend(DeviceType::CPU);
+  HostKvTier tier(*backend, 64, 4);
+  const auto tokens = iota_tokens(16);
+  const KvBlockIdentity first{11, 0, true, "salt", tokens};
+  auto slot = tier.reserve(first, 0);
+  ASSERT_TRUE(slot.has_value());
+  std::memset(tier.payload(*slot).data(), 0x5A, 64);
+  EXPECT_EQ(tier.find_and_pin(first), -1) << "a slot being filled is invisible";
+  EXPECT_FALSE(tier.reserve(first, 0).has_value()) << "one slot per key";
+  tier.publish(*slot);
+  const int32_t hit = tier.find_and_pin(first);
+  ASSERT_EQ(hit, *slot);
+  EXPECT_EQ(static_cast<int>(tier.payload(hit)[63]), 0x5A);
+  tier.unpin(hit);
+
+  // Same key, other content: another salt, other tokens, or a non-first block.
+  EXPECT_EQ(tier.find_and_pin({11, 0, true, "other", tokens}), -1);
+  const auto other_tokens = iota_tokens(16, 7);
+  EXPECT_EQ(tier.find_and_pin({11, 0, true, "salt", other_tokens}), -1);
+  EXPECT_EQ(tier.find_and_pin({11, 3, false, "", tokens}), -1);
+
+  // A later block is verified by its parent's key.
+  const KvBlockIdentity second{12, 11, false, "", tokens};
+  auto s2 = tier.reserve(second, 0);
+  ASSERT_TRUE(s2.has_value());
+  tier.publish(*s2);
+  EXPECT_EQ(tier.find_and_pin({12, 99, false, "", tokens}), -1);
+  const int32_t h2 = tier.find_and_pin(second);
+  EXPECT_EQ(h2, *s2);
+  tier.unpin(h2);
+  EXPECT_EQ(tier.stats().blocks, 2);
+}
+
+TEST(HostKvTier, EvictsTheLeastRecentlyUsedUnpinnedSlot) {
+  auto backend = create_backend(DeviceType::CPU);
+  HostKvTier tier(*backend, 32, 2);
+  const auto tokens = iota_tokens(4);
+  auto id = [&](uint64_t key) { return KvBlockIdentity{key, 0, true, "", tokens}; };
+  const int32_t a = *tier.reserve(id(1), 0);
+  tier.publish(a);
+  const int32_t b = *tier.reserve(id(2), 0);
+  tier.publish(b);
+  // Pin 1 (it is also the most recent now): a third block must evict 2.
+  ASSERT_EQ(tier.find_and_pin(id(1)), a);
+  ASSERT_TRUE(tier.reserve(id(3), 0).has_value());
+  EXPECT_FALSE(tier.contains(2));
+  EXPECT_TRUE(tier.contains(1));
+  EXPECT_EQ(tier.stats().evictions, 1);
+  // Slot of 1 pinned, slot of 3 being filled: nothing can be evicted.
+  EXPECT_FALSE(tier.reserve(id(4), 0).has_value());
+  EXPECT_EQ(tier.stats().full, 1);
+  tier.unpin(a);
+  EXPECT_TRUE(tier.reserve(id(4), 0).has_value());
+  EXPECT_FALSE(tier.contains(1));
+}
+
+std::chrono::system_clock::time_point g_now;
+std::chrono::system_clock::time_point test_clock() { return g_now; }
+
+TEST(HostKvTier, ExpiredBlocksAreMissesAndDropped) {
+  auto backend = create_backend(DeviceType::CPU);
+  HostKvTier tier(*backend, 32, 2);
+  g_now = std::chrono::system_clock::time_point(std::chrono::seconds(1'000'000));
+  tier.set_clock_for_testing(&test_clock);
+  const auto tokens = iota_tokens(4);
+  const KvBlockIdentity id{5, 0, true, "", tokens};
+  tier.publish(*tier.reserve(id, 1'000'100));
+  const int32_t s = tier.find_and_pin(id);
+  ASSERT_GE(s, 0);
+  tier.unpin(s);
+  g_now += std::chrono::seconds(100);
+  EXPECT_EQ(tier.find_and_pin(id), -1);
+  EXPECT_FALSE(tier.contains(5));
+  EXPECT_EQ(tier.stats().expirations, 1);
+}
+
+// ------------------------------------------------------------- cost model
+
+TEST(TierCostModel, SkipsATierSlowerThanRecomputingAndProbesIt) {
+  // 1 MiB per block of 16 tokens.
+  TierCostModel m(1 << 20, 16);
+  EXPECT_TRUE(m.worth_loading(KvTierKind::Disk)) << "unmeasured: tried";
+  m.record_compute(1024, 10.24);  // 0.01 ms per token: 0.16 ms per block
+  m.record_transfer(KvTierKind::Disk, 1 << 20, 1.0);   // ~1 GB/s: ~1 ms per block
+  m.record_transfer(KvTierKind::Host, 10 << 20, 1.0);  // ~10 GB/s: ~0.1 ms per block
+  EXPECT_TRUE(m.worth_loading(KvTierKind::Host));
+  int tried = 0;
+  for (int i = 0; i < 2 * TierCostModel::kProbeInterval; ++i) tried += m.worth_loading(KvTierKind::Disk);
+  EXPECT_EQ(tried, 2) << "a slower tier is only probed";
+  m.record_compute(64, 100.0);  // decode-sized steps say nothing about prefill
+  EXPECT_NEAR(m.estimate().compute_ms_per_token, 0.01, 1e-9);
+}
+
+// ---------------------------------------------- the manager and a tier link
+
+// Remembers what the manager offers and serves hits for blocks it holds.
+class FakeLink : public KvTierLink {
+ public:
+  struct Offer {
+    int32_t group, index, block;
+    uint64_t hash, parent;
+  };
+  std::vector<Offer> offers;
+  std::vector<std::tuple<int32_t, int32_t, int32_t>> loads;  // index, group, block
+  int32_t holds_blocks = 0;  // serves blocks [0, holds_blocks) of every group
+  int releases = 0;
+
+  void on_registered(const KvBlockRef& ref, int32_t block_id, int64_t) override {
+    offers.push_back({ref.group, ref.index, block_id, ref.hash.value, ref.parent.value});
+  }
+  int32_t acquire(const KvTierQuery&, int32_t from, int32_t to) override {
+    return std::max(0, std::min(to, holds_blocks) - from);
+  }
+  void load(int32_t index, int32_t group, int32_t block_id) override { loads.emplace_back(index, group, block_id); }
+  void release() override { ++releases; }
+};
+
+KvCacheManager make_manager(std::vector<int32_t> windows, int32_t blocks) {
+  KvManagerConfig c;
+  c.block_size = 16;
+  c.max_step_tokens = 256;
+  return KvCacheManager(KvLayout::from_windows(windows), blocks, c);
+}
+
+TEST(KvCacheManagerTiers, OffersRegisteredBlocksWithTheirChain) {
+  KvCacheManager kv = make_manager({0}, 20);
+  FakeLink link;
+  kv.set_tier_link(&link);
+  const auto prompt = iota_tokens(16 * 3 + 2);
+  ASSERT_EQ(kv.admit(1, prompt, "", 0), 0);
+  kv.commit(1, {prompt, {}}, static_cast<int32_t>(prompt.size()), "");
+  const auto hashes = PrefixCache::compute_block_hashes(prompt, 16);
+  ASSERT_EQ(link.offers.size(), 3u);
+  for (int32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(link.offers[i].index, i);
+    EXPECT_EQ(link.offers[i].block, kv.tables(1).groups[0].blocks[i]);
+    EXPECT_EQ(link.offers[i].hash, hashes[i].value);
+    if (i > 0) {
+      EXPECT_EQ(link.offers[i].parent, hashes[i - 1].value);
+    }
+  }
+  // A second sequence hitting them on the device offers nothing new.
+  kv.free(1);
+  ASSERT_EQ(kv.admit(2, prompt, "", 0), 48);
+  kv.commit(2, {prompt, {}}, static_cast<int32_t>(prompt.size()), "");
+  EXPECT_EQ(link.offers.size(), 3u);
+  kv.check_integrity();
+}
+
+TEST(KvCacheManagerTiers, TierHitsAreLoadedIntoFreshPagesAfterTheDeviceHits) {
+  KvCacheManager kv = make_manager({0}, 40);
+  FakeLink link;
+  kv.set_tier_link(&link);
+  const auto prompt = iota_tokens(16 * 6 + 3);
+  // The device holds blocks 0-1 (a shorter prompt computed them).
+  const std::vector<int32_t> head(prompt.begin(), prompt.begin() + 33);
+  ASSERT_EQ(kv.admit(1, head, "", 0), 0);
+  kv.commit(1, {head, {}}, 33, "");
+  kv.free(1);
+  link.holds_blocks = 5;
+  link.releases = 0;
+  const auto cached = kv.admit(2, prompt, "", 0);
+  ASSERT_EQ(cached, 5 * 16) << "2 device blocks, then 3 from the tier";
+  ASSERT_EQ(link.loads.size(), 3u);
+  const SequenceKv& s = kv.tables(2);
+  for (int32_t k = 0; k < 3; ++k) {
+    const auto [index, group, block] = link.loads[k];
+    EXPECT_EQ(index, 2 + k);
+    EXPECT_EQ(group, 0);
+    EXPECT_EQ(block, s.groups[0].blocks[2 + k]);
+    EXPECT_TRUE(kv.prefix_cache()->is_cached(block)) << "loaded blocks serve later hits on the device";
+  }
+  EXPECT_EQ(kv.tier_hit_tokens(), 48);
+  EXPECT_EQ(link.releases, 1);
+  kv.check_integrity();
+}
+
+TEST(KvCacheManagerTiers, ARefusedAdmissionLoadsNothing) {
+  KvCacheManager kv = make_manager({0}, 8);
+  FakeLink link;
+  link.holds_blocks = 4;
+  kv.set_tier_link(&link);
+  const auto prompt = iota_tokens(16 * 8 + 1);
+  EXPECT_FALSE(kv.admit(1, prompt, "", 0).has_value());
+  EXPECT_TRUE(link.loads.empty());
+  EXPECT_EQ(link.releases, 1);
+  EXPECT_EQ(kv.pool().num_free(), 8);
+}
+
+TEST(KvCacheManagerTiers, AWindowedGroupLoadsOnlyWhatItsWindowReads) {
+  // Window 32: a query at position 80 reads from 49 on, i.e. blocks 3 and 4.
+  KvCacheManager kv = make_manager({32, 0}, 40);
+  FakeLink link;
+  link.holds_blocks = 5;
+  kv.set_tier_link(&link);
+  const auto prompt = iota_tokens(16 * 5 + 1);
+  ASSERT_EQ(kv.admit(1, prompt, "", 0), 80);
+  int full = 0, windowed = 0;
+  for (const auto& [index, group, block] : link.loads) {
+    if (group == 1) ++full;
+    if (group == 0) {
+      ++windowed;
+      EXPECT_GE(index, 3);
+    }
+  }
+  EXPECT_EQ(full, 5);
+  EXPECT_EQ(windowed, 2);
+  EXPECT_EQ(kv.tables(1).groups[0].num_released, 3);
+  kv.check_integrity();
+}
+
+// ------------------------------------------------ KvTiers with real bytes
+
+class KvTiersTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("deepinfer-kv-tiers-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    backend_ = create_backend(DeviceType::CPU);
+    spec_.n_layers = 2;
+    spec_.n_heads_kv = 2;
+    spec_.head_dim = 8;
+    spec_.page_size = 16;
+    spec_.dtype = DType::F32;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  KvTierOptions options(bool disk) {
+    KvTierOptions o;
+    o.host_bytes = 64 * spec_.bytes_per_page();
+    if (disk) o.dir = dir_;
+    o.fingerprint = "test model";
+    return o;
+  }
+  // Every byte of a block's pages, K and V of each layer, set from `seed`.
+  static void fill_block(KvStorage& kv, int32_t block, uint8_t seed) {
+    for (int32_t l = 0; l < kv.spec().n_layers; ++l) {
+      const KvCacheLayer layer = kv.layer(l);
+      for (const Tensor* t : {&layer.k, &layer.v}) {
+        const Tensor page = t->slice_rows(block, 1);
+        auto* p = static_cast<uint8_t*>(page.data());
+        for (size_t i = 0; i < page.nbytes(); ++i) p[i] = static_cast<uint8_t>(seed + i * 3 + l);
+      }
+    }
+  }
+  static std::vector<uint8_t> block_bytes(const KvStorage& kv, int32_t block) {
+    std::vector<uint8_t> out;
+    for (int32_t l = 0; l < kv.spec().n_layers; ++l) {
+      const KvCacheLayer layer = kv.layer(l);
+      for (const Tensor* t : {&layer.k, &layer.v}) {
+        const Tensor page = t->slice_rows(block, 1);
+        const auto* p = static_cast<const uint8_t*>(page.data());
+        out.insert(out.end(), p, p + page.nbytes());
+      }
+    }
+    return out;
+  }
+
+  fs::path dir_;
+  std::unique_ptr<Backend> backend_;
+  KvCacheSpec spec_;
+};
+
+TEST_F(KvTiersTest, ABlockMakesTheRoundTripThroughHostAndDisk) {
+  const auto prompt = iota_tokens(16 * 2 + 1);
+  const auto hashes = PrefixCache::compute_block_hashes(prompt, 16, "tenant");
+  const KvTierQuery query{hashes, prompt, "tenant", 16, 1};
+  std::vector<uint8_t> expected0, expected1;
+  {
+    KvStorage kv(*backend_, spec_, 8);
+    KvTiers tiers(*backend_, kv, options(true));
+    fill_block(kv, 3, 17);
+    fill_block(kv, 5, 91);
+    expected0 = block_bytes(kv, 3);
+    expected1 = block_bytes(kv, 5);
+    const auto t0 = std::span(prompt).first(16), t1 = std::span(prompt).subspan(16, 16);
+    tiers.on_registered({0, 0, hashes[0], {}, "tenant", t0}, 3, 0);
+    tiers.on_registered({0, 1, hashes[1], hashes[0], "", t1}, 5, 0);
+    tiers.step_launched(1);
+    EXPECT_EQ(tiers.acquire(query, 0, 2), 0) << "not final before its step completes";
+    tiers.release();
+    tiers.step_completed(1);
+    // From the host tier into other pages.
+    ASSERT_EQ(tiers.acquire(query, 0, 2), 2);
+    tiers.load(0, 0, 6);
+    tiers.load(1, 0, 7);
+    tiers.release();
+    tiers.step_launched(2);
+    tiers.step_completed(2);
+    EXPECT_EQ(block_bytes(kv, 6), expected0);
+    EXPECT_EQ(block_bytes(kv, 7), expected1);
+    // Another salt does not see them.
+    const auto other = PrefixCache::compute_block_hashes(prompt, 16, "other");
+    EXPECT_EQ(tiers.acquire({other, prompt, "other", 16, 1}, 0, 2), 0);
+    tiers.release();
+    EXPECT_EQ(tiers.stats().offloaded_blocks, 2);
+    EXPECT_EQ(tiers.stats().loaded_blocks, 2);
+  }  // the destructor finishes the disk writes
+  // A new process: the host tier is empty, the disk has both blocks.
+  KvStorage kv(*backend_, spec_, 8);
+  KvTiers tiers(*backend_, kv, options(true));
+  EXPECT_EQ(tiers.stats().disk.files, 2);
+  EXPECT_EQ(tiers.acquire(query, 0, 2), 0);
+  tiers.release();
+  ASSERT_TRUE(tiers.prefetch(42, query, 0));
+  for (int i = 0; i < 2000 && !tiers.prefetch_done(42); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(tiers.acquire(query, 0, 2), 2);
+  tiers.load(0, 0, 1);
+  tiers.load(1, 0, 2);
+  tiers.release();
+  tiers.device_idle();
+  EXPECT_EQ(block_bytes(kv, 1), expected0);
+  EXPECT_EQ(block_bytes(kv, 2), expected1);
+  EXPECT_EQ(tiers.stats().prefetched_blocks, 2);
+  // Nothing more to read once the host tier holds them.
+  EXPECT_FALSE(tiers.prefetch(43, query, 0));
+}
+
+TEST_F(KvTiersTest, AnotherFingerprintReadsNothing) {
+  const auto prompt = iota_tokens(16 + 1);
+  const auto hashes = PrefixCache::compute_block_hashes(prompt, 16);
+  {
+    KvStorage kv(*backend_, spec_, 4);
+    KvTiers tiers(*backend_, kv, options(true));
+    fill_block(kv, 1, 5);
+    tiers.on_registered({0, 0, hashes[0], {}, "", std::span(prompt).first(16)}, 1, 0);
+  }
+  KvStorage kv(*backend_, spec_, 4);
+  KvTierOptions o = options(true);
+  o.fingerprint = "another model";
+  KvTiers tiers(*backend_, kv, o);
+  EXPECT_FALSE(tiers.prefetch(1, {hashes, prompt, "", 16, 1}, 0));
+  EXPECT_EQ(tiers.stats().disk.files, 0);
+}
+
+}  // namespace
+}  // namespace deepinfer
