@@ -188,6 +188,23 @@ class DeviceEvent {
   virtual double elapsed_ms_since(const DeviceEvent& earlier) const = 0;
 };
 
+// A second queue of copies that runs alongside the backend's ops (KV blocks
+// offloaded to host memory while the next steps compute). Nothing orders it
+// against the ops but wait_for_ops(); the caller keeps the copied memory
+// untouched until an event recorded after the copies completes.
+class CopyStream {
+ public:
+  virtual ~CopyStream() = default;
+  // Copies enqueued from now on start after every op enqueued so far.
+  virtual void wait_for_ops() = 0;
+  // As Backend::copy_rows_async, on this queue.
+  virtual void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                         size_t rows) = 0;
+  // An event complete once every copy enqueued so far has landed.
+  virtual std::unique_ptr<DeviceEvent> record() = 0;
+  virtual void synchronize() = 0;
+};
+
 // A captured sequence of ops, replayed with the arguments of the capture.
 class OpGraph {
  public:
@@ -251,6 +268,8 @@ class Backend {
                                size_t rows);
   // A point in the backend's op stream.
   virtual std::unique_ptr<DeviceEvent> create_event();
+  // A queue of copies alongside the ops (the default copies at once, in order).
+  virtual std::unique_ptr<CopyStream> create_copy_stream();
   // Records the ops enqueued between begin_capture() and end_capture() into a
   // graph that replays them with the same arguments (CUDA graphs). Nothing
   // runs while capturing. Only for backends where supports_graphs().

@@ -52,6 +52,29 @@ void Backend::copy_rows_async(void* dst, size_t dst_pitch, const void* src, size
 
 std::unique_ptr<DeviceEvent> Backend::create_event() { return std::make_unique<HostEvent>(); }
 
+namespace {
+
+// For backends whose ops complete before they return: a copy is done when
+// it returns, so ordering and events are trivial.
+class ImmediateCopyStream final : public CopyStream {
+ public:
+  explicit ImmediateCopyStream(Backend& backend) : backend_(backend) {}
+  void wait_for_ops() override {}
+  void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                 size_t rows) override {
+    backend_.copy_rows_async(dst, dst_pitch, src, src_pitch, width, rows);
+  }
+  std::unique_ptr<DeviceEvent> record() override { return backend_.create_event(); }
+  void synchronize() override {}
+
+ private:
+  Backend& backend_;
+};
+
+}  // namespace
+
+std::unique_ptr<CopyStream> Backend::create_copy_stream() { return std::make_unique<ImmediateCopyStream>(*this); }
+
 void Backend::linear_batched(const Tensor& x, const Tensor& weight, Tensor out) {
   const Tensor none;
   for (int64_t b = 0; b < weight.size(0); ++b) linear(x.select(1, b), weight.row(b), none, out.select(1, b));

@@ -339,11 +339,12 @@ std::string Engine::sample_row(Live& live, std::span<const float> logits, bool h
 void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outputs) {
   const StepResults res = parts_.runner->wait(step.slot);
   // The device is done with this step: blocks held for it can be reused.
-  parts_.kv_manager->release_deferred(step.id);
   if (parts_.kv_tiers) {
+    // Before release_deferred(), which returns the blocks whose offload copies landed.
     parts_.kv_tiers->step_completed(step.id);
     if (!res.captured) parts_.kv_tiers->record_compute(step.num_tokens, res.device_ms);
   }
+  parts_.kv_manager->release_deferred(step.id);
   stats_.device_busy_ms += res.device_ms;
   stats_.last_step_device_ms = res.device_ms;
   stats_.last_step_idle_ms = res.idle_ms_before;
@@ -496,7 +497,10 @@ std::vector<RequestOutput> Engine::step() {
   }
   if (!inflight_) {
     parts_.backend->synchronize();  // surfaces device-side input errors while idle
-    if (parts_.kv_tiers) parts_.kv_tiers->device_idle();
+    if (parts_.kv_tiers) {
+      parts_.kv_tiers->device_idle();
+      parts_.kv_manager->collect_tier_releases();
+    }
     // Only requests waiting on disk reads are left: let the reads run.
     if (batch.empty() && !kv_loading_.empty()) std::this_thread::sleep_for(std::chrono::microseconds(500));
   }

@@ -186,7 +186,10 @@ void KvCacheManager::register_full_blocks(SequenceKv& s, const SequenceTokens& t
       const BlockHash hash = s.block_hashes[static_cast<size_t>(i)];
       if (prefix_cache_->insert(hash, block, block_tokens, parent, salt, g) && tier_link_ != nullptr) {
         const BlockHash parent_hash = i == 0 ? BlockHash{} : s.block_hashes[static_cast<size_t>(i - 1)];
-        tier_link_->on_registered({g, i, hash, parent_hash, salt, block_tokens}, block, s.cache_ttl_s);
+        if (tier_link_->on_registered({g, i, hash, parent_hash, salt, block_tokens}, block, s.cache_ttl_s)) {
+          pool_.ref(block);
+          tier_held_.insert(block);
+        }
       }
     }
   }
@@ -245,6 +248,17 @@ void KvCacheManager::release_deferred(uint64_t completed_step) {
                                     [&](const DeferredBlocks& d) { return d.step > completed_step; });
   for (auto it = keep; it != deferred_.end(); ++it) pool_.release(it->blocks);
   deferred_.erase(keep, deferred_.end());
+  collect_tier_releases();
+}
+
+void KvCacheManager::collect_tier_releases() {
+  if (tier_link_ == nullptr) return;
+  for (int32_t b : tier_link_->take_released_blocks()) {
+    auto it = tier_held_.find(b);
+    DI_CHECK(it != tier_held_.end(), "KV cache: the tiers released block {} they did not hold", b);
+    tier_held_.erase(it);
+    pool_.release(b);
+  }
 }
 
 size_t KvCacheManager::num_deferred_blocks() const {
@@ -291,6 +305,7 @@ void KvCacheManager::check_integrity() const {
   for (const DeferredBlocks& d : deferred_) {
     for (int32_t b : d.blocks) count(b, 0);
   }
+  for (int32_t b : tier_held_) count(b, 0);
   for (int32_t b = 0; b < pool_.num_blocks(); ++b) {
     DI_CHECK(pool_.refcount(b) == holders[static_cast<size_t>(b)],
              "KV cache integrity: block {} has refcount {} but {} holders", b, pool_.refcount(b),

@@ -21,6 +21,7 @@
 #include <span>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "kv/block_pool.h"
@@ -94,6 +95,10 @@ class KvCacheManager {
   void set_tier_link(KvTierLink* link) { tier_link_ = link; }
   // Prompt tokens admit() took from the lower tiers.
   int64_t tier_hit_tokens() const { return tier_hit_tokens_; }
+  // Returns to the pool the blocks the tiers have finished copying (also
+  // done by release_deferred()).
+  void collect_tier_releases();
+  size_t num_tier_held_blocks() const { return tier_held_.size(); }
   // Pages for the next num_new tokens after num_computed, plus num_lookahead
   // more slots; a windowed group allocates for at most max_step_tokens of the
   // new ones. All or nothing: false when the pool is short.
@@ -155,6 +160,7 @@ class KvCacheManager {
   std::optional<PrefixCache> prefix_cache_;
   std::unordered_map<uint64_t, SequenceKv> seqs_;
   KvTierLink* tier_link_ = nullptr;
+  std::unordered_multiset<int32_t> tier_held_;  // blocks referenced while the tiers copy them
   int64_t tier_hit_tokens_ = 0;
   struct DeferredBlocks {
     uint64_t step;

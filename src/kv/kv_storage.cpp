@@ -63,6 +63,12 @@ void KvStorage::save_block(int32_t block, void* host) const {
   backend_.copy_rows_async(host, page_bytes(), base, part_bytes(), page_bytes(), num_parts());
 }
 
+void KvStorage::save_block(int32_t block, void* host, CopyStream& stream) const {
+  DI_CHECK(block >= 0 && block < num_pages_, "KV storage: block {} out of range", block);
+  const auto* base = static_cast<const char*>(buffer_.data()) + static_cast<size_t>(block) * page_bytes();
+  stream.copy_rows(host, page_bytes(), base, part_bytes(), page_bytes(), num_parts());
+}
+
 void KvStorage::load_block(int32_t block, const void* host) {
   DI_CHECK(block >= 0 && block < num_pages_, "KV storage: block {} out of range", block);
   auto* base = static_cast<char*>(buffer_.data()) + static_cast<size_t>(block) * page_bytes();

@@ -57,6 +57,8 @@ class KvStorage {
   // completes).
   size_t bytes_per_block() const { return spec_.bytes_per_block(layout_.slots_per_block); }
   void save_block(int32_t block, void* host) const;
+  // save_block on a copy stream (the caller orders it after the step writing the block).
+  void save_block(int32_t block, void* host, CopyStream& stream) const;
   void load_block(int32_t block, const void* host);
 
  private:

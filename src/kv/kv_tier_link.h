@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "kv/prefix_cache.h"
 
@@ -38,8 +39,12 @@ class KvTierLink {
 
   // The prefix cache registered device block `block_id` as `ref`; the step
   // being launched writes its K/V. ttl_s: how long the lower tiers keep it
-  // (0 = their default).
-  virtual void on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl_s) = 0;
+  // (0 = their default). True when the tiers will copy it: the manager then
+  // keeps the block out of the pool until take_released_blocks() returns it,
+  // so no later step overwrites it while the copy may still read it.
+  virtual bool on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl_s) = 0;
+  // Blocks whose copies (on_registered) have landed since the last call.
+  virtual std::vector<int32_t> take_released_blocks() = 0;
 
   // The longest run of blocks from..to-1 that the tiers hold for every
   // group, held for load() until release(); 0 when none (or when loading

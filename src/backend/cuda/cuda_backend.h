@@ -47,6 +47,7 @@ class CudaBackend final : public Backend {
   void copy_async(Tensor dst, const Tensor& src) override;
   void copy_rows_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
                        size_t rows) override;
+  std::unique_ptr<CopyStream> create_copy_stream() override;
   std::unique_ptr<DeviceEvent> create_event() override;
   bool supports_graphs() const override { return true; }
   bool stacks_projections() const override { return true; }

@@ -93,6 +93,53 @@ void CudaBackend::copy_rows_async(void* dst, size_t dst_pitch, const void* src, 
         "cudaMemcpy2DAsync");
 }
 
+namespace {
+
+// A non-blocking stream of its own: copies overlap the op stream's kernels
+// (the copy engines are separate); wait_for_ops() is an event edge.
+class CudaCopyStream final : public CopyStream {
+ public:
+  explicit CudaCopyStream(cudaStream_t ops) : ops_(ops) {
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreateWithFlags(&ops_done_, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  ~CudaCopyStream() override {
+    cudaStreamSynchronize(stream_);
+    cudaEventDestroy(ops_done_);
+    cudaStreamDestroy(stream_);
+  }
+  CudaCopyStream(const CudaCopyStream&) = delete;
+  CudaCopyStream& operator=(const CudaCopyStream&) = delete;
+
+  void wait_for_ops() override {
+    check(cudaEventRecord(ops_done_, ops_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(stream_, ops_done_, 0), "cudaStreamWaitEvent");
+  }
+  void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                 size_t rows) override {
+    if (width == 0 || rows == 0) return;
+    check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault, stream_),
+          "cudaMemcpy2DAsync");
+  }
+  std::unique_ptr<DeviceEvent> record() override {
+    auto e = std::make_unique<CudaEvent>(stream_);
+    e->record();
+    return e;
+  }
+  void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+ private:
+  cudaStream_t ops_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t ops_done_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<CopyStream> CudaBackend::create_copy_stream() {
+  return std::make_unique<CudaCopyStream>(static_cast<cudaStream_t>(stream_));
+}
+
 std::unique_ptr<DeviceEvent> CudaBackend::create_event() {
   return std::make_unique<CudaEvent>(static_cast<cudaStream_t>(stream_));
 }

@@ -54,6 +54,7 @@ KvTiers::KvTiers(Backend& backend, KvStorage& storage, KvTierOptions options)
                static_cast<double>(options_.disk_bytes) / 1073741824.0);
     }
   }
+  copy_stream_ = backend_.create_copy_stream();
   calibrate_host();
   io_ = std::thread([this] { io_loop(); });
 }
@@ -90,22 +91,38 @@ KvTiers::~KvTiers() {
   io_.join();
 }
 
-void KvTiers::on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl_s) {
+bool KvTiers::on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl_s) {
   const uint64_t key = tier_key(ref.hash, ref.group);
-  if (host_->contains(key)) return;
+  if (host_->contains(key)) return false;
   const bool verify = disk_ && disk_->contains(key);
-  if (verify && !is_suspect(key)) return;
+  if (verify && !is_suspect(key)) return false;
   const int64_t ttl = ttl_s > 0 ? ttl_s : options_.default_ttl_s;
   const KvBlockIdentity id{key, ref.index == 0 ? 0 : tier_key(ref.parent, ref.group), ref.index == 0, ref.salt,
                            ref.tokens};
   const std::optional<int32_t> slot = host_->reserve(id, ttl > 0 ? unix_now() + ttl : 0);
   if (!slot) {
     ++offload_skipped_;
-    return;
+    return false;
   }
-  storage_.save_block(block_id, host_->payload(*slot).data());
-  copies_.push_back({*slot, true, verify});
+  offloads_to_enqueue_.push_back({*slot, block_id, verify});
   ++offloaded_;
+  return true;
+}
+
+std::vector<int32_t> KvTiers::take_released_blocks() {
+  std::vector<int32_t> out;
+  out.swap(released_blocks_);
+  return out;
+}
+
+void KvTiers::enqueue_offloads() {
+  if (offloads_to_enqueue_.empty()) return;
+  copy_stream_->wait_for_ops();
+  for (const Offload& o : offloads_to_enqueue_) {
+    storage_.save_block(o.block, host_->payload(o.slot).data(), *copy_stream_);
+  }
+  offload_batches_.push_back({copy_stream_->record(), std::move(offloads_to_enqueue_)});
+  offloads_to_enqueue_.clear();
 }
 
 int32_t KvTiers::acquire(const KvTierQuery& q, int32_t from, int32_t to) {
@@ -139,7 +156,7 @@ void KvTiers::load(int32_t index, int32_t group, int32_t block_id) {
   auto it = acquired_.find({index, group});
   DI_CHECK(it != acquired_.end(), "kv tiers: block {} of group {} was not acquired", index, group);
   storage_.load_block(block_id, host_->payload(it->second).data());
-  copies_.push_back({it->second, false});
+  loads_.push_back({it->second});
   acquired_.erase(it);
   ++loaded_;
 }
@@ -150,38 +167,46 @@ void KvTiers::release() {
 }
 
 void KvTiers::step_launched(uint64_t step) {
-  for (auto it = copies_.rbegin(); it != copies_.rend() && !it->tagged; ++it) {
+  for (auto it = loads_.rbegin(); it != loads_.rend() && !it->tagged; ++it) {
     it->step = step;
     it->tagged = true;
   }
+  enqueue_offloads();
 }
 
 void KvTiers::step_completed(uint64_t step) {
-  while (!copies_.empty() && copies_.front().tagged && copies_.front().step <= step) {
-    finish_copy(copies_.front());
-    copies_.pop_front();
+  while (!loads_.empty() && loads_.front().tagged && loads_.front().step <= step) {
+    host_->unpin(loads_.front().slot);
+    loads_.pop_front();
+  }
+  while (!offload_batches_.empty() && offload_batches_.front().done->ready()) {
+    for (const Offload& o : offload_batches_.front().items) finish_offload(o);
+    offload_batches_.pop_front();
   }
 }
 
 void KvTiers::device_idle() {
-  for (const Copy& c : copies_) finish_copy(c);
-  copies_.clear();
+  enqueue_offloads();
+  copy_stream_->synchronize();
+  for (const Load& l : loads_) host_->unpin(l.slot);
+  loads_.clear();
+  for (const OffloadBatch& b : offload_batches_) {
+    for (const Offload& o : b.items) finish_offload(o);
+  }
+  offload_batches_.clear();
 }
 
-void KvTiers::finish_copy(const Copy& c) {
-  if (!c.offload) {
-    host_->unpin(c.slot);
-    return;
-  }
+void KvTiers::finish_offload(const Offload& o) {
+  released_blocks_.push_back(o.block);
   if (!disk_enabled()) {
-    host_->publish(c.slot);
+    host_->publish(o.slot);
     return;
   }
-  host_->pin(c.slot);  // held for the disk write
-  host_->publish(c.slot);
+  host_->pin(o.slot);  // held for the disk write
+  host_->publish(o.slot);
   Job job;
-  job.write_slot = c.slot;
-  job.verify_existing = c.verify_existing;
+  job.write_slot = o.slot;
+  job.verify_existing = o.verify_existing;
   enqueue(std::move(job));
 }
 

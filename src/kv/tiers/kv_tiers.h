@@ -2,14 +2,19 @@
 // traffic between them (write-through: every block the prefix cache
 // registers is copied down once).
 //
-//   device page --(copy on the op stream, after the step that writes it)--> host slot
+//   device page --(copy stream, after the step that writes it)--> host slot
 //   host slot   --(I/O thread)--> block file under --kv-cache-dir
 //   block file  --(I/O thread, prefetch when a request arrives)--> host slot
 //   host slot   --(copy on the op stream, before the step that reads it)--> device page
 //
-// Device copies are enqueued in order with the steps, so no fence is needed
-// against the steps that write or read the pages; the host side of a copy is
-// used only once the step launched after it has completed (step_completed).
+// Offloads run on a copy stream of their own, so they overlap the next
+// steps' compute instead of delaying them: each batch waits for the ops
+// enqueued before it (the step that writes its blocks), and the manager keeps
+// the blocks out of the pool until the batch's event completes, so no later
+// step can overwrite a page a copy still reads. Loads stay on the op stream:
+// the step that reads the pages must wait for them anyway. A host slot is
+// used (published, written to disk, or unpinned after a load) only once its
+// copy is known complete.
 // Disk reads happen on the I/O thread while the engine keeps stepping: a
 // request whose prefix is on disk waits (prefetch / prefetch_done) while the
 // others run, then is admitted with its blocks in host memory.
@@ -41,6 +46,8 @@
 namespace deepinfer {
 
 class Backend;
+class CopyStream;
+class DeviceEvent;
 class KvStorage;
 
 struct KvTierOptions {
@@ -77,17 +84,21 @@ class KvTiers final : public KvTierLink {
   KvTiers& operator=(const KvTiers&) = delete;
 
   // KvTierLink (engine thread).
-  void on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl_s) override;
+  bool on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl_s) override;
+  std::vector<int32_t> take_released_blocks() override;
   int32_t acquire(const KvTierQuery& query, int32_t from, int32_t to) override;
   void load(int32_t index, int32_t group, int32_t block_id) override;
   void release() override;
 
-  // Copies enqueued since the previous call belong to step `step` (call after
-  // launching it); once it completes their host side is final.
+  // After launching step `step`: offloads registered since the previous call
+  // start on the copy stream once it has run; loads enqueued before it
+  // belong to it.
   void step_launched(uint64_t step);
+  // Step `step` has completed: its loads have landed; offloads whose copies
+  // have landed are published (and queued for the disk).
   void step_completed(uint64_t step);
-  // Nothing is in flight on the device (the backend synchronized): every
-  // enqueued copy has landed.
+  // Nothing is in flight on the device (the backend synchronized): finishes
+  // every copy, the ones still to enqueue included.
   void device_idle();
 
   // Starts reading the prompt's blocks that only the disk holds, from block
@@ -106,12 +117,21 @@ class KvTiers final : public KvTierLink {
   static uint64_t tier_key(BlockHash hash, int32_t group);
 
  private:
-  struct Copy {
+  // A load (host -> device) on the op stream: its slot is unpinned once
+  // the step launched after it completes.
+  struct Load {
     int32_t slot;
-    bool offload;  // device -> host (publish when done) or host -> device (unpin when done)
-    bool verify_existing = false;
     uint64_t step = 0;
     bool tagged = false;
+  };
+  struct Offload {
+    int32_t slot;
+    int32_t block;
+    bool verify_existing = false;  // the disk lists the key: check the file before writing
+  };
+  struct OffloadBatch {
+    std::unique_ptr<DeviceEvent> done;
+    std::vector<Offload> items;
   };
   struct PrefetchItem {
     uint64_t key = 0, parent_key = 0;
@@ -128,7 +148,8 @@ class KvTiers final : public KvTierLink {
   };
 
   void calibrate_host();
-  void finish_copy(const Copy& c);
+  void enqueue_offloads();
+  void finish_offload(const Offload& o);
   void io_loop();
   void write_to_disk(int32_t slot, bool verify_existing);
   bool is_suspect(uint64_t key);
@@ -142,8 +163,13 @@ class KvTiers final : public KvTierLink {
   std::unique_ptr<DiskKvTier> disk_;
   TierCostModel cost_;
 
+  std::unique_ptr<CopyStream> copy_stream_;
+
   // Engine thread only.
-  std::deque<Copy> copies_;
+  std::deque<Load> loads_;
+  std::vector<Offload> offloads_to_enqueue_;
+  std::deque<OffloadBatch> offload_batches_;
+  std::vector<int32_t> released_blocks_;
   std::map<std::pair<int32_t, int32_t>, int32_t> acquired_;  // (block index, group) -> pinned host slot
   int64_t offloaded_ = 0, offload_skipped_ = 0, loaded_ = 0, skipped_as_slower_ = 0;
 

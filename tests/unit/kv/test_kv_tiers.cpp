@@ -141,9 +141,17 @@ class FakeLink : public KvTierLink {
   int32_t holds_blocks = 0;  // serves blocks [0, holds_blocks) of every group
   int releases = 0;
 
-  void on_registered(const KvBlockRef& ref, int32_t block_id, int64_t) override {
+  bool on_registered(const KvBlockRef& ref, int32_t block_id, int64_t) override {
     offers.push_back({ref.group, ref.index, block_id, ref.hash.value, ref.parent.value});
+    return hold;
   }
+  std::vector<int32_t> take_released_blocks() override {
+    std::vector<int32_t> out;
+    out.swap(copied);
+    return out;
+  }
+  bool hold = false;            // claim the offered blocks until `copied` returns them
+  std::vector<int32_t> copied;
   int32_t acquire(const KvTierQuery&, int32_t from, int32_t to) override {
     return std::max(0, std::min(to, holds_blocks) - from);
   }
@@ -180,6 +188,28 @@ TEST(KvCacheManagerTiers, OffersRegisteredBlocksWithTheirChain) {
   ASSERT_EQ(kv.admit(2, prompt, "", 0), 48);
   kv.commit(2, {prompt, {}}, static_cast<int32_t>(prompt.size()), "");
   EXPECT_EQ(link.offers.size(), 3u);
+  kv.check_integrity();
+}
+
+TEST(KvCacheManagerTiers, BlocksBeingCopiedStayOutOfThePool) {
+  KvCacheManager kv = make_manager({0}, 6);
+  FakeLink link;
+  link.hold = true;
+  kv.set_tier_link(&link);
+  const auto prompt = iota_tokens(16 * 2 + 1);
+  ASSERT_EQ(kv.admit(1, prompt, "", 0), 0);
+  kv.commit(1, {prompt, {}}, static_cast<int32_t>(prompt.size()), "");
+  ASSERT_EQ(link.offers.size(), 2u);
+  kv.free(1);
+  kv.check_integrity();
+  EXPECT_EQ(kv.pool().num_free(), 4) << "the two blocks being copied are not free";
+  EXPECT_EQ(kv.num_tier_held_blocks(), 2u);
+  link.copied = {link.offers[0].block, link.offers[1].block};
+  kv.release_deferred(0);
+  EXPECT_EQ(kv.pool().num_free(), 6);
+  EXPECT_EQ(kv.num_tier_held_blocks(), 0u);
+  // Still cached after the copy: a hit on the device.
+  EXPECT_EQ(kv.admit(2, prompt, "", 0), 32);
   kv.check_integrity();
 }
 
@@ -311,12 +341,15 @@ TEST_F(KvTiersTest, ABlockMakesTheRoundTripThroughHostAndDisk) {
     expected0 = block_bytes(kv, 3);
     expected1 = block_bytes(kv, 5);
     const auto t0 = std::span(prompt).first(16), t1 = std::span(prompt).subspan(16, 16);
-    tiers.on_registered({0, 0, hashes[0], {}, "tenant", t0}, 3, 0);
-    tiers.on_registered({0, 1, hashes[1], hashes[0], "", t1}, 5, 0);
+    EXPECT_TRUE(tiers.on_registered({0, 0, hashes[0], {}, "tenant", t0}, 3, 0));
+    EXPECT_TRUE(tiers.on_registered({0, 1, hashes[1], hashes[0], "", t1}, 5, 0));
+    EXPECT_TRUE(tiers.take_released_blocks().empty()) << "held until copied";
     tiers.step_launched(1);
     EXPECT_EQ(tiers.acquire(query, 0, 2), 0) << "not final before its step completes";
     tiers.release();
     tiers.step_completed(1);
+    EXPECT_EQ(tiers.take_released_blocks(), (std::vector<int32_t>{3, 5}));
+    EXPECT_FALSE(tiers.on_registered({0, 1, hashes[1], hashes[0], "", t1}, 4, 0)) << "already in the host tier";
     // From the host tier into other pages.
     ASSERT_EQ(tiers.acquire(query, 0, 2), 2);
     tiers.load(0, 0, 6);
