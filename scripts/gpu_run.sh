@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,decode_ab,pdl,moe,kernels,spec,structured,sweep,eval,profile,peer_llamacpp
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,kvtiers,decode_ab,pdl,moe,kernels,spec,structured,sweep,eval,profile,peer_llamacpp
 #                                   (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
@@ -232,6 +232,17 @@ if has pdl && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
         sed "s/^/    round $round PDL=$pdl: /" >> "$REPORT"
     done
   done
+fi
+if has kvtiers; then
+  # KV tiers (scripts/gpu_kv_tiers.py): TTFT of a repeated long context from
+  # the host and disk tiers vs recompute, throughput at 0% hits with the
+  # tiers on vs off, on the 8B shape.
+  echo -e "\n## KV tiers\n" >> "$REPORT"
+  make_llama8b
+  timeout "${KVT_TIMEOUT:-560}" python3 scripts/gpu_kv_tiers.py --deepinfer "$BIN/deepinfer" \
+    --model /tmp/deepinfer_e2e/llama8b --out "$OUT" --ctx "${KVT_CTX:-32768}" ${KVT_ARGS:-} > "$OUT/kv_tiers_stdout.log" 2>&1
+  echo "gpu_kv_tiers: exit code $?" >> "$REPORT"
+  cat "$OUT/kv_tiers.md" >> "$REPORT" 2>/dev/null || tail -30 "$OUT/kv_tiers_stdout.log" >> "$REPORT"
 fi
 if has spec; then
   # Speculative decoding (scripts/bench_spec.py) on real GGUF weights carried

@@ -335,12 +335,12 @@ GenerationRequest parse_completion_request(const ojson& body, const RequestLimit
   if (prompt->is_string()) {
     r.prompts.push_back(prompt->get<std::string>());
   } else if (prompt->is_array() && !prompt->empty()) {
-    if (prompt->size() > limits.max_prompts) {
-      bad_param("prompt", fmt::format("at most {} prompts are allowed in one request", limits.max_prompts));
-    }
     if ((*prompt)[0].is_number_integer()) {
-      read_ids(*prompt);
+      read_ids(*prompt);  // one prompt of token ids, as long as the context allows
     } else {
+      if (prompt->size() > limits.max_prompts) {
+        bad_param("prompt", fmt::format("at most {} prompts are allowed in one request", limits.max_prompts));
+      }
       for (const ojson& p : *prompt) {
         if (p.is_string()) r.prompts.push_back(p.get<std::string>());
         else if (p.is_array()) read_ids(p);

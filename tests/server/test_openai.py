@@ -76,6 +76,14 @@ def test_completions(openai_client):
     assert "The capital of France is" + text == c.text
 
 
+def test_a_long_token_id_prompt_is_one_prompt(openai_client):
+    # More ids than the number of prompts one request may carry: still one prompt.
+    ids = [(i * 37) % 4000 + 100 for i in range(600)]
+    r = openai_client.completions.create(model=MODEL_NAME, prompt=ids, max_tokens=2, temperature=0)
+    assert len(r.choices) == 1
+    assert r.usage.prompt_tokens == 600
+
+
 def test_completions_stream_echo_logprobs(openai_client):
     kw = dict(model=MODEL_NAME, prompt="The capital of France is", max_tokens=4, temperature=0)
     whole = openai_client.completions.create(echo=True, **kw).choices[0]
