@@ -144,10 +144,10 @@ uint64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams par
 
 void Engine::start_kv_prefetch(Request& r) {
   KvTiers* tiers = parts_.kv_tiers.get();
-  if (tiers == nullptr || !tiers->disk_enabled()) return;
+  if (tiers == nullptr || !tiers->disk_enabled() || parts_.kv_manager->tier_groups().empty()) return;
   const int32_t bs = parts_.config.block_size;
   const std::vector<BlockHash> hashes = PrefixCache::compute_block_hashes(r.prompt_ids(), bs, r.cache_salt());
-  const KvTierQuery query{hashes, r.prompt_ids(), r.cache_salt(), bs, parts_.kv_manager->layout().num_groups()};
+  const KvTierQuery query{hashes, r.prompt_ids(), r.cache_salt(), bs, parts_.kv_manager->tier_groups()};
   // Blocks on the device already need no read.
   const int32_t on_device = parts_.kv_manager->num_cached_blocks(r.prompt_ids(), r.cache_salt());
   if (tiers->prefetch(r.id(), query, on_device)) {

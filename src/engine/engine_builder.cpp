@@ -114,6 +114,8 @@ void build_kv_cache(EngineParts& p) {
   kc.block_size = config.block_size;
   kc.max_step_tokens = config.max_num_batched_tokens;
   kc.enable_prefix_caching = config.enable_prefix_caching;
+  // The seed's rollback of 6 covers K = 5 drafts; longer drafts roll back further.
+  if (config.speculative.enabled()) kc.swa_replay_rollback = std::max(6, config.speculative.num_speculative_tokens + 1);
   p.kv_manager = std::make_unique<KvCacheManager>(std::move(layout), static_cast<int32_t>(blocks), kc);
   const KvLayout& l = p.kv_manager->layout();
   int32_t windowed = 0;
@@ -144,6 +146,7 @@ void build_kv_tiers(EngineParts& p) {
   o.dir = c.kv_cache_dir;
   o.disk_bytes = c.kv_cache_dir_bytes;
   o.default_ttl_s = c.kv_cache_ttl_s;
+  o.groups_per_block_index = static_cast<int32_t>(p.kv_manager->tier_groups().size());
   o.fingerprint = c.kv_cache_dir.empty() ? layout_text : kv_cache_fingerprint(c.model_path, layout_text);
   p.kv_tiers = std::make_unique<KvTiers>(*p.backend, *p.kv, std::move(o));
   p.kv_manager->set_tier_link(p.kv_tiers.get());

@@ -20,6 +20,16 @@ KvCacheManager::KvCacheManager(KvLayout layout, int32_t num_blocks, KvManagerCon
            config_.max_step_tokens);
   DI_CHECK(layout_.num_groups() > 0, "KV cache: the layout has no layer group");
   if (config_.enable_prefix_caching) prefix_cache_.emplace(pool_, config_.block_size);
+  int32_t max_window = 0;
+  for (const KvGroup& g : layout_.groups) max_window = std::max(max_window, g.window);
+  if (max_window > 0) replay_tokens_ = max_window + std::max(config_.swa_replay_rollback, 0);
+  in_tiers_.assign(static_cast<size_t>(layout_.num_groups()), false);
+  for (int32_t g = 0; g < layout_.num_groups(); ++g) {
+    if (layout_.groups[static_cast<size_t>(g)].window == 0) {
+      tier_groups_.push_back(g);
+      in_tiers_[static_cast<size_t>(g)] = true;
+    }
+  }
 }
 
 int32_t KvCacheManager::first_needed_block(int32_t position, int32_t window) const {
@@ -62,11 +72,17 @@ std::optional<int32_t> KvCacheManager::admit(uint64_t seq, std::span<const int32
       hits[g] = prefix_cache_->lookup(usable, tokens, salt, g);
       hit_blocks = std::min(hit_blocks, static_cast<int32_t>(hits[g].size()));
     }
-    if (tier_link_ != nullptr && hit_blocks < usable_blocks) {
-      const KvTierQuery query{s.block_hashes, tokens, salt, bs, n_groups};
+    if (tier_link_ != nullptr && !tier_groups_.empty() && hit_blocks < usable_blocks) {
+      const KvTierQuery query{s.block_hashes, tokens, salt, bs, tier_groups_};
       tier_blocks = tier_link_->acquire(query, hit_blocks, usable_blocks);
+      if (replay_tokens_ > 0 && tier_blocks > 0) {
+        // SWA bounded replay: the windowed layers rebuild the last W + r tokens.
+        const int32_t replay_from = std::max((hit_blocks + tier_blocks) * bs - replay_tokens_, 0) / bs;
+        tier_blocks = std::max(replay_from - hit_blocks, 0);
+      }
     }
   }
+  const bool replay = replay_tokens_ > 0 && tier_blocks > 0;
   const int32_t cached_blocks = hit_blocks + tier_blocks;
   const int32_t cached = cached_blocks * bs;
   // Each group keeps the cached blocks its first query still reads: device
@@ -77,7 +93,9 @@ std::optional<int32_t> KvCacheManager::admit(uint64_t seq, std::span<const int32
   int64_t need = 0;
   for (int32_t g = 0; g < n_groups; ++g) {
     const KvGroup& group = layout_.groups[static_cast<size_t>(g)];
-    first_held[g] = std::min(first_needed_block(cached, group.window), cached_blocks);
+    // After a replay a windowed group starts empty at the replay start.
+    first_held[g] = replay && group.window > 0 ? cached_blocks
+                                               : std::min(first_needed_block(cached, group.window), cached_blocks);
     ends[g] = table_end(group, cached, total - cached, 0);
     for (int32_t i = first_held[g]; i < hit_blocks; ++i) free_after_refs -= pool_.refcount(hits[g][i]) == 0;
     need += std::max(ends[g] - std::max(first_held[g], hit_blocks), 0);
@@ -108,6 +126,8 @@ std::optional<int32_t> KvCacheManager::admit(uint64_t seq, std::span<const int32
   }
   if (tier_link_ != nullptr) tier_link_->release();
   tier_hit_tokens_ += int64_t{tier_blocks} * bs;
+  num_swa_replays_ += replay;
+  s.cacheable = !replay;
   s.num_registered_blocks = cached_blocks;
   seqs_.emplace(seq, std::move(s));
   return cached;
@@ -158,6 +178,7 @@ void KvCacheManager::grow_table(GroupTable& t, int32_t end) {
 
 void KvCacheManager::register_full_blocks(SequenceKv& s, const SequenceTokens& tokens, int32_t num_computed,
                                           std::string_view salt) {
+  if (!s.cacheable) return;
   const int32_t bs = config_.block_size;
   // Only blocks whose token ids are all known on the host (none in flight).
   const int32_t known = std::min(num_computed, tokens.size());
@@ -184,7 +205,8 @@ void KvCacheManager::register_full_blocks(SequenceKv& s, const SequenceTokens& t
       if (prefix_cache_->is_cached(block)) continue;
       const int32_t parent = i == 0 ? PrefixCache::kNoParent : t.blocks[static_cast<size_t>(i - 1)];
       const BlockHash hash = s.block_hashes[static_cast<size_t>(i)];
-      if (prefix_cache_->insert(hash, block, block_tokens, parent, salt, g) && tier_link_ != nullptr) {
+      if (prefix_cache_->insert(hash, block, block_tokens, parent, salt, g) && tier_link_ != nullptr &&
+          in_tiers_[static_cast<size_t>(g)]) {
         const BlockHash parent_hash = i == 0 ? BlockHash{} : s.block_hashes[static_cast<size_t>(i - 1)];
         if (tier_link_->on_registered({g, i, hash, parent_hash, salt, block_tokens}, block, s.cache_ttl_s)) {
           pool_.ref(block);

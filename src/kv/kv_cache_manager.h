@@ -38,6 +38,9 @@ struct KvManagerConfig {
   // is prefilled in chunks.
   int32_t max_step_tokens = 2048;
   bool enable_prefix_caching = true;
+  // SWA bounded replay (tier hits of models with sliding-window layers): the
+  // speculative rollback r added to the window W of tokens replayed.
+  int32_t swa_replay_rollback = 6;
 };
 
 // A sequence's token ids as prompt followed by outputs, without copying.
@@ -69,6 +72,9 @@ struct SequenceKv {
   std::vector<BlockHash> block_hashes;  // chained hashes of the full blocks seen so far
   int32_t num_registered_blocks = 0;    // leading blocks already offered to the prefix cache
   int64_t cache_ttl_s = 0;              // how long lower tiers keep its blocks (0 = their default)
+  // False after an SWA replay: its windowed layers did not see keys before
+  // the replay start, so nothing it computes is exact enough to cache.
+  bool cacheable = true;
 };
 
 class KvCacheManager {
@@ -90,9 +96,25 @@ class KvCacheManager {
   // (the most admit() would reuse from there), without taking them.
   int32_t num_cached_blocks(std::span<const int32_t> tokens, std::string_view salt) const;
 
-  // Tiers below the device pages (null: none). Registered blocks are offered
-  // to them; admit() loads what they hold beyond the device's hits.
+  // Tiers below the device pages (null: none). Registered blocks of the
+  // tier groups are offered to them; admit() loads what they hold beyond the
+  // device's hits.
+  //
+  // A model with sliding-window layers keeps only its full-attention groups
+  // in the tiers (SWA bounded replay): a tier hit ending at h loads those
+  // groups up to s = h - (W + r) (rounded down to a block; W the largest
+  // window, r = swa_replay_rollback), and the prefill from s rebuilds the
+  // windowed layers' KV with query i attending keys max(s, i - W + 1)..i
+  // (their tables start at s). That is an approximation by design: the
+  // sequence then caches nothing. The hit is at most L - (W + r) tokens and
+  // the replay costs W + r tokens whatever the prefix's length.
   void set_tier_link(KvTierLink* link) { tier_link_ = link; }
+  // The groups the tiers keep: all of them, or the full-attention ones when
+  // some are windowed (none when every layer is windowed).
+  const std::vector<int32_t>& tier_groups() const { return tier_groups_; }
+  // Tokens a tier hit recomputes for the windowed layers (W + r; 0 without windows).
+  int32_t swa_replay_tokens() const { return replay_tokens_; }
+  int64_t num_swa_replays() const { return num_swa_replays_; }
   // Prompt tokens admit() took from the lower tiers.
   int64_t tier_hit_tokens() const { return tier_hit_tokens_; }
   // Returns to the pool the blocks the tiers have finished copying (also
@@ -160,6 +182,10 @@ class KvCacheManager {
   std::optional<PrefixCache> prefix_cache_;
   std::unordered_map<uint64_t, SequenceKv> seqs_;
   KvTierLink* tier_link_ = nullptr;
+  std::vector<int32_t> tier_groups_;
+  std::vector<bool> in_tiers_;  // per group
+  int32_t replay_tokens_ = 0;
+  int64_t num_swa_replays_ = 0;
   std::unordered_multiset<int32_t> tier_held_;  // blocks referenced while the tiers copy them
   int64_t tier_hit_tokens_ = 0;
   struct DeferredBlocks {

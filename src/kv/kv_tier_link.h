@@ -24,13 +24,14 @@ struct KvBlockRef {
 };
 
 // The blocks a new sequence could load: hashes[i] is block i's chain hash,
-// tokens holds at least hashes.size() full blocks.
+// tokens holds at least hashes.size() full blocks; `groups` are the layer
+// groups the tiers keep (KvCacheManager::tier_groups()).
 struct KvTierQuery {
   std::span<const BlockHash> hashes;
   std::span<const int32_t> tokens;
   std::string_view salt;
   int32_t block_size = 0;
-  int32_t num_groups = 1;
+  std::span<const int32_t> groups;
 };
 
 class KvTierLink {

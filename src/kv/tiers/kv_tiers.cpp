@@ -36,7 +36,8 @@ KvTiers::KvTiers(Backend& backend, KvStorage& storage, KvTierOptions options)
     : backend_(backend),
       storage_(storage),
       options_(std::move(options)),
-      cost_(static_cast<int64_t>(storage.bytes_per_block()) * storage.layout().num_groups(), storage.page_size()) {
+      cost_(static_cast<int64_t>(storage.bytes_per_block()) * std::max(options_.groups_per_block_index, 1),
+            storage.page_size()) {
   const size_t block_bytes = storage_.bytes_per_block();
   const uint64_t host_bytes = options_.host_bytes > 0 ? options_.host_bytes : kDefaultStagingBytes;
   const auto host_blocks = static_cast<int64_t>(std::max<uint64_t>(host_bytes / block_bytes, 2 * storage.layout().num_groups()));
@@ -136,7 +137,8 @@ int32_t KvTiers::acquire(const KvTierQuery& q, int32_t from, int32_t to) {
   for (int32_t i = from; i < to; ++i) {
     const auto tokens = q.tokens.subspan(static_cast<size_t>(i) * bs, bs);
     bool all = true;
-    for (int32_t g = 0; g < q.num_groups && all; ++g) {
+    for (size_t k = 0; k < q.groups.size() && all; ++k) {
+      const int32_t g = q.groups[k];
       const KvBlockIdentity id{tier_key(q.hashes[static_cast<size_t>(i)], g),
                                i == 0 ? 0 : tier_key(q.hashes[static_cast<size_t>(i - 1)], g), i == 0, q.salt, tokens};
       const int32_t slot = host_->find_and_pin(id);
@@ -234,7 +236,7 @@ bool KvTiers::prefetch(uint64_t request, const KvTierQuery& q, int32_t from_bloc
   job.salt.assign(q.salt);
   int32_t i = from_block;
   for (bool stop = false; i < usable && !stop; ++i) {
-    for (int32_t g = 0; g < q.num_groups; ++g) {
+    for (const int32_t g : q.groups) {
       const uint64_t key = tier_key(q.hashes[static_cast<size_t>(i)], g);
       if (host_->contains(key)) continue;
       if (!disk_->contains(key)) {
@@ -251,7 +253,7 @@ bool KvTiers::prefetch(uint64_t request, const KvTierQuery& q, int32_t from_bloc
   {
     std::lock_guard lock(mutex_);
     for (; i < usable; ++i) {
-      for (int32_t g = 0; g < q.num_groups; ++g) {
+      for (const int32_t g : q.groups) {
         const uint64_t key = tier_key(q.hashes[static_cast<size_t>(i)], g);
         if (disk_->contains(key)) suspect_.insert(key);
       }

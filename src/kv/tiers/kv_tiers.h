@@ -56,7 +56,11 @@ struct KvTierOptions {
   uint64_t disk_bytes = uint64_t{64} << 30;  // --kv-cache-dir-size
   std::string fingerprint;  // model, weights, KV dtype and layout (see kv_cache_fingerprint)
   int64_t default_ttl_s = 0;  // blocks of requests without cache_ttl; 0 = never expire
-  size_t max_queued_writes = 4096;
+  // Disk writes queued at most (each also holds a host slot, which bounds them too).
+  size_t max_queued_writes = size_t{1} << 20;
+  // Blocks one block index of a sequence stores in the tiers (the tier groups):
+  // the bytes a hit of one block index loads, for the cost model.
+  int32_t groups_per_block_index = 1;
 };
 
 struct KvTierStats {

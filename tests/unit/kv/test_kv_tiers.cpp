@@ -25,6 +25,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+const std::vector<int32_t> kGroup0 = {0};
+
 std::vector<int32_t> iota_tokens(int32_t n, int32_t from = 100) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   std::iota(t.begin(), t.end(), from);
@@ -253,25 +255,51 @@ TEST(KvCacheManagerTiers, ARefusedAdmissionLoadsNothing) {
   EXPECT_EQ(kv.pool().num_free(), 8);
 }
 
-TEST(KvCacheManagerTiers, AWindowedGroupLoadsOnlyWhatItsWindowReads) {
-  // Window 32: a query at position 80 reads from 49 on, i.e. blocks 3 and 4.
-  KvCacheManager kv = make_manager({32, 0}, 40);
+TEST(KvCacheManagerTiers, SlidingWindowLayersAreReplayedNotStored) {
+  // Window 32 and full attention; r = 6, so a replay covers W + r = 38 tokens.
+  KvCacheManager kv = make_manager({32, 0}, 60);
+  ASSERT_EQ(kv.tier_groups(), (std::vector<int32_t>{1}));
+  EXPECT_EQ(kv.swa_replay_tokens(), 38);
   FakeLink link;
-  link.holds_blocks = 5;
   kv.set_tier_link(&link);
-  const auto prompt = iota_tokens(16 * 5 + 1);
-  ASSERT_EQ(kv.admit(1, prompt, "", 0), 80);
-  int full = 0, windowed = 0;
+  // Only the full-attention group's blocks are offered to the tiers.
+  const auto first = iota_tokens(16 * 3 + 1);
+  ASSERT_EQ(kv.admit(1, first, "", 0), 0);
+  kv.commit(1, {first, {}}, static_cast<int32_t>(first.size()), "");
+  ASSERT_FALSE(link.offers.empty());
+  for (const auto& o : link.offers) EXPECT_EQ(o.group, 1);
+  kv.free(1);
+
+  // A tier hit of 10 blocks (160 tokens) of a new prompt: the full group
+  // loads up to s = floor((160 - 38) / 16) = 7 blocks; the windowed group
+  // starts empty at 112 and the prefill from there rebuilds it.
+  const auto prompt = iota_tokens(16 * 10 + 5, 5000);
+  link.holds_blocks = 10;
+  const auto cached = kv.admit(2, prompt, "", 0);
+  ASSERT_EQ(cached, 7 * 16);
+  int full = 0;
   for (const auto& [index, group, block] : link.loads) {
-    if (group == 1) ++full;
-    if (group == 0) {
-      ++windowed;
-      EXPECT_GE(index, 3);
-    }
+    EXPECT_EQ(group, 1) << "windowed blocks never come from a tier";
+    EXPECT_LT(index, 7);
+    ++full;
   }
-  EXPECT_EQ(full, 5);
-  EXPECT_EQ(windowed, 2);
-  EXPECT_EQ(kv.tables(1).groups[0].num_released, 3);
+  EXPECT_EQ(full, 7);
+  const SequenceKv& s = kv.tables(2);
+  EXPECT_EQ(s.groups[0].num_released, 7) << "windowed keys start at the replay start";
+  EXPECT_FALSE(s.cacheable);
+  EXPECT_EQ(kv.num_swa_replays(), 1);
+  // The replayed sequence caches nothing, in any group.
+  const size_t offers = link.offers.size();
+  ASSERT_TRUE(kv.allocate_slots(2, 112, static_cast<int32_t>(prompt.size()) - 112, 0));
+  kv.commit(2, {prompt, {}}, static_cast<int32_t>(prompt.size()), "");
+  EXPECT_EQ(link.offers.size(), offers);
+  kv.check_integrity();
+  // A hit too short to leave anything after the replay loads nothing.
+  link.loads.clear();
+  link.holds_blocks = 2;
+  const auto short_prompt = iota_tokens(16 * 2 + 3, 9000);
+  EXPECT_EQ(kv.admit(3, short_prompt, "", 0), 0);
+  EXPECT_TRUE(link.loads.empty());
   kv.check_integrity();
 }
 
@@ -331,7 +359,7 @@ class KvTiersTest : public ::testing::Test {
 TEST_F(KvTiersTest, ABlockMakesTheRoundTripThroughHostAndDisk) {
   const auto prompt = iota_tokens(16 * 2 + 1);
   const auto hashes = PrefixCache::compute_block_hashes(prompt, 16, "tenant");
-  const KvTierQuery query{hashes, prompt, "tenant", 16, 1};
+  const KvTierQuery query{hashes, prompt, "tenant", 16, kGroup0};
   std::vector<uint8_t> expected0, expected1;
   {
     KvStorage kv(*backend_, spec_, 8);
@@ -361,7 +389,7 @@ TEST_F(KvTiersTest, ABlockMakesTheRoundTripThroughHostAndDisk) {
     EXPECT_EQ(block_bytes(kv, 7), expected1);
     // Another salt does not see them.
     const auto other = PrefixCache::compute_block_hashes(prompt, 16, "other");
-    EXPECT_EQ(tiers.acquire({other, prompt, "other", 16, 1}, 0, 2), 0);
+    EXPECT_EQ(tiers.acquire({other, prompt, "other", 16, kGroup0}, 0, 2), 0);
     tiers.release();
     EXPECT_EQ(tiers.stats().offloaded_blocks, 2);
     EXPECT_EQ(tiers.stats().loaded_blocks, 2);
@@ -399,7 +427,7 @@ TEST_F(KvTiersTest, AnotherFingerprintReadsNothing) {
   KvTierOptions o = options(true);
   o.fingerprint = "another model";
   KvTiers tiers(*backend_, kv, o);
-  EXPECT_FALSE(tiers.prefetch(1, {hashes, prompt, "", 16, 1}, 0));
+  EXPECT_FALSE(tiers.prefetch(1, {hashes, prompt, "", 16, kGroup0}, 0));
   EXPECT_EQ(tiers.stats().disk.files, 0);
 }
 
