@@ -128,6 +128,7 @@ std::optional<int32_t> KvCacheManager::admit(uint64_t seq, std::span<const int32
   tier_hit_tokens_ += int64_t{tier_blocks} * bs;
   num_swa_replays_ += replay;
   s.cacheable = !replay;
+  s.replay_start = replay ? cached : 0;
   s.num_registered_blocks = cached_blocks;
   seqs_.emplace(seq, std::move(s));
   return cached;

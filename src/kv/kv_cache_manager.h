@@ -75,6 +75,9 @@ struct SequenceKv {
   // False after an SWA replay: its windowed layers did not see keys before
   // the replay start, so nothing it computes is exact enough to cache.
   bool cacheable = true;
+  // After an SWA replay: the position windowed tables start at (keys before
+  // it are never read, by design); 0 otherwise.
+  int32_t replay_start = 0;
 };
 
 class KvCacheManager {

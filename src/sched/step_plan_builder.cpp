@@ -81,7 +81,8 @@ StepPlan build_step_plan(const ScheduledBatch& batch, const KvCacheManager& kv, 
       const int32_t window = layout.groups[static_cast<size_t>(g)].window;
       DI_CHECK(n_pages <= static_cast<int32_t>(t.blocks.size()),
                "request {}: needs {} KV pages in group {} but holds {}", r.id(), n_pages, g, t.blocks.size());
-      const int32_t first_read = window > 0 ? std::max(s.start - window + 1, 0) : 0;
+      // A window reads from i - W + 1, but never before an SWA replay's start.
+      const int32_t first_read = window > 0 ? std::max({s.start - window + 1, tables.replay_start, 0}) : 0;
       DI_CHECK(t.num_released * ps <= first_read, "request {}: group {} released position {} that the step still reads",
                r.id(), g, first_read);
       GroupPages& gp = plan.groups[static_cast<size_t>(g)];

@@ -287,6 +287,7 @@ TEST(KvCacheManagerTiers, SlidingWindowLayersAreReplayedNotStored) {
   const SequenceKv& s = kv.tables(2);
   EXPECT_EQ(s.groups[0].num_released, 7) << "windowed keys start at the replay start";
   EXPECT_FALSE(s.cacheable);
+  EXPECT_EQ(s.replay_start, 112);
   EXPECT_EQ(kv.num_swa_replays(), 1);
   // The replayed sequence caches nothing, in any group.
   const size_t offers = link.offers.size();
