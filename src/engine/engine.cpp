@@ -80,6 +80,19 @@ Engine::Engine(EngineConfig config) : parts_(build_engine(std::move(config))) {
   if (parts_.config.speculative.enabled()) {
     speculator_ = std::make_unique<Speculator>(parts_.config, vocab_size(), parts_.backend->memory_info());
   }
+  if (parts_.kv_tiers) calibrate_kv_tiers();
+}
+
+void Engine::calibrate_kv_tiers() {
+  // The recompute side of the tiers' load-or-recompute decision, measured
+  // before the first request: a prefill step (the second of two; the first
+  // pays for warm-up).
+  const int32_t n = std::min({2048, parts_.config.max_num_batched_tokens, parts_.max_model_len - 1});
+  if (n < TierCostModel::kMinComputeTokens) return;
+  double secs = 0.0;
+  for (int i = 0; i < 2; ++i) secs = time_step(1, n, 0, 1);
+  parts_.kv_tiers->record_compute(n, secs * 1e3);
+  log_info("kv tiers: recomputing costs {:.3f} ms per token ({}-token prefill step)", secs * 1e3 / n, n);
 }
 
 Engine::~Engine() = default;

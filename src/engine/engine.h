@@ -163,6 +163,7 @@ class Engine {
   std::optional<uint64_t> newest_inflight_step() const;
   // KV tiers: a new request whose prefix is on disk waits while it is read.
   void start_kv_prefetch(Request& r);
+  void calibrate_kv_tiers();
   void poll_kv_prefetches();
   void finish(Live& live, FinishReason reason, RequestOutput& out);
 

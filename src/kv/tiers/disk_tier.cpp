@@ -71,21 +71,6 @@ uint64_t file_checksum(const std::vector<std::byte>& file) {
   return sum;
 }
 
-// Reads a whole file; false when it cannot be opened or read.
-bool read_file(const std::filesystem::path& path, std::vector<std::byte>& out) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return false;
-  bool ok = std::fseek(f, 0, SEEK_END) == 0;
-  const long size = ok ? std::ftell(f) : -1;
-  ok = ok && size >= 0 && std::fseek(f, 0, SEEK_SET) == 0;
-  if (ok) {
-    out.resize(static_cast<size_t>(size));
-    ok = std::fread(out.data(), 1, out.size(), f) == out.size();
-  }
-  std::fclose(f);
-  return ok;
-}
-
 }  // namespace
 
 DiskKvTier::DiskKvTier(Options options) : options_(std::move(options)) {
@@ -166,11 +151,6 @@ void DiskKvTier::make_room(uint64_t bytes) {
 
 bool DiskKvTier::put(const KvBlockIdentity& id, std::span<const std::byte> payload, std::chrono::seconds ttl) {
   if (!enabled_) return false;
-  std::lock_guard lock(mutex_);
-  if (auto it = index_.find(id.key); it != index_.end()) {
-    touch(it->second, id.key);
-    return true;
-  }
   FileHeader h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.fingerprint = fingerprint_hash_;
@@ -180,10 +160,23 @@ bool DiskKvTier::put(const KvBlockIdentity& id, std::span<const std::byte> paylo
   h.n_tokens = static_cast<uint32_t>(id.tokens.size());
   h.salt_bytes = id.first ? static_cast<uint32_t>(id.salt.size()) : 0;
   h.payload_bytes = payload.size();
-  h.expires_at = ttl.count() > 0 ? now_seconds() + ttl.count() : 0;
   if (h.salt_bytes > kMaxSaltBytes || h.n_tokens > kMaxTokens) return false;
-
-  std::vector<std::byte> file(sizeof h + h.salt_bytes + id.tokens.size_bytes() + payload.size());
+  const uint64_t file_bytes = sizeof h + h.salt_bytes + id.tokens.size_bytes() + payload.size();
+  if (file_bytes > options_.capacity_bytes) return false;
+  uint64_t serial = 0;
+  {
+    // File I/O happens outside the lock: lookups (contains, the engine
+    // thread) never wait for a write.
+    std::lock_guard lock(mutex_);
+    if (auto it = index_.find(id.key); it != index_.end()) {
+      touch(it->second, id.key);
+      return true;
+    }
+    if (!writing_.insert(id.key).second) return true;  // another thread is writing it
+    h.expires_at = ttl.count() > 0 ? now_seconds() + ttl.count() : 0;
+    serial = temp_counter_++;
+  }
+  std::vector<std::byte> file(file_bytes);
   std::byte* p = file.data() + sizeof h;
   if (h.salt_bytes) std::memcpy(p, id.salt.data(), h.salt_bytes);
   p += h.salt_bytes;
@@ -194,13 +187,10 @@ bool DiskKvTier::put(const KvBlockIdentity& id, std::span<const std::byte> paylo
   h.checksum = file_checksum(file);
   std::memcpy(file.data(), &h, sizeof h);
 
-  if (file.size() > options_.capacity_bytes) return false;
-  make_room(file.size());
-
   // Written under a temporary name and renamed: readers (this process or
   // another sharing the directory) see the whole block or none of it.
   const std::filesystem::path temp =
-      folder_ / (kTempPrefix + hex16(id.key) + "-" + std::to_string(getpid()) + "-" + std::to_string(temp_counter_++));
+      folder_ / (kTempPrefix + hex16(id.key) + "-" + std::to_string(getpid()) + "-" + std::to_string(serial));
   std::FILE* f = std::fopen(temp.c_str(), "wb");
   bool ok = f != nullptr;
   int err = ok ? 0 : errno;
@@ -214,8 +204,10 @@ bool DiskKvTier::put(const KvBlockIdentity& id, std::span<const std::byte> paylo
     std::filesystem::rename(temp, path_of(id.key), ec);
     ok = !ec;
   }
+  if (!ok) std::filesystem::remove(temp, ec);
+  std::lock_guard lock(mutex_);
+  writing_.erase(id.key);
   if (!ok) {
-    std::filesystem::remove(temp, ec);
     // The first failure and then one in a thousand: a full disk fails every write.
     if (stats_.write_errors++ % 1000 == 0) {
       log_error("kv disk tier: writing a block to {} failed ({}); the block stays uncached", folder_.string(),
@@ -223,6 +215,7 @@ bool DiskKvTier::put(const KvBlockIdentity& id, std::span<const std::byte> paylo
     }
     return false;
   }
+  make_room(file.size());
   lru_.push_front(id.key);
   index_[id.key] = Entry{file.size(), h.expires_at, lru_.begin()};
   bytes_ += file.size();
@@ -233,56 +226,45 @@ bool DiskKvTier::put(const KvBlockIdentity& id, std::span<const std::byte> paylo
 
 bool DiskKvTier::get(const KvBlockIdentity& id, std::span<std::byte> out, int64_t* expires_at) {
   if (!enabled_) return false;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = index_.find(id.key);
+    if (it != index_.end() && it->second.expires_at > 0 && now_seconds() >= it->second.expires_at) {
+      forget(id.key, true);
+      ++stats_.expirations;
+      ++stats_.misses;
+      return false;
+    }
+  }
+  // Read without the lock (a key missing from the index may still have been
+  // written by another process sharing the directory: the file decides).
+  const ReadOutcome r = read_block(id, out);
   std::lock_guard lock(mutex_);
   auto it = index_.find(id.key);
-  if (it != index_.end() && it->second.expires_at > 0 && now_seconds() >= it->second.expires_at) {
-    forget(id.key, true);
-    ++stats_.expirations;
-    ++stats_.misses;
-    return false;
+  switch (r.result) {
+    case ReadResult::Missing:
+      if (it != index_.end()) forget(id.key, false);  // deleted behind our back
+      ++stats_.misses;
+      return false;
+    case ReadResult::Damaged:
+      forget(id.key, true);
+      ++stats_.rejected;
+      ++stats_.misses;
+      log_warn("kv disk tier: removed a damaged block file {}", path_of(id.key).string());
+      return false;
+    case ReadResult::Expired:
+      forget(id.key, true);
+      ++stats_.expirations;
+      ++stats_.misses;
+      return false;
+    case ReadResult::Other:
+    case ReadResult::Hit:
+      break;
   }
-  // A key missing from the index may still have been written by another
-  // process sharing the directory: the file decides.
-  std::vector<std::byte> file;
-  if (!read_file(path_of(id.key), file)) {
-    if (it != index_.end()) forget(id.key, false);  // deleted behind our back
-    ++stats_.misses;
-    return false;
-  }
-  FileHeader h;
-  const bool sized = file.size() >= sizeof h;
-  if (sized) std::memcpy(&h, file.data(), sizeof h);
-  const bool intact = sized && std::memcmp(h.magic, kMagic, sizeof kMagic) == 0 &&
-                      h.fingerprint == fingerprint_hash_ && h.key == id.key && h.salt_bytes <= kMaxSaltBytes &&
-                      h.n_tokens <= kMaxTokens && h.payload_bytes <= file.size() &&  // no wrap in the sum below
-                      file.size() == sizeof h + h.salt_bytes + uint64_t{h.n_tokens} * sizeof(int32_t) + h.payload_bytes &&
-                      file_checksum(file) == h.checksum;
-  if (!intact) {
-    forget(id.key, true);
-    ++stats_.rejected;
-    ++stats_.misses;
-    log_warn("kv disk tier: removed a damaged block file {}", path_of(id.key).string());
-    return false;
-  }
-  if (h.expires_at > 0 && now_seconds() >= h.expires_at) {
-    forget(id.key, true);
-    ++stats_.expirations;
-    ++stats_.misses;
-    return false;
-  }
-  // The content check: the same tokens after the same parent (or salt).
-  const std::byte* salt = file.data() + sizeof h;
-  const std::byte* tokens = salt + h.salt_bytes;
-  const std::byte* payload = tokens + uint64_t{h.n_tokens} * sizeof(int32_t);
-  const bool first = (h.flags & kFirstBlock) != 0;
-  const bool same = first == id.first && h.n_tokens == id.tokens.size() && h.payload_bytes == out.size() &&
-                    (first ? h.salt_bytes == id.salt.size() && std::memcmp(salt, id.salt.data(), id.salt.size()) == 0
-                           : h.parent_key == id.parent_key) &&
-                    (id.tokens.empty() || std::memcmp(tokens, id.tokens.data(), id.tokens.size_bytes()) == 0);
   if (it == index_.end()) {
     lru_.push_front(id.key);
-    it = index_.emplace(id.key, Entry{file.size(), h.expires_at, lru_.begin()}).first;
-    bytes_ += file.size();
+    it = index_.emplace(id.key, Entry{r.file_bytes, r.expires_at, lru_.begin()}).first;
+    bytes_ += r.file_bytes;
     make_room(0);
     it = index_.find(id.key);
     if (it == index_.end()) {  // evicted at once: the tier is smaller than this block
@@ -290,17 +272,98 @@ bool DiskKvTier::get(const KvBlockIdentity& id, std::span<std::byte> out, int64_
       return false;
     }
   }
-  it->second.expires_at = h.expires_at;
-  if (!same) {  // a hash collision or another layout: not ours, but not damaged either
+  it->second.expires_at = r.expires_at;
+  if (r.result == ReadResult::Other) {  // a hash collision or another layout: not ours, but not damaged either
     ++stats_.misses;
     return false;
   }
-  std::memcpy(out.data(), payload, out.size());
-  if (expires_at != nullptr) *expires_at = h.expires_at;
+  if (expires_at != nullptr) *expires_at = r.expires_at;
   touch(it->second, id.key);
   ++stats_.hits;
-  stats_.bytes_read += static_cast<int64_t>(file.size());
+  stats_.bytes_read += static_cast<int64_t>(r.file_bytes);
   return true;
+}
+
+DiskKvTier::ReadOutcome DiskKvTier::read_block(const KvBlockIdentity& id, std::span<std::byte> out) const {
+  ReadOutcome r;
+  std::FILE* f = std::fopen(path_of(id.key).c_str(), "rb");
+  if (f == nullptr) return r;  // Missing
+  struct Closer {
+    std::FILE* f;
+    ~Closer() { std::fclose(f); }
+  } closer{f};
+  r.result = ReadResult::Damaged;
+  if (std::fseek(f, 0, SEEK_END) != 0) return r;
+  const long size = std::ftell(f);
+  if (size < 0 || std::fseek(f, 0, SEEK_SET) != 0) return r;
+  r.file_bytes = static_cast<uint64_t>(size);
+  FileHeader h;
+  if (r.file_bytes < sizeof h || std::fread(&h, 1, sizeof h, f) != sizeof h) return r;
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.fingerprint != fingerprint_hash_ || h.key != id.key ||
+      h.salt_bytes > kMaxSaltBytes || h.n_tokens > kMaxTokens || h.payload_bytes > r.file_bytes ||  // no wrap below
+      r.file_bytes != sizeof h + h.salt_bytes + uint64_t{h.n_tokens} * sizeof(int32_t) + h.payload_bytes) {
+    return r;
+  }
+  // Identity and payload: the payload straight into `out` when its size is
+  // the caller's, else into scratch (another layout: checked, never returned).
+  std::vector<std::byte> meta(h.salt_bytes + uint64_t{h.n_tokens} * sizeof(int32_t));
+  std::vector<std::byte> scratch;
+  std::span<std::byte> payload = out;
+  if (h.payload_bytes != out.size()) {
+    scratch.resize(h.payload_bytes);
+    payload = scratch;
+  }
+  if (std::fread(meta.data(), 1, meta.size(), f) != meta.size() ||
+      std::fread(payload.data(), 1, payload.size(), f) != payload.size()) {
+    return r;
+  }
+  FileHeader zeroed = h;
+  zeroed.checksum = 0;
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  XXH3_64bits_update(state, &zeroed, sizeof zeroed);
+  XXH3_64bits_update(state, meta.data(), meta.size());
+  XXH3_64bits_update(state, payload.data(), payload.size());
+  const uint64_t sum = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  if (sum != h.checksum) return r;  // Damaged (out may hold garbage: the caller discards it)
+  r.expires_at = h.expires_at;
+  if (h.expires_at > 0 && now_seconds() >= h.expires_at) {
+    r.result = ReadResult::Expired;
+    return r;
+  }
+  // The content check: the same tokens after the same parent (or salt).
+  const std::byte* salt = meta.data();
+  const std::byte* tokens = salt + h.salt_bytes;
+  const bool first = (h.flags & kFirstBlock) != 0;
+  const bool same = first == id.first && h.n_tokens == id.tokens.size() && h.payload_bytes == out.size() &&
+                    (first ? h.salt_bytes == id.salt.size() && std::memcmp(salt, id.salt.data(), id.salt.size()) == 0
+                           : h.parent_key == id.parent_key) &&
+                    (id.tokens.empty() || std::memcmp(tokens, id.tokens.data(), id.tokens.size_bytes()) == 0);
+  r.result = same ? ReadResult::Hit : ReadResult::Other;
+  return r;
+}
+
+std::pair<int64_t, double> DiskKvTier::measure_reads(int max_files) const {
+  if (!enabled_) return {0, 0.0};
+  std::vector<uint64_t> keys;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = lru_.begin(); it != lru_.end() && static_cast<int>(keys.size()) < max_files; ++it) {
+      keys.push_back(*it);
+    }
+  }
+  std::vector<char> buf(size_t{1} << 20);
+  int64_t bytes = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t key : keys) {
+    std::FILE* f = std::fopen(path_of(key).c_str(), "rb");
+    if (f == nullptr) continue;
+    for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), f)) > 0;) bytes += static_cast<int64_t>(n);
+    std::fclose(f);
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return {bytes, ms};
 }
 
 bool DiskKvTier::contains(uint64_t key) const {

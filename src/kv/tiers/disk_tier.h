@@ -17,6 +17,9 @@
 //
 // Capacity: a byte limit with least-recently-used eviction, and a time to live
 // per block (expired blocks are misses and are removed).
+//
+// Thread-safe, and no file is read or written under the lock: contains()
+// answers at once while other threads write and read blocks.
 #pragma once
 
 #include <chrono>
@@ -29,6 +32,9 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 namespace deepinfer {
 
@@ -80,6 +86,10 @@ class DiskKvTier {
   // Whether the index lists the key (no file access, no verification).
   bool contains(uint64_t key) const;
 
+  // Reads up to max_files indexed files whole (no verification), timed:
+  // {bytes read, milliseconds}, {0, 0} when there are none.
+  std::pair<int64_t, double> measure_reads(int max_files) const;
+
   // Removes every expired block now (get() also removes the ones it meets).
   void remove_expired();
 
@@ -94,6 +104,16 @@ class DiskKvTier {
     int64_t expires_at = 0;  // Unix seconds; 0 = never
     std::list<uint64_t>::iterator lru;
   };
+
+  enum class ReadResult : uint8_t { Missing, Damaged, Expired, Other, Hit };
+  struct ReadOutcome {
+    ReadResult result = ReadResult::Missing;
+    uint64_t file_bytes = 0;
+    int64_t expires_at = 0;
+  };
+  // Reads and verifies the block file (no lock held); the payload lands in
+  // `out` when the file's payload has out's size.
+  ReadOutcome read_block(const KvBlockIdentity& id, std::span<std::byte> out) const;
 
   std::filesystem::path path_of(uint64_t key) const;
   int64_t now_seconds() const;
@@ -110,6 +130,7 @@ class DiskKvTier {
 
   mutable std::mutex mutex_;
   std::unordered_map<uint64_t, Entry> index_;
+  std::unordered_set<uint64_t> writing_;  // keys whose files put() is writing now
   std::list<uint64_t> lru_;  // front = most recently used
   uint64_t bytes_ = 0;
   uint64_t temp_counter_ = 0;

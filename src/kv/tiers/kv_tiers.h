@@ -15,9 +15,10 @@
 // the step that reads the pages must wait for them anyway. A host slot is
 // used (published, written to disk, or unpinned after a load) only once its
 // copy is known complete.
-// Disk reads happen on the I/O thread while the engine keeps stepping: a
-// request whose prefix is on disk waits (prefetch / prefetch_done) while the
-// others run, then is admitted with its blocks in host memory.
+// Disk reads happen on a reader thread (several files at once) while the
+// engine keeps stepping: a request whose prefix is on disk waits (prefetch /
+// prefetch_done) while the others run, then is admitted with its blocks in
+// host memory. Writes have a thread of their own.
 //
 // A tier is used only where loading beats recomputing: the engine reports
 // measured step costs (record_compute), the tiers measure their own
@@ -154,7 +155,9 @@ class KvTiers final : public KvTierLink {
   void calibrate_host();
   void enqueue_offloads();
   void finish_offload(const Offload& o);
-  void io_loop();
+  // The writer thread takes write jobs, the reader thread prefetch jobs (so a
+  // backlog of writes never delays a waiting request's reads).
+  void io_loop(bool writer);
   void write_to_disk(int32_t slot, bool verify_existing);
   bool is_suspect(uint64_t key);
   void run_prefetch(Job& job);
@@ -180,7 +183,7 @@ class KvTiers final : public KvTierLink {
   // Shared with the I/O thread.
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<Job> jobs_;
+  std::deque<Job> writes_, prefetch_jobs_;
   std::unordered_map<uint64_t, bool> prefetching_;  // request -> done
   // Keys the disk index lists that a prefetch left unread after a broken
   // chain: when they are computed again, the file is checked and replaced
@@ -189,7 +192,7 @@ class KvTiers final : public KvTierLink {
   bool stop_ = false;
   int64_t writes_dropped_ = 0, prefetches_ = 0, prefetched_blocks_ = 0;
   double prefetch_ms_total_ = 0.0, prefetch_ms_max_ = 0.0;
-  std::thread io_;
+  std::thread writer_, reader_;
 };
 
 // Names what a block's bytes depend on: the model file(s) (size and sampled
