@@ -178,9 +178,11 @@ void verify_curve(Engine& engine, const std::vector<int32_t>& batches, const std
 
 int run_bench(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "sweep") return run_bench_sweep(argc - 1, argv + 1);
+  if (argc > 1 && std::string_view(argv[1]) == "multiturn") return run_bench_multiturn(argc - 1, argv + 1);
   CLI::App app{"Throughput and latency sweeps; fits the chunked-prefill cost model."};
   app.name("deepinfer bench");
-  app.footer("`deepinfer bench sweep --help`: the serving curves (tok/s per GPU and per user vs concurrency).");
+  app.footer("`deepinfer bench sweep --help`: the serving curves (tok/s per GPU and per user vs concurrency).\n"
+             "`deepinfer bench multiturn --help`: conversations over a shared document (prefix hits, KV tiers).");
   EngineFlags ef;
   add_engine_flags(app, ef);
   std::string batches = "1,8", prompt_lens = "128,512", gen_lens = "64";
