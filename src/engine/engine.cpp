@@ -85,14 +85,28 @@ Engine::Engine(EngineConfig config) : parts_(build_engine(std::move(config))) {
 
 void Engine::calibrate_kv_tiers() {
   // The recompute side of the tiers' load-or-recompute decision, measured
-  // before the first request: a prefill step (the second of two; the first
-  // pays for warm-up).
+  // before the first request: a prefill step after no context and one after
+  // four times its length of context.
+  const int32_t bs = parts_.config.block_size;
   const int32_t n = std::min({2048, parts_.config.max_num_batched_tokens, parts_.max_model_len - 1});
-  if (n < TierCostModel::kMinComputeTokens) return;
-  double secs = 0.0;
-  for (int i = 0; i < 2; ++i) secs = time_step(1, n, 0, 1);
-  parts_.kv_tiers->record_compute(n, secs * 1e3);
-  log_info("kv tiers: recomputing costs {:.3f} ms per token ({}-token prefill step)", secs * 1e3 / n, n);
+  if (n < 64) return;
+  const int32_t room = parts_.max_model_len - n;
+  int32_t context = std::min(room - 1, 4 * n) / bs * bs;
+  // Pages for the context must fit next to everything else (a small cache on the CPU).
+  const int64_t free_tokens = int64_t{parts_.kv_manager->pool().num_free()} * bs / parts_.kv_manager->layout().num_groups();
+  context = static_cast<int32_t>(std::min<int64_t>(context, (free_tokens - n - bs) / 2 / bs * bs));
+  // A GPU's first step of a shape pays for library warm-up: the second is timed.
+  const int reps = parts_.backend->memory_info() ? 2 : 1;
+  auto timed = [&](int32_t cached) {
+    double secs = 0.0;
+    for (int i = 0; i < reps; ++i) secs = time_step(1, n, cached, 1);
+    return secs * 1e3;
+  };
+  const double ms0 = timed(0);
+  const double ms1 = context > 0 ? timed(context) : 0.0;
+  parts_.kv_tiers->set_compute_cost(n, ms0, context, ms1);
+  log_info("kv tiers: recomputing costs {:.4f} ms per token at no context, {:.4f} after {} tokens ({}-token steps)",
+           ms0 / n, ms1 / n, context, n);
 }
 
 Engine::~Engine() = default;
@@ -352,11 +366,8 @@ std::string Engine::sample_row(Live& live, std::span<const float> logits, bool h
 void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outputs) {
   const StepResults res = parts_.runner->wait(step.slot);
   // The device is done with this step: blocks held for it can be reused.
-  if (parts_.kv_tiers) {
-    // Before release_deferred(), which returns the blocks whose offload copies landed.
-    parts_.kv_tiers->step_completed(step.id);
-    if (!res.captured) parts_.kv_tiers->record_compute(step.num_tokens, res.device_ms);
-  }
+  // Before release_deferred(), which returns the blocks whose offload copies landed.
+  if (parts_.kv_tiers) parts_.kv_tiers->step_completed(step.id);
   parts_.kv_manager->release_deferred(step.id);
   stats_.device_busy_ms += res.device_ms;
   stats_.last_step_device_ms = res.device_ms;

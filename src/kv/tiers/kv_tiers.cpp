@@ -58,6 +58,9 @@ KvTiers::KvTiers(Backend& backend, KvStorage& storage, KvTierOptions options)
   }
   copy_stream_ = backend_.create_copy_stream();
   calibrate_host();
+  const double host_gb_per_s = cost_.estimate().host_gb_per_s;
+  max_inflight_offload_bytes_ = std::max<int64_t>(int64_t{64} << 20, static_cast<int64_t>(host_gb_per_s * 1e9 * 0.02));
+  max_pending_offloads_ = std::max<size_t>(64, static_cast<size_t>(storage_.num_pages()) / 8);
   if (disk_enabled()) {
     // The disk side of the decision before the first request: a timed read
     // of a few of the files already there (through the page cache as it is).
@@ -113,6 +116,10 @@ bool KvTiers::on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl
   const int64_t ttl = ttl_s > 0 ? ttl_s : options_.default_ttl_s;
   const KvBlockIdentity id{key, ref.index == 0 ? 0 : tier_key(ref.parent, ref.group), ref.index == 0, ref.salt,
                            ref.tokens};
+  if (offloads_to_enqueue_.size() >= max_pending_offloads_) {
+    ++offload_skipped_;
+    return false;
+  }
   const std::optional<int32_t> slot = host_->reserve(id, ttl > 0 ? unix_now() + ttl : 0);
   if (!slot) {
     ++offload_skipped_;
@@ -130,21 +137,25 @@ std::vector<int32_t> KvTiers::take_released_blocks() {
 }
 
 void KvTiers::enqueue_offloads() {
-  if (offloads_to_enqueue_.empty()) return;
-  copy_stream_->wait_for_ops();
-  for (const Offload& o : offloads_to_enqueue_) {
-    storage_.save_block(o.block, host_->payload(o.slot).data(), *copy_stream_);
+  const auto block_bytes = static_cast<int64_t>(host_->block_bytes());
+  size_t take = 0;
+  while (take < offloads_to_enqueue_.size() &&
+         (inflight_offload_bytes_ + static_cast<int64_t>(take + 1) * block_bytes <= max_inflight_offload_bytes_ ||
+          (inflight_offload_bytes_ == 0 && take == 0))) {
+    ++take;
   }
-  offload_batches_.push_back({copy_stream_->record(), std::move(offloads_to_enqueue_)});
-  offloads_to_enqueue_.clear();
+  if (take == 0) return;
+  copy_stream_->wait_for_ops();
+  std::vector<Offload> items(offloads_to_enqueue_.begin(), offloads_to_enqueue_.begin() + static_cast<ptrdiff_t>(take));
+  offloads_to_enqueue_.erase(offloads_to_enqueue_.begin(), offloads_to_enqueue_.begin() + static_cast<ptrdiff_t>(take));
+  for (const Offload& o : items) storage_.save_block(o.block, host_->payload(o.slot).data(), *copy_stream_);
+  const int64_t bytes = static_cast<int64_t>(take) * block_bytes;
+  inflight_offload_bytes_ += bytes;
+  offload_batches_.push_back({copy_stream_->record(), std::move(items), bytes});
 }
 
 int32_t KvTiers::acquire(const KvTierQuery& q, int32_t from, int32_t to) {
   DI_CHECK(acquired_.empty(), "kv tiers: acquire() while an earlier one is not released");
-  if (!cost_.worth_loading(KvTierKind::Host)) {
-    ++skipped_as_slower_;
-    return 0;
-  }
   const auto bs = static_cast<size_t>(q.block_size);
   int32_t n = 0;
   for (int32_t i = from; i < to; ++i) {
@@ -163,6 +174,11 @@ int32_t KvTiers::acquire(const KvTierQuery& q, int32_t from, int32_t to) {
     }
     if (!all) break;
     ++n;
+  }
+  if (n > 0 && !cost_.worth_loading(KvTierKind::Host, from, from + n)) {
+    ++skipped_as_slower_;
+    release();
+    return 0;
   }
   return n;
 }
@@ -196,12 +212,22 @@ void KvTiers::step_completed(uint64_t step) {
   }
   while (!offload_batches_.empty() && offload_batches_.front().done->ready()) {
     for (const Offload& o : offload_batches_.front().items) finish_offload(o);
+    inflight_offload_bytes_ -= offload_batches_.front().bytes;
     offload_batches_.pop_front();
   }
+  enqueue_offloads();  // room freed for the backlog
 }
 
 void KvTiers::device_idle() {
-  enqueue_offloads();
+  while (!offloads_to_enqueue_.empty()) {
+    enqueue_offloads();
+    copy_stream_->synchronize();
+    for (const OffloadBatch& b : offload_batches_) {
+      for (const Offload& o : b.items) finish_offload(o);
+    }
+    offload_batches_.clear();
+    inflight_offload_bytes_ = 0;
+  }
   copy_stream_->synchronize();
   for (const Load& l : loads_) host_->unpin(l.slot);
   loads_.clear();
@@ -209,6 +235,7 @@ void KvTiers::device_idle() {
     for (const Offload& o : b.items) finish_offload(o);
   }
   offload_batches_.clear();
+  inflight_offload_bytes_ = 0;
 }
 
 void KvTiers::finish_offload(const Offload& o) {
@@ -246,26 +273,36 @@ bool KvTiers::prefetch(uint64_t request, const KvTierQuery& q, int32_t from_bloc
   Job job;
   job.request = request;
   job.salt.assign(q.salt);
-  int32_t i = from_block;
-  for (bool stop = false; i < usable && !stop; ++i) {
+  // Blocks [from_block, end) are in a tier (each group in host memory or on
+  // disk); the ones only on disk are read.
+  int32_t end = from_block;
+  int32_t first_read = -1;
+  for (bool missing = false; end < usable && !missing;) {
+    const size_t before = job.items.size();
     for (const int32_t g : q.groups) {
-      const uint64_t key = tier_key(q.hashes[static_cast<size_t>(i)], g);
+      const uint64_t key = tier_key(q.hashes[static_cast<size_t>(end)], g);
       if (host_->contains(key)) continue;
       if (!disk_->contains(key)) {
-        stop = true;
+        missing = true;
         break;
       }
-      const auto tokens = q.tokens.subspan(static_cast<size_t>(i) * bs, bs);
-      job.items.push_back({key, i == 0 ? 0 : tier_key(q.hashes[static_cast<size_t>(i - 1)], g), i == 0,
+      const auto tokens = q.tokens.subspan(static_cast<size_t>(end) * bs, bs);
+      job.items.push_back({key, end == 0 ? 0 : tier_key(q.hashes[static_cast<size_t>(end - 1)], g), end == 0,
                            std::vector<int32_t>(tokens.begin(), tokens.end())});
     }
+    if (missing) {
+      job.items.resize(before);
+      break;
+    }
+    if (job.items.size() > before && first_read < 0) first_read = end;
+    ++end;
   }
   // Files of blocks after a missing one cannot serve this request, which
   // recomputes them: check them then (on_registered).
   {
     std::lock_guard lock(mutex_);
     if (suspect_.size() > (size_t{1} << 20)) suspect_.clear();  // of requests that never came back
-    for (; i < usable; ++i) {
+    for (int32_t i = end + 1; i < usable; ++i) {
       for (const int32_t g : q.groups) {
         const uint64_t key = tier_key(q.hashes[static_cast<size_t>(i)], g);
         if (disk_->contains(key)) suspect_.insert(key);
@@ -273,7 +310,7 @@ bool KvTiers::prefetch(uint64_t request, const KvTierQuery& q, int32_t from_bloc
     }
   }
   if (job.items.empty()) return false;
-  if (!cost_.worth_loading(KvTierKind::Disk)) {
+  if (!cost_.worth_loading(KvTierKind::Disk, first_read, end)) {
     ++skipped_as_slower_;
     return false;
   }

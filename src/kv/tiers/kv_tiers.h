@@ -11,7 +11,9 @@
 // steps' compute instead of delaying them: each batch waits for the ops
 // enqueued before it (the step that writes its blocks), and the manager keeps
 // the blocks out of the pool until the batch's event completes, so no later
-// step can overwrite a page a copy still reads. Loads stay on the op stream:
+// step can overwrite a page a copy still reads. About 20 ms of copies are in
+// flight at most; the rest wait their turn (a bounded backlog; beyond it new
+// blocks are not offloaded). Loads stay on the op stream:
 // the step that reads the pages must wait for them anyway. A host slot is
 // used (published, written to disk, or unpinned after a load) only once its
 // copy is known complete.
@@ -20,9 +22,10 @@
 // prefetch_done) while the others run, then is admitted with its blocks in
 // host memory. Writes have a thread of their own.
 //
-// A tier is used only where loading beats recomputing: the engine reports
-// measured step costs (record_compute), the tiers measure their own
-// bandwidth, and a tier that loses is skipped (re-probed now and then).
+// A tier is used only where loading beats recomputing (tier_cost_model.h):
+// the engine times prefill steps at start-up (set_compute_cost), the tiers
+// measure their own bandwidth, and a tier that loses is skipped (re-probed
+// now and then).
 #pragma once
 
 #include <chrono>
@@ -112,9 +115,11 @@ class KvTiers final : public KvTierLink {
   // Whether the request's prefetch has finished; forgets it when so.
   bool prefetch_done(uint64_t request);
 
-  // A step computed `tokens` tokens in device_ms (the recompute side of the
-  // load-or-recompute decision).
-  void record_compute(int64_t tokens, double device_ms) { cost_.record_compute(tokens, device_ms); }
+  // The recompute side of the load-or-recompute decision: two prefill steps
+  // of `tokens` tokens timed, after no context and after `context` tokens.
+  void set_compute_cost(int64_t tokens, double ms_at_zero, int64_t context, double ms_at_context) {
+    cost_.set_compute(tokens, ms_at_zero, context, ms_at_context);
+  }
 
   KvTierStats stats() const;
   bool disk_enabled() const { return disk_ && disk_->enabled(); }
@@ -137,6 +142,7 @@ class KvTiers final : public KvTierLink {
   struct OffloadBatch {
     std::unique_ptr<DeviceEvent> done;
     std::vector<Offload> items;
+    int64_t bytes = 0;
   };
   struct PrefetchItem {
     uint64_t key = 0, parent_key = 0;
@@ -174,7 +180,14 @@ class KvTiers final : public KvTierLink {
 
   // Engine thread only.
   std::deque<Load> loads_;
-  std::vector<Offload> offloads_to_enqueue_;
+  // Offloads registered but not yet on the copy stream. At most
+  // max_inflight_offload_bytes_ of copies are on it at once: device-to-host
+  // copies share the copy engine with the steps' own small read-backs
+  // (sampled tokens), which would otherwise wait behind a long queue.
+  std::deque<Offload> offloads_to_enqueue_;
+  int64_t inflight_offload_bytes_ = 0;
+  int64_t max_inflight_offload_bytes_ = int64_t{64} << 20;
+  size_t max_pending_offloads_ = 64;
   std::deque<OffloadBatch> offload_batches_;
   std::vector<int32_t> released_blocks_;
   std::map<std::pair<int32_t, int32_t>, int32_t> acquired_;  // (block index, group) -> pinned host slot

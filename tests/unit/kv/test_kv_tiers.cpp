@@ -114,19 +114,29 @@ TEST(HostKvTier, ExpiredBlocksAreMissesAndDropped) {
 
 // ------------------------------------------------------------- cost model
 
+TEST(TierCostModel, RecomputeCostGrowsWithContext) {
+  TierCostModel m(1 << 20, 16);
+  // 1024-token steps: 10.24 ms after no context, 30.72 ms after 8192 tokens.
+  m.set_compute(1024, 10.24 + 0.5 * 1024 * 1024 * 2.5e-6, 8192, 30.72 + 0.5 * 1024 * 1024 * 2.5e-6);
+  const TierCostEstimate e = m.estimate();
+  EXPECT_NEAR(e.compute_ms_per_token_ctx, 20.48 / 1024 / 8192, 1e-12);
+  EXPECT_NEAR(e.compute_ms_per_token, 0.01, 1e-3);
+  // Recomputing 16 tokens costs more deep in a context than at its start.
+  EXPECT_GT(m.recompute_ms(32768, 32784), 2 * m.recompute_ms(0, 16));
+}
+
 TEST(TierCostModel, SkipsATierSlowerThanRecomputingAndProbesIt) {
   // 1 MiB per block of 16 tokens.
   TierCostModel m(1 << 20, 16);
-  EXPECT_TRUE(m.worth_loading(KvTierKind::Disk)) << "unmeasured: tried";
-  m.record_compute(1024, 10.24);  // 0.01 ms per token: 0.16 ms per block
+  EXPECT_TRUE(m.worth_loading(KvTierKind::Disk, 0, 4)) << "unmeasured: tried";
+  m.set_compute(1024, 10.24, 0, 0.0);                  // 0.01 ms per token: 0.16 ms per block
   m.record_transfer(KvTierKind::Disk, 1 << 20, 1.0);   // ~1 GB/s: ~1 ms per block
   m.record_transfer(KvTierKind::Host, 10 << 20, 1.0);  // ~10 GB/s: ~0.1 ms per block
-  EXPECT_TRUE(m.worth_loading(KvTierKind::Host));
+  EXPECT_TRUE(m.worth_loading(KvTierKind::Host, 0, 4));
   int tried = 0;
-  for (int i = 0; i < 2 * TierCostModel::kProbeInterval; ++i) tried += m.worth_loading(KvTierKind::Disk);
+  for (int i = 0; i < 2 * TierCostModel::kProbeInterval; ++i) tried += m.worth_loading(KvTierKind::Disk, 0, 4);
   EXPECT_EQ(tried, 2) << "a slower tier is only probed";
-  m.record_compute(64, 100.0);  // decode-sized steps say nothing about prefill
-  EXPECT_NEAR(m.estimate().compute_ms_per_token, 0.01, 1e-9);
+  EXPECT_FALSE(m.worth_loading(KvTierKind::Host, 4, 4)) << "nothing to load";
 }
 
 // ---------------------------------------------- the manager and a tier link
