@@ -53,9 +53,16 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLi
            "ModelRunner: invalid limits");
   const int32_t T = limits.max_num_batched_tokens, S = limits.max_num_seqs;
   max_rows_ = max_sampling_rows(T, S, limits.max_rows_per_seq);
-  // A page can appear in several sequences' tables (shared prefixes); padding
-  // sequences list the padding page once each.
-  max_kv_pages_ = kv.num_pages() * 2 + 2 * S;
+  // A page can appear in many sequences' tables (a shared prefix is listed by
+  // every sequence that reads it), so the bound is per sequence: at most the
+  // pages of its longest context plus lookahead slots; padding sequences list
+  // the padding page once each.
+  const int64_t pages_per_seq =
+      (int64_t{limits.max_model_len} + limits.max_rows_per_seq + kv.page_size() - 1) / kv.page_size() + 1;
+  const int64_t max_pages = int64_t{S} * pages_per_seq + 2 * S;
+  DI_CHECK(max_pages < (int64_t{1} << 30), "ModelRunner: {} sequences of up to {} tokens need {} page-table entries "
+           "per step; lower --max-num-seqs or --max-model-len", S, limits.max_model_len, max_pages);
+  max_kv_pages_ = static_cast<int32_t>(max_pages);
   num_groups_ = kv.layout().num_groups();
   sampled_ints_ = round_up(int64_t{kSlots} * max_rows_, 16);
   staging_ints_ = layout(T, S, max_rows_).groups.back().kv_pages + max_kv_pages_;

@@ -25,9 +25,22 @@ int64_t HostKvTier::now_seconds() const {
   return std::chrono::duration_cast<std::chrono::seconds>(now_().time_since_epoch()).count();
 }
 
+void HostKvTier::sync_lru(Slot& s, int32_t slot) {
+  const bool want = s.state == State::Ready && s.pins == 0;
+  if (want && !s.in_lru) {
+    lru_.push_front(slot);
+    s.lru = lru_.begin();
+  } else if (!want && s.in_lru) {
+    lru_.erase(s.lru);
+  }
+  s.in_lru = want;
+}
+
 void HostKvTier::drop(int32_t slot) {
   Slot& s = slots_[static_cast<size_t>(slot)];
-  if (s.state == State::Ready) lru_.erase(s.lru);
+  if (s.in_lru) lru_.erase(s.lru);
+  s.in_lru = false;
+  if (s.state == State::Ready) --ready_;
   by_key_.erase(s.key);
   s.state = State::Free;
   s.tokens.clear();
@@ -38,15 +51,10 @@ void HostKvTier::drop(int32_t slot) {
 std::optional<int32_t> HostKvTier::reserve(const KvBlockIdentity& id, int64_t expires_at) {
   std::lock_guard lock(mutex_);
   if (by_key_.contains(id.key)) return std::nullopt;
-  if (free_.empty()) {
+  if (free_.empty() && !lru_.empty()) {
     // The least recently used slot nobody is reading or writing.
-    for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
-      if (slots_[static_cast<size_t>(*it)].pins == 0) {
-        drop(*it);
-        ++stats_.evictions;
-        break;
-      }
-    }
+    drop(lru_.back());
+    ++stats_.evictions;
   }
   if (free_.empty()) {
     ++stats_.full;
@@ -78,8 +86,8 @@ void HostKvTier::publish(int32_t slot) {
   DI_CHECK(s.state == State::Filling && s.pins > 0, "host KV tier: publishing slot {} that was not reserved", slot);
   s.state = State::Ready;
   --s.pins;
-  lru_.push_front(slot);
-  s.lru = lru_.begin();
+  ++ready_;
+  sync_lru(s, slot);
   ++stats_.stored;
 }
 
@@ -121,14 +129,16 @@ int32_t HostKvTier::find_and_pin(const KvBlockIdentity& id) {
     return -1;
   }
   ++s.pins;
-  lru_.splice(lru_.begin(), lru_, s.lru);
+  sync_lru(s, slot);  // out of the list while pinned; back at the front when unpinned
   ++stats_.hits;
   return slot;
 }
 
 void HostKvTier::pin(int32_t slot) {
   std::lock_guard lock(mutex_);
-  ++slots_[static_cast<size_t>(slot)].pins;
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  ++s.pins;
+  sync_lru(s, slot);
 }
 
 void HostKvTier::unpin(int32_t slot) {
@@ -136,6 +146,7 @@ void HostKvTier::unpin(int32_t slot) {
   Slot& s = slots_[static_cast<size_t>(slot)];
   DI_CHECK(s.pins > 0, "host KV tier: unpinning slot {} that is not pinned", slot);
   --s.pins;
+  sync_lru(s, slot);
 }
 
 bool HostKvTier::contains(uint64_t key) const {
@@ -159,7 +170,7 @@ int64_t HostKvTier::expires_at(int32_t slot) const {
 HostKvTierStats HostKvTier::stats() const {
   std::lock_guard lock(mutex_);
   HostKvTierStats s = stats_;
-  s.blocks = static_cast<int64_t>(lru_.size());
+  s.blocks = ready_;
   return s;
 }
 

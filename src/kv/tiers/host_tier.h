@@ -9,7 +9,9 @@
 // A slot is reserved for a key, filled (by a device copy or a disk read), and
 // only then published: lookups never see a half-written slot. Slots in use by
 // a copy or a disk write are pinned and never evicted; otherwise the least
-// recently used published slot is reused first. Expired slots are misses.
+// recently used published slot is reused first (the LRU list holds only
+// unpinned published slots, so finding it is O(1) however many are pinned).
+// Expired slots are misses.
 //
 // Thread-safe: the engine thread and the tier's I/O thread both use it.
 #pragma once
@@ -87,12 +89,15 @@ class HostKvTier {
     std::string salt;
     std::vector<int32_t> tokens;
     int64_t expires_at = 0;
-    std::list<int32_t>::iterator lru;  // valid while Ready
+    bool in_lru = false;               // Ready and unpinned
+    std::list<int32_t>::iterator lru;  // valid while in_lru
   };
 
   int64_t now_seconds() const;
-  // Frees a Ready slot (removes it from the index and the LRU list).
+  // Frees a slot (removes it from the index and the LRU list).
   void drop(int32_t slot);
+  // Keeps `in_lru` equal to (Ready and unpinned), most recent at the front.
+  void sync_lru(Slot& s, int32_t slot);
   bool matches(const Slot& s, const KvBlockIdentity& id) const;
 
   Backend& backend_;
@@ -104,7 +109,8 @@ class HostKvTier {
   std::vector<Slot> slots_;
   std::vector<int32_t> free_;                 // Free slots
   std::unordered_map<uint64_t, int32_t> by_key_;  // Filling and Ready slots
-  std::list<int32_t> lru_;                    // Ready slots, front = most recently used
+  std::list<int32_t> lru_;                    // Ready unpinned slots, front = most recently used
+  int64_t ready_ = 0;                         // Ready slots
   HostKvTierStats stats_;
 };
 

@@ -98,6 +98,33 @@ TEST(Engine, SixtyFourBatchedRequestsMatchSequentialRuns) {
   }
 }
 
+TEST(Engine, ManySequencesSharingAPrefixFitOneStepsPageTables) {
+  REQUIRE_SMOLLM2();
+  // 40 pages of KV; 24 sequences sharing a 30-page prefix list ~750 pages in
+  // one decode step's tables, far more than the pool holds.
+  EngineConfig c = base_config();
+  c.kv_cache_tokens = 16 * 40;
+  Engine engine(c);
+  std::string doc;
+  for (int i = 0; doc.size() < 2400; ++i) doc += mixed_prompts(8)[i % 8] + ". ";
+  std::vector<int32_t> shared = engine.tokenizer().encode(doc, true);
+  shared.resize(16 * 30);
+  // The first request caches the prefix; the others then share it.
+  engine.add_request(shared, greedy_params(2));
+  while (engine.has_unfinished()) engine.step();
+  for (int i = 0; i < 24; ++i) {
+    std::vector<int32_t> p = shared;
+    p.push_back(100 + i);
+    engine.add_request(p, greedy_params(3));
+  }
+  int finished = 0;
+  while (engine.has_unfinished()) {
+    for (const auto& o : engine.step()) finished += o.finished;
+  }
+  EXPECT_EQ(finished, 24);
+  EXPECT_GT(engine.stats().prefix_hit_tokens, 20 * 16 * 29);
+}
+
 TEST(Engine, PreemptionAndResumeGiveTheSameTokens) {
   REQUIRE_SMOLLM2();
   EngineConfig c = base_config();
