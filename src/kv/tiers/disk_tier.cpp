@@ -348,9 +348,13 @@ std::pair<int64_t, double> DiskKvTier::measure_reads(int max_files) const {
   if (!enabled_) return {0, 0.0};
   std::vector<uint64_t> keys;
   {
+    // Spread over the whole index, not only the most recent files (the ones
+    // most likely still in the page cache).
     std::lock_guard lock(mutex_);
-    for (auto it = lru_.begin(); it != lru_.end() && static_cast<int>(keys.size()) < max_files; ++it) {
-      keys.push_back(*it);
+    const size_t stride = std::max<size_t>(1, lru_.size() / static_cast<size_t>(std::max(max_files, 1)));
+    size_t i = 0;
+    for (auto it = lru_.begin(); it != lru_.end() && static_cast<int>(keys.size()) < max_files; ++it, ++i) {
+      if (i % stride == 0) keys.push_back(*it);
     }
   }
   std::vector<char> buf(size_t{1} << 20);
