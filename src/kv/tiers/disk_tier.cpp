@@ -377,17 +377,31 @@ bool DiskKvTier::contains(uint64_t key) const {
 
 void DiskKvTier::remove_expired() {
   if (!enabled_) return;
+  // Expiries not known yet (files indexed at start-up) are read from the
+  // headers without the lock held.
+  std::vector<uint64_t> unknown;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, e] : index_) {
+      if (e.expires_at < 0) unknown.push_back(key);
+    }
+  }
+  std::vector<std::pair<uint64_t, int64_t>> read;
+  read.reserve(unknown.size());
+  for (uint64_t key : unknown) {
+    FileHeader h;
+    std::FILE* f = std::fopen(path_of(key).c_str(), "rb");
+    const bool ok = f != nullptr && std::fread(&h, 1, sizeof h, f) == sizeof h;
+    if (f != nullptr) std::fclose(f);
+    read.emplace_back(key, ok ? h.expires_at : 0);
+  }
   std::lock_guard lock(mutex_);
+  for (const auto& [key, expires_at] : read) {
+    if (auto it = index_.find(key); it != index_.end() && it->second.expires_at < 0) it->second.expires_at = expires_at;
+  }
   const int64_t now = now_seconds();
   std::vector<uint64_t> expired;
-  for (auto& [key, e] : index_) {
-    if (e.expires_at < 0) {  // indexed at start-up: read the header once
-      FileHeader h;
-      std::FILE* f = std::fopen(path_of(key).c_str(), "rb");
-      const bool read = f != nullptr && std::fread(&h, 1, sizeof h, f) == sizeof h;
-      if (f != nullptr) std::fclose(f);
-      e.expires_at = read ? h.expires_at : 0;
-    }
+  for (const auto& [key, e] : index_) {
     if (e.expires_at > 0 && now >= e.expires_at) expired.push_back(key);
   }
   for (uint64_t key : expired) forget(key, true);

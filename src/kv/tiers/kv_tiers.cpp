@@ -335,12 +335,26 @@ bool KvTiers::prefetch_done(uint64_t request) {
 
 void KvTiers::io_loop(bool writer) {
   std::deque<Job>& queue = writer ? writes_ : prefetch_jobs_;
+  // The writer also sweeps expired block files: at start and every ten minutes.
+  constexpr auto kSweepInterval = std::chrono::minutes(10);
+  auto next_sweep = std::chrono::steady_clock::now();
   for (;;) {
+    if (writer && disk_enabled() && std::chrono::steady_clock::now() >= next_sweep) {
+      disk_->remove_expired();
+      next_sweep = std::chrono::steady_clock::now() + kSweepInterval;
+    }
     Job job;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || !queue.empty(); });
-      if (queue.empty()) return;  // stopping, everything done
+      if (writer) {
+        wake_.wait_until(lock, next_sweep, [&] { return stop_ || !queue.empty(); });
+      } else {
+        wake_.wait(lock, [&] { return stop_ || !queue.empty(); });
+      }
+      if (queue.empty()) {
+        if (stop_) return;  // stopping, everything done
+        continue;           // time to sweep
+      }
       job = std::move(queue.front());
       queue.pop_front();
     }
