@@ -577,10 +577,11 @@ void Engine::check_integrity() const {
   const KvCacheManager& kv = *parts_.kv_manager;
   kv.check_integrity();
   if (requests_.empty()) {
+    // Blocks still referenced by a step in flight or by a tier's copy are not leaked.
     const BlockPool& pool = kv.pool();
-    DI_CHECK(pool.num_free() + static_cast<int32_t>(kv.num_deferred_blocks()) == pool.num_blocks(),
-             "KV leak: {} of {} blocks still held with no request in flight",
-             pool.num_blocks() - pool.num_free() - static_cast<int32_t>(kv.num_deferred_blocks()), pool.num_blocks());
+    const auto pending = static_cast<int32_t>(kv.num_deferred_blocks() + kv.num_tier_held_blocks());
+    DI_CHECK(pool.num_free() + pending == pool.num_blocks(), "KV leak: {} of {} blocks still held with no request in flight",
+             pool.num_blocks() - pool.num_free() - pending, pool.num_blocks());
   }
 }
 
