@@ -183,3 +183,32 @@ def test_cache_ttl_is_validated(cli, tmp_path):
                        env=env(), timeout=120)
     assert p.returncode != 0
     assert "cache_ttl" in p.stderr
+
+
+GEMMA = Path(__file__).resolve().parents[2] / "models" / "gemma-3-270m-q4_k_m.gguf"
+
+
+@pytest.mark.skipif(not GEMMA.exists(), reason="models/gemma-3-270m-q4_k_m.gguf is fetched by ./build.sh")
+def test_sliding_window_layers_are_replayed_from_the_disk_tier(cli, tmp_path):
+    # Gemma 3 270M: 15 of 18 layers see a 512-token window. Only the 3
+    # full-attention layers' blocks go to the tier; a hit rebuilds the
+    # windowed layers from the last W + r = 518 tokens before its end.
+    write_input(tmp_path / "in.jsonl", ["Which section mentions number 7?"])
+    cache = tmp_path / "cache"
+    extra = ["--model", str(GEMMA)]
+    tokens, cached, _ = generate(cli, tmp_path, "cold", cache, extra)
+    assert cached == [0]
+    prompt_len = json.loads((tmp_path / "cold.jsonl").read_text().splitlines()[0])["prompt_tokens"]
+    assert prompt_len > 800
+    files = block_files(cache)
+    # One group's blocks (the full-attention layers'), not six groups'.
+    assert len(files) == (prompt_len + MAX_TOKENS - 1) // 16, (len(files), prompt_len)
+
+    replayed, cached, log = generate(cli, tmp_path, "hit", cache, extra)
+    full_blocks = (prompt_len - 1) // 16
+    expected = (full_blocks * 16 - 518) // 16 * 16
+    assert cached == [expected], (cached, expected)
+    assert f"kv tiers: {expected} prompt tokens loaded" in log
+    assert len(replayed[0]) == MAX_TOKENS
+    # The replayed sequence caches nothing new: no file was added.
+    assert len(block_files(cache)) == len(files)
