@@ -88,13 +88,18 @@ void Engine::calibrate_kv_tiers() {
   // before the first request: a prefill step after no context and one after
   // four times its length of context.
   const int32_t bs = parts_.config.block_size;
-  const int32_t n = std::min({2048, parts_.config.max_num_batched_tokens, parts_.max_model_len - 1});
-  if (n < 64) return;
+  // The steps' pages must fit in the cache (a small one on the CPU).
+  const int64_t free_tokens =
+      int64_t{parts_.kv_manager->pool().num_free()} * bs / parts_.kv_manager->layout().num_groups() - 2 * bs;
+  const auto n = static_cast<int32_t>(std::min<int64_t>(
+      {2048, parts_.config.max_num_batched_tokens, parts_.max_model_len - 1, free_tokens}));
+  if (n < 64) {
+    log_warn("kv tiers: the KV cache is too small to time a prefill step; loads are tried until measured");
+    return;
+  }
   const int32_t room = parts_.max_model_len - n;
   int32_t context = std::min(room - 1, 4 * n) / bs * bs;
-  // Pages for the context must fit next to everything else (a small cache on the CPU).
-  const int64_t free_tokens = int64_t{parts_.kv_manager->pool().num_free()} * bs / parts_.kv_manager->layout().num_groups();
-  context = static_cast<int32_t>(std::min<int64_t>(context, (free_tokens - n - bs) / 2 / bs * bs));
+  context = static_cast<int32_t>(std::min<int64_t>(context, (free_tokens - n) / bs * bs));
   // A GPU's first step of a shape pays for library warm-up: the second is timed.
   const int reps = parts_.backend->memory_info() ? 2 : 1;
   auto timed = [&](int32_t cached) {
@@ -365,9 +370,9 @@ std::string Engine::sample_row(Live& live, std::span<const float> logits, bool h
 
 void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outputs) {
   const StepResults res = parts_.runner->wait(step.slot);
-  // The device is done with this step: blocks held for it can be reused.
-  // Before release_deferred(), which returns the blocks whose offload copies landed.
+  // The tiers first: release_deferred() also returns the blocks whose offload copies landed.
   if (parts_.kv_tiers) parts_.kv_tiers->step_completed(step.id);
+  // The device is done with this step: blocks held for it can be reused.
   parts_.kv_manager->release_deferred(step.id);
   stats_.device_busy_ms += res.device_ms;
   stats_.last_step_device_ms = res.device_ms;

@@ -125,6 +125,32 @@ TEST(Engine, ManySequencesSharingAPrefixFitOneStepsPageTables) {
   EXPECT_GT(engine.stats().prefix_hit_tokens, 20 * 16 * 29);
 }
 
+TEST(Engine, AHostKvTierGivesTheSameTokensAndLeaksNothing) {
+  REQUIRE_SMOLLM2();
+  // A cache of 8 pages: too small to time the tiers' calibration steps at
+  // full size, and small enough that a second prompt evicts the first.
+  EngineConfig c = base_config();
+  c.kv_cache_tokens = 16 * 8;
+  c.kv_offloading_bytes = 8u << 20;
+  Engine engine(c);
+  const auto a = engine.tokenizer().encode(mixed_prompts(8)[3] + " and " + mixed_prompts(8)[0], true);
+  std::string long_text;
+  for (const std::string& p : mixed_prompts(8)) long_text += p + " ";
+  auto b = engine.tokenizer().encode(long_text, true);
+  ASSERT_GT(b.size(), 110u);
+  b.resize(110);
+  ASSERT_GT(a.size(), 32u);
+  ASSERT_LE(a.size() + 4, 16u * 8);
+  ASSERT_GT(b.size() + 4, 16u * 6) << "b must push a's blocks out of the device's pages";
+  ASSERT_LE(b.size() + 4, 16u * 8);
+  const auto first = run_alone(engine, {a, b}, 4);
+  engine.check_integrity();
+  const auto again = run_alone(engine, {a}, 4);
+  EXPECT_EQ(again[0], first[0]);
+  EXPECT_GT(engine.stats().tier_hit_tokens, 0) << "the prompt evicted from the device comes back from host memory";
+  engine.check_integrity();
+}
+
 TEST(Engine, PreemptionAndResumeGiveTheSameTokens) {
   REQUIRE_SMOLLM2();
   EngineConfig c = base_config();
