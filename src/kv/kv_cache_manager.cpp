@@ -134,13 +134,12 @@ std::optional<int32_t> KvCacheManager::admit(uint64_t seq, std::span<const int32
   return cached;
 }
 
-int32_t KvCacheManager::num_cached_blocks(std::span<const int32_t> tokens, std::string_view salt) const {
-  if (!prefix_cache_ || tokens.empty()) return 0;
-  const std::vector<BlockHash> hashes = PrefixCache::compute_block_hashes(tokens, config_.block_size, salt);
+int32_t KvCacheManager::num_cached_blocks(std::span<const BlockHash> hashes, std::span<const int32_t> tokens,
+                                          std::string_view salt) const {
+  if (!prefix_cache_) return 0;
   auto n = static_cast<int32_t>(hashes.size());
   for (int32_t g = 0; g < layout_.num_groups() && n > 0; ++g) {
-    n = std::min(n, static_cast<int32_t>(prefix_cache_->lookup(std::span(hashes).first(static_cast<size_t>(n)),
-                                                               tokens, salt, g)
+    n = std::min(n, static_cast<int32_t>(prefix_cache_->lookup(hashes.first(static_cast<size_t>(n)), tokens, salt, g)
                                              .size()));
   }
   return n;

@@ -95,9 +95,11 @@ class KvCacheManager {
   // the blocks this sequence computes (0 = their default).
   std::optional<int32_t> admit(uint64_t seq, std::span<const int32_t> tokens, std::string_view salt,
                                int32_t reserve_blocks, int64_t cache_ttl_s = 0);
-  // Leading full blocks of `tokens` every group has cached on the device
-  // (the most admit() would reuse from there), without taking them.
-  int32_t num_cached_blocks(std::span<const int32_t> tokens, std::string_view salt) const;
+  // Leading full blocks of `tokens` (their chain hashes: `hashes`) every
+  // group has cached on the device (the most admit() would reuse from
+  // there), without taking them.
+  int32_t num_cached_blocks(std::span<const BlockHash> hashes, std::span<const int32_t> tokens,
+                            std::string_view salt) const;
 
   // Tiers below the device pages (null: none). Registered blocks of the
   // tier groups are offered to them; admit() loads what they hold beyond the

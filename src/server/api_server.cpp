@@ -59,22 +59,22 @@ void ApiServer::render_kv_tier_metrics(const EngineStats& e) {
   // Only with --kv-offloading-size or --kv-cache-dir.
   MetricsRegistry& m = metrics_;
   const KvTierStats& t = e.tiers;
-  auto count = [&](const char* name, const char* help, const char* tier, int64_t v) {
-    m.counter(name, help, {{"tier", tier}}).set(static_cast<double>(v));
+  // One series per tier, host then disk.
+  auto per_tier = [&](const char* name, const char* help, int64_t host, int64_t disk) {
+    m.counter(name, help, {{"tier", "host"}}).set(static_cast<double>(host));
+    m.counter(name, help, {{"tier", "disk"}}).set(static_cast<double>(disk));
   };
   m.counter("deepinfer:kv_tier_hit_tokens_total", "Prompt tokens loaded from the KV tiers instead of computed.")
       .set(static_cast<double>(e.tier_hit_tokens));
-  count("deepinfer:kv_tier_hits_total", "Blocks found in a KV tier.", "host", t.host.hits);
-  count("deepinfer:kv_tier_hits_total", "Blocks found in a KV tier.", "disk", t.disk.hits);
-  count("deepinfer:kv_tier_read_bytes_total", "Bytes loaded from a KV tier.", "host", t.loaded_bytes);
-  count("deepinfer:kv_tier_read_bytes_total", "Bytes loaded from a KV tier.", "disk", t.disk.bytes_read);
-  count("deepinfer:kv_tier_stored_blocks_total", "Blocks stored in a KV tier.", "host", t.host.stored);
-  count("deepinfer:kv_tier_stored_blocks_total", "Blocks stored in a KV tier.", "disk", t.disk.stored);
-  count("deepinfer:kv_tier_written_bytes_total", "Bytes written to a KV tier.", "disk", t.disk.bytes_written);
-  count("deepinfer:kv_tier_evictions_total", "Blocks evicted from a KV tier for room.", "host", t.host.evictions);
-  count("deepinfer:kv_tier_evictions_total", "Blocks evicted from a KV tier for room.", "disk", t.disk.evictions);
-  count("deepinfer:kv_tier_expirations_total", "Blocks dropped past their time to live.", "host", t.host.expirations);
-  count("deepinfer:kv_tier_expirations_total", "Blocks dropped past their time to live.", "disk", t.disk.expirations);
+  per_tier("deepinfer:kv_tier_hits_total", "Blocks found in a KV tier.", t.host.hits, t.disk.hits);
+  per_tier("deepinfer:kv_tier_read_bytes_total", "Bytes loaded from a KV tier.", t.loaded_bytes, t.disk.bytes_read);
+  per_tier("deepinfer:kv_tier_stored_blocks_total", "Blocks stored in a KV tier.", t.host.stored, t.disk.stored);
+  per_tier("deepinfer:kv_tier_evictions_total", "Blocks evicted from a KV tier for room.", t.host.evictions,
+           t.disk.evictions);
+  per_tier("deepinfer:kv_tier_expirations_total", "Blocks dropped past their time to live.", t.host.expirations,
+           t.disk.expirations);
+  m.counter("deepinfer:kv_tier_written_bytes_total", "Bytes written to a KV tier.", {{"tier", "disk"}})
+      .set(static_cast<double>(t.disk.bytes_written));
   m.counter("deepinfer:kv_tier_rejected_blocks_total", "Block files removed as damaged or not matching.")
       .set(static_cast<double>(t.disk.rejected));
   m.counter("deepinfer:kv_tier_write_errors_total", "Block writes that failed (full disk, vanished directory).")

@@ -33,6 +33,21 @@ uint64_t KvTiers::tier_key(BlockHash hash, int32_t group) {
   return hash.value ^ (static_cast<uint64_t>(group) * 0x9e37'79b9'7f4a'7c15ULL);
 }
 
+namespace {
+
+// Block `index` of `group` as the tiers name it: its key, and its parent's
+// key (later blocks) or the salt (block 0) for the content check.
+KvBlockIdentity block_identity(BlockHash hash, BlockHash parent, int32_t index, int32_t group, std::string_view salt,
+                               std::span<const int32_t> tokens) {
+  return {KvTiers::tier_key(hash, group), index == 0 ? 0 : KvTiers::tier_key(parent, group), index == 0, salt, tokens};
+}
+
+BlockHash parent_hash(const KvTierQuery& q, int32_t index) {
+  return index == 0 ? BlockHash{} : q.hashes[static_cast<size_t>(index - 1)];
+}
+
+}  // namespace
+
 KvTiers::KvTiers(Backend& backend, KvStorage& storage, KvTierOptions options)
     : backend_(backend),
       storage_(storage),
@@ -110,13 +125,12 @@ KvTiers::~KvTiers() {
 }
 
 bool KvTiers::on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl_s) {
-  const uint64_t key = tier_key(ref.hash, ref.group);
+  const KvBlockIdentity id = block_identity(ref.hash, ref.parent, ref.index, ref.group, ref.salt, ref.tokens);
+  const uint64_t key = id.key;
   if (host_->contains(key)) return false;
   const bool verify = disk_ && disk_->contains(key);
   if (verify && !is_suspect(key)) return false;
   const int64_t ttl = ttl_s > 0 ? ttl_s : options_.default_ttl_s;
-  const KvBlockIdentity id{key, ref.index == 0 ? 0 : tier_key(ref.parent, ref.group), ref.index == 0, ref.salt,
-                           ref.tokens};
   if (offloads_to_enqueue_.size() >= max_pending_offloads_) {
     ++offload_skipped_;
     return false;
@@ -164,8 +178,8 @@ int32_t KvTiers::acquire(const KvTierQuery& q, int32_t from, int32_t to) {
     bool all = true;
     for (size_t k = 0; k < q.groups.size() && all; ++k) {
       const int32_t g = q.groups[k];
-      const KvBlockIdentity id{tier_key(q.hashes[static_cast<size_t>(i)], g),
-                               i == 0 ? 0 : tier_key(q.hashes[static_cast<size_t>(i - 1)], g), i == 0, q.salt, tokens};
+      const KvBlockIdentity id =
+          block_identity(q.hashes[static_cast<size_t>(i)], parent_hash(q, i), i, g, q.salt, tokens);
       const int32_t slot = host_->find_and_pin(id);
       if (slot < 0) {
         all = false;
@@ -281,15 +295,15 @@ bool KvTiers::prefetch(uint64_t request, const KvTierQuery& q, int32_t from_bloc
   for (bool missing = false; end < usable && !missing;) {
     const size_t before = job.items.size();
     for (const int32_t g : q.groups) {
-      const uint64_t key = tier_key(q.hashes[static_cast<size_t>(end)], g);
-      if (host_->contains(key)) continue;
-      if (!disk_->contains(key)) {
+      const auto tokens = q.tokens.subspan(static_cast<size_t>(end) * bs, bs);
+      const KvBlockIdentity id =
+          block_identity(q.hashes[static_cast<size_t>(end)], parent_hash(q, end), end, g, q.salt, tokens);
+      if (host_->contains(id.key)) continue;
+      if (!disk_->contains(id.key)) {
         missing = true;
         break;
       }
-      const auto tokens = q.tokens.subspan(static_cast<size_t>(end) * bs, bs);
-      job.items.push_back({key, end == 0 ? 0 : tier_key(q.hashes[static_cast<size_t>(end - 1)], g), end == 0,
-                           std::vector<int32_t>(tokens.begin(), tokens.end())});
+      job.items.push_back({id.key, id.parent_key, id.first, std::vector<int32_t>(tokens.begin(), tokens.end())});
     }
     if (missing) {
       job.items.resize(before);
