@@ -347,6 +347,13 @@ class Backend {
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
   // ids i32[n] in place: every id outside [0, limit) becomes 0.
   virtual void sanitize_ids(Tensor ids, int64_t limit) = 0;
+  // Rows r of x (activations [n, cols]) with positions[r] == position become
+  // zeros (DeepSeek's MTP layer drops the token embedding at position 0).
+  virtual void zero_rows_at_position(Tensor x, const Tensor& positions, int32_t position) = 0;
+  // out f32[R] = softmax(logits[r])[tokens[r]] for f32 logits [R, vocab] and
+  // tokens i32[R]; a token outside the vocabulary, or a row with no finite
+  // logit, gives 0 (a draft's confidence, computed where the logits are).
+  virtual void token_probs(const Tensor& logits, const Tensor& tokens, Tensor out) = 0;
 
   // Router logits [n, n_experts] (f32 or activation dtype) -> the top_k chosen
   // expert ids i32[n, top_k] and their weights f32[n, top_k].

@@ -10,6 +10,8 @@
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "engine/draft_model_proposer.h"
+#include "engine/mtp_proposer.h"
 #include "engine/output_processor.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/tiers/kv_tiers.h"
@@ -59,6 +61,13 @@ struct Engine::InflightStep {
   int slot = -1;
   int32_t num_tokens = 0;
   bool drafting = false;  // planned after drafting (the step before it was finished first)
+  // With MTP: the plan's sequences, for the catch-up after the step.
+  struct Seq {
+    uint64_t request_id = 0;
+    uint32_t generation = 0;
+    int32_t start = 0, num_tokens = 0, token_begin = 0;
+  };
+  std::vector<Seq> seqs;
   int32_t num_masks = 0;  // rows whose token masks the host fills after launch
   std::vector<StepRow> rows;
 };
@@ -77,13 +86,46 @@ bool needs_host_sampling(const SamplingParams& p) {
 
 Engine::Engine(EngineConfig config) : parts_(build_engine(std::move(config))) {
   sampler_ = std::make_unique<Sampler>(parts_.model->config().vocab_size);
-  if (parts_.config.speculative.enabled()) {
-    speculator_ = std::make_unique<Speculator>(parts_.config, vocab_size(), parts_.backend->memory_info());
-  }
+  if (parts_.config.speculative.enabled()) speculator_ = std::make_unique<Speculator>(parts_.config.speculative, make_proposer());
   if (parts_.kv_tiers) calibrate_kv_tiers();
 }
 
 Engine::~Engine() = default;
+
+std::unique_ptr<spec::Proposer> Engine::make_proposer() {
+  const spec::SpeculativeConfig& sc = parts_.config.speculative;
+  if (sc.method == spec::SpecMethod::DraftModel) {
+    return std::make_unique<DraftModelProposer>(parts_.config, vocab_size(), parts_.backend->memory_info());
+  }
+  if (sc.method == spec::SpecMethod::Mtp) {
+    auto mtp = std::make_unique<MtpProposer>(*parts_.model, *parts_.backend, *parts_.kv, *parts_.kv_manager,
+                                             *parts_.runner, parts_.runner->limits());
+    mtp_ = mtp.get();
+    return mtp;
+  }
+  return spec::make_proposer(sc);
+}
+
+void Engine::observe_for_mtp(const InflightStep& step) {
+  std::vector<MtpProposer::ObservedSeq> seqs;
+  for (const InflightStep::Seq& s : step.seqs) {
+    auto it = requests_.find(s.request_id);
+    if (it == requests_.end()) continue;
+    const Live& live = *it->second;
+    const Request& r = *live.request;
+    if (live.abort_requested || r.is_finished() || r.generation != s.generation) continue;
+    // Positions whose next token is known: a verify step's accepted prefix,
+    // a prefill chunk, a decode whose token was read.
+    const int32_t n = std::min(s.num_tokens, r.num_tokens() - 1 - s.start);
+    if (n <= 0) continue;
+    MtpProposer::ObservedSeq& o = seqs.emplace_back();
+    o.request_id = s.request_id;
+    o.start = s.start;
+    o.token_begin = s.token_begin;
+    for (int32_t i = 1; i <= n; ++i) o.next_tokens.push_back(r.token_at(s.start + i));
+  }
+  mtp_->observe(step.slot, seqs);
+}
 
 int32_t Engine::vocab_size() const { return parts_.model->config().vocab_size; }
 const ModelConfig& Engine::model_config() const { return parts_.model->config(); }
@@ -179,6 +221,7 @@ void Engine::finish(Live& live, FinishReason reason, RequestOutput& out) {
                                                r.num_output_tokens(), r.num_verifications, r.num_verified_drafts,
                                                r.num_accepted_drafts, r.timings};
   if (speculator_) speculator_->finish(r.id());
+  if (mtp_) mtp_->finish(r.id());  // also for requests that never drafted
 }
 
 std::optional<uint64_t> Engine::newest_inflight_step() const {
@@ -217,6 +260,12 @@ Engine::InflightStep Engine::launch(const ScheduledBatch& batch) {
     return rs;
   });
   step.slot = parts_.runner->launch(plan);
+  if (mtp_) {
+    for (const PlannedSeq& ps : plan.seqs) {
+      step.seqs.push_back({ps.request_id, requests_.at(ps.request_id)->request->generation, ps.start, ps.num_tokens,
+                           ps.token_begin});
+    }
+  }
   stats_.logits_rows_copied += copied;
   // Rows are numbered in batch order: the tokens each request has in flight.
   // A request verifying drafts has none: it waits for this step's results.
@@ -381,6 +430,7 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
     }
     if (r.is_finished()) requests_.erase(it);
   }
+  if (mtp_) observe_for_mtp(step);
 }
 
 int32_t Engine::append_row(Live& live, std::span<const float> logits, bool host_sample, int32_t device_token,

@@ -26,6 +26,7 @@
 namespace deepinfer {
 
 struct StepPlan;
+class MtpProposer;
 namespace cpu {
 class ThreadPool;
 }
@@ -166,10 +167,14 @@ class Engine {
   void calibrate_kv_tiers();
   void poll_kv_prefetches();
   void finish(Live& live, FinishReason reason, RequestOutput& out);
+  std::unique_ptr<spec::Proposer> make_proposer();
+  // MTP: the completed step's sequences, with the tokens that follow what it computed.
+  void observe_for_mtp(const InflightStep& step);
 
   EngineParts parts_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<Speculator> speculator_;  // null without speculative decoding
+  MtpProposer* mtp_ = nullptr;              // speculator_'s proposer with the "mtp" method
   // Structured output's grammar compiler, made on first use (building its
   // vocabulary index takes a moment), from any thread.
   mutable std::once_flag grammar_once_;

@@ -93,8 +93,19 @@ void build_kv_cache(EngineParts& p) {
   const EngineConfig& config = p.config;
   const ModelConfig& mc = p.model->config();
   const DType kv_dtype = kv_cache_dtype_for(config.kv_cache_dtype, *p.backend);
-  const KvCacheSpec spec = p.model->model().kv_spec(config.block_size, kv_dtype);
-  KvLayout layout = KvLayout::from_windows(mc.layer_window);
+  KvCacheSpec spec = p.model->model().kv_spec(config.block_size, kv_dtype);
+  std::vector<int32_t> windows = mc.layer_window;
+  if (config.speculative.method == spec::SpecMethod::Mtp) {
+    // The MTP layer's KV is one more full-attention layer of the cache, read
+    // through the same page tables (MtpProposer).
+    DI_CHECK(mc.mla.enabled() && mc.mtp_layers > 0,
+             "--speculative-config: the \"mtp\" method needs a model with multi-token-prediction layers "
+             "(DeepSeek-V3's num_nextn_predict_layers); {} has none",
+             mc.arch);
+    ++spec.n_layers;
+    windows.push_back(0);
+  }
+  KvLayout layout = KvLayout::from_windows(windows);
   const size_t block_bytes = spec.bytes_per_block(layout.slots_per_block);
   int64_t blocks = 0;
   if (config.kv_cache_tokens > 0) {
@@ -231,6 +242,8 @@ EngineParts build_engine(EngineConfig config) {
   build_kv_tiers(p);
   SchedulerConfig sc;
   sc.capacity.max_num_seqs = c.max_num_seqs;
+  // MTP's draft chain writes KV past the verified positions.
+  if (c.speculative.method == spec::SpecMethod::Mtp) sc.capacity.lookahead_slots = c.speculative.num_speculative_tokens;
   sc.planner.max_num_batched_tokens = c.max_num_batched_tokens;
   sc.planner.cost_model = c.cost_model;
   sc.planner.step_time_budget_s = c.step_time_budget_s;
@@ -242,6 +255,7 @@ EngineParts build_engine(EngineConfig config) {
   limits.max_model_len = p.max_model_len;
   limits.max_rows_per_seq = rows_per_seq(c);
   limits.use_graphs = !c.enforce_eager;
+  limits.hidden_states = c.speculative.method == spec::SpecMethod::Mtp;
   build_expert_load(p, limits);
   p.runner = std::make_unique<ModelRunner>(p.model->model(), *p.backend, *p.kv, limits);
   log_info("engine: {} step loop{}", c.zero_overhead_scheduling ? "pipelined (zero-overhead)" : "synchronous",

@@ -3,20 +3,14 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "engine/draft_model_proposer.h"
 #include "sched/request.h"
 #include "spec/verify_length.h"
 
 namespace deepinfer {
 
-Speculator::Speculator(const EngineConfig& target, int32_t target_vocab,
-                       std::optional<DeviceMemoryInfo> device_memory)
-    : config_(target.speculative) {
-  if (config_.method == spec::SpecMethod::DraftModel) {
-    proposer_ = std::make_unique<DraftModelProposer>(target, target_vocab, device_memory);
-  } else {
-    proposer_ = spec::make_proposer(config_);
-  }
+Speculator::Speculator(spec::SpeculativeConfig config, std::unique_ptr<spec::Proposer> proposer)
+    : config_(std::move(config)), proposer_(std::move(proposer)) {
+  DI_CHECK(proposer_ != nullptr, "speculative decoding without a proposer");
   stats_.acceptance_lengths.assign(static_cast<size_t>(config_.num_speculative_tokens) + 1, 0);
 }
 

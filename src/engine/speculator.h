@@ -15,8 +15,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/backend.h"
-#include "engine/engine_config.h"
 #include "spec/acceptance_calibrator.h"
 #include "spec/proposer.h"
 #include "spec/speculative_config.h"
@@ -37,10 +35,8 @@ struct SpecDecodeStats {
 
 class Speculator {
  public:
-  // target: the engine's configuration (its speculative member is this
-  // speculator's); target_vocab: the model's vocabulary (a draft model must match).
-  // device_memory: the device's memory after the target engine was built (GPUs).
-  Speculator(const EngineConfig& target, int32_t target_vocab, std::optional<DeviceMemoryInfo> device_memory);
+  // The proposer of config.method (the engine builds it: some run models).
+  Speculator(spec::SpeculativeConfig config, std::unique_ptr<spec::Proposer> proposer);
   const spec::SpeculativeConfig& config() const { return config_; }
 
   // Whether the next step should draft. Drafting costs the pipelined loop

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -28,8 +29,8 @@ float softmax_scale(const ModelConfig& c) {
 
 }  // namespace
 
-DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& source, Backend& backend)
-    : config_(std::move(config)), backend_(backend), store_(backend) {
+DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& source, Backend& backend, int32_t mtp_layer)
+    : config_(std::move(config)), backend_(backend), store_(backend), mtp_layer_(mtp_layer) {
   config_.validate();
   const ModelConfig& c = config_;
   DI_CHECK(c.mla.enabled(), "{}: DeepseekModel needs a Multi-head Latent Attention config", c.arch);
@@ -39,28 +40,20 @@ DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& source, Bac
   const int64_t H = c.hidden_size, F = c.intermediate_size;
 
   WeightLoader load(source, store_);
-  token_embd_ = load.matrix("token_embd.weight", c.vocab_size, H);
-  output_norm_ = load.vector("output_norm.weight", H);
-  if (load.has("output.weight") && !c.tied_embeddings) {
-    output_ = load.matrix("output.weight", c.vocab_size, H);
-  } else {
-    output_ = token_embd_;
-    load.count(token_embd_.nbytes());  // read again by the output projection
-  }
   ffn_scratch_ = std::max<int64_t>(F, c.moe.shared_ffn_size);
-  layers_.resize(c.n_layers);
-  for (int i = 0; i < c.n_layers; ++i) {
-    const std::string p = fmt::format("blk.{}.", i);
-    Layer& l = layers_[i];
-    l.attn_norm = load.vector(p + "attn_norm.weight", H);
-    load_mla(l, load, p);
-    l.ffn_norm = load.vector(p + "ffn_norm.weight", H);
-    if (c.is_moe(i)) {
-      has_moe_ = true;
-      load_moe(l, load, p);
+  if (mtp_layer_ >= 0) {
+    load_mtp(load);
+  } else {
+    token_embd_ = load.matrix("token_embd.weight", c.vocab_size, H);
+    output_norm_ = load.vector("output_norm.weight", H);
+    if (load.has("output.weight") && !c.tied_embeddings) {
+      output_ = load.matrix("output.weight", c.vocab_size, H);
     } else {
-      l.mlp = layers::load_mlp(load, store_, p, "", F, H);
+      output_ = token_embd_;
+      load.count(token_embd_.nbytes());  // read again by the output projection
     }
+    layers_.resize(c.n_layers);
+    for (int i = 0; i < c.n_layers; ++i) load_layer(layers_[i], load, fmt::format("blk.{}.", i), c.is_moe(i));
   }
   inv_freq_ = store_.f32_vector(rope_inv_freq(c, false));
   weight_bytes_ = load.bytes();
@@ -68,6 +61,79 @@ DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& source, Bac
            "scale {:.6g}",
            c.mla.q_lora_rank, c.mla.kv_lora_rank, c.mla.qk_nope_head_dim, c.mla.qk_rope_head_dim, c.mla.v_head_dim,
            mla_shape_.cache_row(), attention_scale_);
+}
+
+void DeepseekModel::load_layer(Layer& l, WeightLoader& load, const std::string& p, bool moe) {
+  const int64_t H = config_.hidden_size;
+  l.attn_norm = load.vector(p + "attn_norm.weight", H);
+  load_mla(l, load, p);
+  l.ffn_norm = load.vector(p + "ffn_norm.weight", H);
+  if (moe) {
+    has_moe_ = true;
+    load_moe(l, load, p);
+  } else {
+    l.mlp = layers::load_mlp(load, store_, p, "", config_.intermediate_size, H);
+  }
+}
+
+void DeepseekModel::load_mtp(WeightLoader& load) {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size;
+  DI_CHECK(mtp_layer_ >= c.n_layers && mtp_layer_ < c.n_layers + c.mtp_layers,
+           "{}: layer {} is not a multi-token-prediction layer (the checkpoint has {} after its {} layers)", c.arch,
+           mtp_layer_, c.mtp_layers, c.n_layers);
+  const std::string p = fmt::format("blk.{}.", mtp_layer_);
+  DI_CHECK(load.has(p + "nextn.eh_proj.weight"),
+           "the checkpoint declares {} multi-token-prediction layer(s) (num_nextn_predict_layers) but holds no "
+           "weights for layer {} (model.layers.{}.eh_proj.weight)",
+           c.mtp_layers, mtp_layer_, mtp_layer_);
+  // DeepSeek-V3 checkpoints give the layer copies of the embedding and the
+  // output projection; without them it shares the decoder's.
+  const std::string embd = load.has(p + "nextn.embed_tokens.weight") ? p + "nextn.embed_tokens.weight" : "token_embd.weight";
+  token_embd_ = load.matrix(embd, c.vocab_size, H);
+  output_norm_ = load.vector(p + "nextn.shared_head_norm.weight", H);
+  if (load.has(p + "nextn.shared_head_head.weight")) {
+    output_ = load.matrix(p + "nextn.shared_head_head.weight", c.vocab_size, H);
+  } else if (load.has("output.weight") && !c.tied_embeddings) {
+    output_ = load.matrix("output.weight", c.vocab_size, H);
+  } else {
+    output_ = token_embd_;
+    load.count(token_embd_.nbytes());
+  }
+  mtp_enorm_ = load.vector(p + "nextn.enorm.weight", H);
+  mtp_hnorm_ = load.vector(p + "nextn.hnorm.weight", H);
+  // eh_proj [H, 2H] acts on concat(embedding, hidden): its two column halves
+  // act on each, so no concatenated activation is needed.
+  const Tensor eh = load.host_matrix(p + "nextn.eh_proj.weight", H, 2 * H);
+  DI_CHECK(eh.dtype() == DType::F32 || eh.dtype() == DType::F16 || eh.dtype() == DType::BF16,
+           "{}: eh_proj is {}; only f32/f16/bf16 are supported", p, dtype_name(eh.dtype()));
+  const size_t half = row_bytes(eh.dtype(), H);
+  for (int part = 0; part < 2; ++part) {
+    std::vector<uint8_t>& bytes = absorbed_.emplace_back(half * static_cast<size_t>(H));
+    for (int64_t r = 0; r < H; ++r) {
+      std::memcpy(bytes.data() + static_cast<size_t>(r) * half,
+                  static_cast<const uint8_t*>(eh.data()) + r * eh.stride_bytes(0) + static_cast<int64_t>(part * half),
+                  half);
+    }
+    (part == 0 ? mtp_eh_embed_ : mtp_eh_hidden_) = store_.matrix(Tensor(bytes.data(), eh.dtype(), {H, H}));
+  }
+  layers_.resize(1);
+  // Its feed-forward block is MoE when the checkpoint gives it a router (V3's is).
+  load_layer(layers_[0], load, p, load.has(p + "ffn_gate_inp.weight"));
+}
+
+void DeepseekModel::mtp_input(const ForwardInputs& in, Tensor x, Tensor h, Tensor delta) {
+  const float eps = config_.rms_eps;
+  DI_CHECK(in.hidden_in.defined() && in.hidden_in.size(0) == in.num_tokens,
+           "the MTP layer needs each token's hidden state (ForwardInputs::hidden_in)");
+  ops::embedding(backend_, token_embd_, in.token_ids, x);
+  // As vLLM runs DeepSeek's MTP layer: no token embedding at position 0.
+  ops::zero_rows_at_position(backend_, x, in.positions, 0);
+  ops::rms_norm(backend_, x, mtp_enorm_, eps, 0.0f, h);
+  ops::rms_norm(backend_, in.hidden_in, mtp_hnorm_, eps, 0.0f, delta);
+  ops::linear(backend_, h, mtp_eh_embed_, Tensor(), x);
+  ops::linear(backend_, delta, mtp_eh_hidden_, Tensor(), h);
+  ops::add(backend_, x, h, x);
 }
 
 void DeepseekModel::load_mla(Layer& l, WeightLoader& load, const std::string& p) {
@@ -232,17 +298,23 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
   params.scale = attention_scale_;
   const float eps = c.rms_eps;
 
-  ops::embedding(backend_, token_embd_, in.token_ids, x);
+  if (mtp_layer_ >= 0) {
+    mtp_input(in, x, h, delta);
+  } else {
+    ops::embedding(backend_, token_embd_, in.token_ids, x);
+  }
   int64_t moe_index = 0;  // row of in.expert_counts
-  for (int i = 0; i < c.n_layers; ++i) {
+  for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
     const Layer& l = layers_[i];
+    // The MTP layer's KV is its layer of the target's cache.
+    const int32_t kv_layer = mtp_layer_ >= 0 ? mtp_layer_ : i;
     if (i == 0) {
       ops::rms_norm(backend_, x, l.attn_norm, eps, 0.0f, h);
     } else {
       ops::add_rms_norm(backend_, x, delta, l.attn_norm, eps, 0.0f, h);
     }
-    layers::mla_layer(backend_, l.mla, s, rope, params, h, in, in.kv_groups[kv.group_of_layer(i)], kv.layer(i), mla,
-                      delta);
+    layers::mla_layer(backend_, l.mla, s, rope, params, h, in, in.kv_groups[kv.group_of_layer(kv_layer)],
+                      kv.layer(kv_layer), mla, delta);
     ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, 0.0f, h);
     if (!l.moe.router.defined()) {
       layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp_scratch(l.mlp), delta);
@@ -259,8 +331,15 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
     ops::moe_experts(backend_, h, expert_ids, expert_weights, l.moe.experts, c.activation, shared, moe_ws, delta);
   }
   ops::add(backend_, x, delta, x);
-  ops::gather_rows(backend_, x, in.logit_rows, x_rows);
-  ops::rms_norm(backend_, x_rows, output_norm_, eps, 0.0f, h_rows);
+  if (in.hidden_out.defined() && mtp_layer_ < 0) {
+    // The target's hidden states as an MTP layer takes them: after the norm.
+    ops::rms_norm(backend_, x, output_norm_, eps, 0.0f, in.hidden_out);
+    ops::gather_rows(backend_, in.hidden_out, in.logit_rows, h_rows);
+  } else {
+    if (in.hidden_out.defined()) backend_.copy(in.hidden_out, x);
+    ops::gather_rows(backend_, x, in.logit_rows, x_rows);
+    ops::rms_norm(backend_, x_rows, output_norm_, eps, 0.0f, h_rows);
+  }
   ops::linear(backend_, h_rows, output_, Tensor(), logits);
 }
 

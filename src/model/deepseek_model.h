@@ -22,7 +22,14 @@ namespace deepinfer {
 
 class DeepseekModel final : public Model {
  public:
-  DeepseekModel(ModelConfig config, const WeightSource& source, Backend& backend);
+  // The decoder (mtp_layer < 0), or the checkpoint's multi-token-prediction
+  // layer number mtp_layer (DeepSeek-V3's layer num_hidden_layers): the token
+  // embedding (zero at position 0) and the target's hidden state
+  // (ForwardInputs::hidden_in), each RMS-normed, concatenated and projected
+  // (eh_proj), one decoder layer, then the shared head's norm and projection.
+  // Its KV is that layer of the target's KV cache (kv_spec of the target
+  // with the MTP layer).
+  DeepseekModel(ModelConfig config, const WeightSource& source, Backend& backend, int32_t mtp_layer = -1);
 
   const ModelConfig& config() const override { return config_; }
   void reserve(int32_t max_tokens, int32_t max_logit_rows) override;
@@ -44,6 +51,10 @@ class DeepseekModel final : public Model {
 
   void load_mla(Layer& l, WeightLoader& load, const std::string& prefix);
   void load_moe(Layer& l, WeightLoader& load, const std::string& prefix);
+  void load_layer(Layer& l, WeightLoader& load, const std::string& prefix, bool moe);
+  void load_mtp(WeightLoader& load);
+  // h and delta: scratch [n, hidden]; leaves the MTP layer's input in x.
+  void mtp_input(const ForwardInputs& in, Tensor x, Tensor h, Tensor delta);
   Tensor work_view(DType dtype, int64_t rows, int64_t cols, size_t& offset) const;
 
   ModelConfig config_;
@@ -55,7 +66,11 @@ class DeepseekModel final : public Model {
   Tensor output_norm_;
   Tensor output_;
   std::vector<Layer> layers_;
-  std::vector<std::vector<uint8_t>> absorbed_;  // host copies of each layer's W_UK^T
+  std::vector<std::vector<uint8_t>> absorbed_;  // host copies of each layer's W_UK^T (and eh_proj's halves)
+  // The MTP layer: its number (< 0: the decoder), input norms and eh_proj's
+  // halves acting on the embedding and on the hidden state.
+  int32_t mtp_layer_ = -1;
+  Tensor mtp_enorm_, mtp_hnorm_, mtp_eh_embed_, mtp_eh_hidden_;
   Tensor inv_freq_;
   size_t weight_bytes_ = 0;
   bool has_moe_ = false;

@@ -27,6 +27,13 @@ struct ForwardInputs {
   // skipping padding tokens (negative slot in padding_mask()). Undefined:
   // nothing is counted.
   Tensor expert_counts;
+  // Multi-token prediction (both optional, [num_tokens, hidden] activations).
+  // hidden_in: the hidden state an MTP layer combines with each token's
+  // embedding. hidden_out: where the model writes each token's final hidden
+  // state: the target's after its output norm (what an MTP layer takes), an
+  // MTP layer's before its head's norm (what its next draft step takes).
+  Tensor hidden_in;
+  Tensor hidden_out;
 
   // Padding tokens have a negative slot in every group; group 0's slots serve
   // as the mask.

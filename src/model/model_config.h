@@ -106,6 +106,10 @@ struct ModelConfig {
   // Per layer: whether its feed-forward block is MoE (else the dense MLP of
   // intermediate_size). Empty for dense models.
   std::vector<uint8_t> layer_moe;
+  // Multi-token-prediction layers after the decoder's (DeepSeek-V3's
+  // num_nextn_predict_layers, numbered from n_layers); the decoder never runs
+  // them, speculative decoding's MTP method drafts with the first.
+  int32_t mtp_layers = 0;
 
   std::vector<int32_t> eos_token_ids;
   std::optional<int32_t> bos_token_id;

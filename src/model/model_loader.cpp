@@ -77,4 +77,13 @@ std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend&
   return m;
 }
 
+std::unique_ptr<Model> LoadedModel::load_mtp_layer(Backend& backend) const {
+  const ModelConfig& c = config();
+  DI_CHECK(c.mla.enabled() && c.mtp_layers > 0,
+           "{} has no multi-token-prediction layer (num_nextn_predict_layers in config.json): the \"mtp\" method "
+           "drafts with DeepSeek-V3-style MTP layers",
+           c.arch);
+  return std::make_unique<DeepseekModel>(c, *source_, backend, c.n_layers);
+}
+
 }  // namespace deepinfer

@@ -28,6 +28,10 @@ class LoadedModel {
   const std::string& path() const { return path_; }
   // The GGUF file (tokenizer metadata lives there); null for Hugging Face folders.
   const GgufFile* gguf() const { return gguf_.get(); }
+  // The checkpoint's first multi-token-prediction layer as a model of its
+  // own (DeepseekModel's MTP form), from the same weights; throws
+  // deepinfer::Error when the model has none.
+  std::unique_ptr<Model> load_mtp_layer(Backend& backend) const;
 
  private:
   LoadedModel() = default;

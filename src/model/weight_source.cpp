@@ -83,6 +83,13 @@ constexpr LayerName kLayerNames[] = {
     {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
     {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
     {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
+    // DeepSeek-V3's multi-token-prediction layers (llama.cpp's nextn names).
+    {"enorm.weight", "nextn.enorm.weight"},
+    {"hnorm.weight", "nextn.hnorm.weight"},
+    {"eh_proj.weight", "nextn.eh_proj.weight"},
+    {"shared_head.norm.weight", "nextn.shared_head_norm.weight"},
+    {"shared_head.head.weight", "nextn.shared_head_head.weight"},
+    {"embed_tokens.weight", "nextn.embed_tokens.weight"},
     // gpt-oss: output projection bias, attention sinks, biased router.
     {"self_attn.o_proj.bias", "attn_output.bias"},
     {"self_attn.sinks", "attn_sinks.weight"},

@@ -433,6 +433,14 @@ void sanitize_ids(Backend& backend, Tensor ids, int64_t limit) {
   backend.sanitize_ids(ids, limit);
 }
 
+void zero_rows_at_position(Backend& backend, Tensor x, const Tensor& positions, int32_t position) {
+  const char* op = "zero_rows_at_position";
+  check_activation(op, "x", x, backend);
+  check_rank(op, "x", x, 2);
+  check_index_vector(op, "positions", positions, backend, x.size(0));
+  backend.zero_rows_at_position(x, positions, position);
+}
+
 namespace {
 
 // f32[rows, vocab] logits on the backend, with token ids of the vocabulary fitting in i32.
@@ -445,6 +453,20 @@ void check_logits(const char* op, const Tensor& logits, const Backend& backend) 
 }
 
 }  // namespace
+
+void token_probs(Backend& backend, const Tensor& logits, const Tensor& tokens, Tensor out) {
+  const char* op = "token_probs";
+  check_logits(op, logits, backend);
+  DI_CHECK(logits.stride_bytes(1) == 4 && logits.stride_bytes(0) % 4 == 0, "{}: logits {} must have contiguous rows", op, logits.describe());
+  check_index_vector(op, "tokens", tokens, backend, logits.size(0));
+  check_device(op, "out", out, backend);
+  check_rank(op, "out", out, 1);
+  check_dtype(op, "out", out, DType::F32);
+  DI_CHECK(out.size(0) == logits.size(0) && out.is_contiguous() && tokens.is_contiguous(),
+           "{}: out {} and tokens {} must be contiguous with one entry per row of logits {}", op, out.describe(),
+           tokens.describe(), logits.describe());
+  backend.token_probs(logits, tokens, out);
+}
 
 void sample(Backend& backend, const Tensor& logits, const Tensor& params, Tensor tokens) {
   const char* op = "sample";

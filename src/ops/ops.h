@@ -55,6 +55,8 @@ void gather_rows(Backend& backend, const Tensor& x, const Tensor& rows, Tensor o
 // cannot sample with -1; the step launched after it reads the sampled ids on
 // the device, and must see a valid one (its result for that row is discarded).
 void sanitize_ids(Backend& backend, Tensor ids, int64_t limit);
+// Rows of x [n, cols] whose positions i32[n] entry equals `position` become zeros.
+void zero_rows_at_position(Backend& backend, Tensor x, const Tensor& positions, int32_t position);
 
 // Mixture of experts (see backend.h). The expert ids a route produces are
 // checked against the expert count by moe_experts on the device.
@@ -72,6 +74,10 @@ void count_experts(Backend& backend, const Tensor& expert_ids, const Tensor& tok
 // SamplingRowParams bytes, contiguous); tokens: i32[rows]. The parameter
 // values are not read here (they may live on a device): validate them first
 // (SamplingParams::validate).
+// out f32[R] = softmax(logits[r])[tokens[r]] for f32 logits [R, vocab]:
+// the probability of each row's chosen token (0 for an id outside the
+// vocabulary or a row without a finite logit).
+void token_probs(Backend& backend, const Tensor& logits, const Tensor& tokens, Tensor out);
 void sample(Backend& backend, const Tensor& logits, const Tensor& params, Tensor tokens);
 
 // logit_bias, min_tokens mask and penalties in place (see

@@ -45,6 +45,7 @@ struct ModelRunner::Staged {
   std::vector<int32_t> pages;  // listed page-table entries per KV group
   int32_t max_q = 0, max_kv = 0;
   int64_t penalty_entries = -1;  // entries staged for apply_penalties; -1: no row has penalties
+  bool hidden_input = false;     // the plan has hidden rows (staged at l.hidden_rows)
 };
 
 ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLimits limits)
@@ -80,6 +81,22 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLi
   }
   // Graphs run decode-only steps: one row per sequence.
   if (limits.use_graphs && backend.supports_graphs()) graph_sizes_ = graph_sizes_up_to(std::min(T, S));
+  if (limits.hidden_states) {
+    const int64_t hidden = model.config().hidden_size;
+    const size_t bytes = static_cast<size_t>(T) * row_bytes(backend.activation_dtype(), hidden);
+    hidden_in_dev_ = Buffer(backend, bytes);
+    hidden_out_dev_ = Buffer(backend, bytes);
+    for (Buffer& b : hidden_slots_dev_) b = Buffer(backend, bytes);
+    // Padding tokens of a graph batch read rows no plan wrote: zeros, not
+    // whatever the allocation held (a NaN there would reach the MoE router).
+    const std::vector<uint8_t> zeros(bytes, 0);
+    backend.copy(hidden_in_dev_.view(DType::U8, {static_cast<int64_t>(bytes)}),
+                 Tensor(const_cast<uint8_t*>(zeros.data()), DType::U8, {static_cast<int64_t>(bytes)}));
+  }
+  if (limits.sampled_probs) {
+    probs_dev_ = Buffer(backend, static_cast<size_t>(max_rows_) * 4);
+    for (Slot& s : slots_) s.probs_host = static_cast<float*>(backend.allocate_host(static_cast<size_t>(max_rows_) * 4));
+  }
   if (limits.count_experts) {
     const ModelConfig& c = model.config();
     for (int i = 0; i < c.n_layers; ++i) moe_layers_ += c.is_moe(i) ? 1 : 0;
@@ -106,6 +123,7 @@ ModelRunner::~ModelRunner() {
     backend_.deallocate_host(s.tokens_host);
     backend_.deallocate_host(s.logits_host);
     backend_.deallocate_host(s.counts_host);
+    backend_.deallocate_host(s.probs_host);
     backend_.deallocate_host(s.penalties_host);
     backend_.deallocate_host(s.mask_rows_host);
     backend_.deallocate_host(s.masks_host);
@@ -129,6 +147,7 @@ ModelRunner::Layout ModelRunner::layout(int32_t tokens, int32_t seqs, int32_t ro
   l.q_indptr = take(seqs + 1, 4);
   l.params = take(rows * kParamInts, 4);
   l.penalty_params = take(rows * kPenaltyParamInts, 4);
+  l.hidden_rows = take(tokens, 4);
   l.groups.resize(static_cast<size_t>(num_groups_));
   for (GroupLayout& g : l.groups) {
     g.slots = take(tokens, 4);
@@ -257,6 +276,20 @@ ModelRunner::Staged ModelRunner::stage(int slot, const StepPlan& plan, GraphShap
     q_indptr[si + 1] = t + (si - real_seqs + 1) * pad_q;
   }
 
+  if (!plan.hidden_rows.empty()) {
+    DI_CHECK(limits_.hidden_states, "step plan with a hidden input, but the runner keeps no hidden states");
+    DI_CHECK(plan.hidden_rows.size() == plan.tokens.size() && plan.hidden_source.defined() &&
+                 plan.hidden_source.ndim() == 2 && plan.hidden_source.size(1) == model_.config().hidden_size,
+             "step plan: {} hidden rows for {} tokens, source {}", plan.hidden_rows.size(), plan.tokens.size(),
+             plan.hidden_source.describe());
+    for (size_t i = 0; i < plan.hidden_rows.size(); ++i) {
+      const int32_t row = plan.hidden_rows[i];
+      DI_CHECK(row >= 0 && row < plan.hidden_source.size(0), "step plan: token {} takes hidden row {} of {}", i, row,
+               plan.hidden_source.size(0));
+      base[l.hidden_rows + static_cast<int64_t>(i)] = row;
+    }
+  }
+
   st.pages.assign(static_cast<size_t>(num_groups_), 0);
   for (int32_t g = 0; g < num_groups_; ++g) {
     const GroupPages& gp = plan.groups[static_cast<size_t>(g)];
@@ -299,6 +332,7 @@ ModelRunner::Staged ModelRunner::stage(int slot, const StepPlan& plan, GraphShap
     }
     st.pages[static_cast<size_t>(g)] = np;
   }
+  st.hidden_input = !plan.hidden_rows.empty();
   stage_penalties(slot, plan, st);
   return st;
 }
@@ -335,6 +369,12 @@ ForwardInputs ModelRunner::device_inputs(const Staged& st, int32_t graph_kv_len)
     a.kv_page_indices = view(gl.kv_pages, graph ? max_kv_pages_ : st.pages[static_cast<size_t>(g)]);
     a.kv_last_page_len = view(gl.last_len, st.seqs);
     a.kv_start_pos = view(gl.start_pos, st.seqs);
+  }
+  if (limits_.hidden_states) {
+    const int64_t hidden = model_.config().hidden_size;
+    const DType act = backend_.activation_dtype();
+    in.hidden_out = hidden_out_dev_.view(act, {st.tokens, hidden});
+    if (st.hidden_input) in.hidden_in = hidden_in_dev_.view(act, {st.tokens, hidden});
   }
   if (count_cells_ > 0) {
     in.expert_counts = counts_dev_.view(DType::I32, {moe_layers_, count_cells_ / moe_layers_});
@@ -465,6 +505,11 @@ int ModelRunner::launch(const StepPlan& plan) {
 
   const int32_t graph_kv_len = graph ? graph_kv_bucket(st.max_kv) : 0;
   const ForwardInputs in = device_inputs(st, graph_kv_len);
+  if (st.hidden_input) {
+    const Tensor rows = step_dev_.view(DType::I32, {plan.num_tokens()},
+                                       static_cast<size_t>(sampled_ints_ + st.l.hidden_rows) * 4);
+    ops::gather_rows(backend_, plan.hidden_source, rows, in.hidden_in.slice_rows(0, plan.num_tokens()));
+  }
   const Tensor logits = logits_dev_.view(DType::F32, {st.rows, vocab});
   if (graph) {
     const auto key = std::make_tuple(shape.seqs, shape.q, graph_kv_len);
@@ -490,6 +535,12 @@ int ModelRunner::launch(const StepPlan& plan) {
     model_.forward(in, kv_, logits);
   }
 
+  if (limits_.hidden_states) {
+    // The forward wrote at a fixed address (graphs); this step's copy lives
+    // in its slot until the slot is reused.
+    const int64_t n = plan.num_tokens();
+    backend_.copy(hidden_states(slot).slice_rows(0, n), in.hidden_out.slice_rows(0, n));
+  }
   Slot::Tail& tail = s.tail;
   tail.params_at = st.l.params;
   tail.penalty_params_at = st.l.penalty_params;
@@ -553,6 +604,11 @@ void ModelRunner::enqueue_sampling(int slot) {
     }
     ops::sample(backend_, logits.slice_rows(0, n_rows), params, sampled);
     backend_.copy_async(Tensor(s.tokens_host, DType::I32, {n_rows}), sampled);
+    if (limits_.sampled_probs) {
+      const Tensor probs = probs_dev_.view(DType::F32, {n_rows});
+      ops::token_probs(backend_, logits.slice_rows(0, n_rows), sampled, probs);
+      backend_.copy_async(Tensor(s.probs_host, DType::F32, {n_rows}), probs);
+    }
     // The host reads -1 for a row that could not be sampled (a numerical
     // fault); the next step, already queued behind this one, reads a valid id.
     ops::sanitize_ids(backend_, sampled, model_.config().vocab_size);
@@ -565,6 +621,12 @@ void ModelRunner::enqueue_sampling(int slot) {
     backend_.copy_async(Tensor(s.counts_host, DType::I32, {count_cells_}), counts_dev_.view(DType::I32, {count_cells_}));
   }
   s.end->record();
+}
+
+Tensor ModelRunner::hidden_states(int slot) const {
+  DI_CHECK(limits_.hidden_states && slot >= 0 && slot < kSlots, "ModelRunner: no hidden states for slot {}", slot);
+  return hidden_slots_dev_[static_cast<size_t>(slot)].view(
+      backend_.activation_dtype(), {limits_.max_num_batched_tokens, model_.config().hidden_size});
 }
 
 StepResults ModelRunner::wait(int slot) {
@@ -580,6 +642,7 @@ StepResults ModelRunner::wait(int slot) {
   r.graph = s.graph;
   r.captured = s.captured;
   if (count_cells_ > 0) r.expert_counts = std::span<const int32_t>(s.counts_host, static_cast<size_t>(count_cells_));
+  if (limits_.sampled_probs) r.probs = std::span<const float>(s.probs_host, static_cast<size_t>(s.num_rows));
   r.device_ms = s.end->elapsed_ms_since(*s.start);
   if (s.prev_slot >= 0) {
     const Slot& prev = slots_[s.prev_slot];

@@ -63,6 +63,12 @@ struct RunnerLimits {
   // device and bring the counts back with the step's results (EPLB load
   // statistics). Off: no buffer, no op, no copy.
   bool count_experts = false;
+  // Keep every step's final hidden states on the device (hidden_states()),
+  // for a multi-token-prediction layer to read; and accept plans with a
+  // hidden input (StepPlan::hidden_rows).
+  bool hidden_states = false;
+  // Bring back the probability of each sampled token (StepResults::probs).
+  bool sampled_probs = false;
 };
 
 // A launched step's results, valid after wait() until the slot is reused.
@@ -81,6 +87,9 @@ struct StepResults {
   // the step's routed (token, expert) choices; padding rows of graph batches
   // are not counted. Empty otherwise.
   std::span<const int32_t> expert_counts;
+  // With RunnerLimits::sampled_probs: per sampling row, the probability of
+  // its token under the row's (processed) logits; 0 for an unsampled row.
+  std::span<const float> probs;
 };
 
 // The most sampling rows a step of these limits can have.
@@ -109,6 +118,11 @@ class ModelRunner {
   // Blocks until the step in `slot` has finished and its results are on the host.
   StepResults wait(int slot);
 
+  // With RunnerLimits::hidden_states: the final hidden states of the step
+  // launched in `slot`, [max tokens, hidden] by the step's token order (the
+  // plan's), valid on the device's stream until the slot's next launch.
+  Tensor hidden_states(int slot) const;
+
   Model& model() { return model_; }
   const RunnerLimits& limits() const { return limits_; }
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
@@ -124,7 +138,7 @@ class ModelRunner {
     int64_t slots, kv_indptr, last_len, start_pos, kv_pages;
   };
   struct Layout {
-    int64_t host_tokens, gather, positions, logit_rows, q_indptr, params, penalty_params;
+    int64_t host_tokens, gather, positions, logit_rows, q_indptr, params, penalty_params, hidden_rows;
     std::vector<GroupLayout> groups;  // page lists last, max_kv_pages_ apart
   };
   struct Staged;
@@ -184,12 +198,18 @@ class ModelRunner {
   int64_t count_cells_ = 0;  // moe_layers_ * n_experts
   Buffer counts_dev_;
   int32_t* counts_zero_host_ = nullptr;
+  // Hidden states (RunnerLimits::hidden_states): the forward's input and
+  // output at fixed addresses (graphs), and each slot's copy of the output.
+  Buffer hidden_in_dev_, hidden_out_dev_;
+  std::array<Buffer, kSlots> hidden_slots_dev_;
+  Buffer probs_dev_;  // f32[max_rows_] (RunnerLimits::sampled_probs)
 
   struct Slot {
     int32_t* staging = nullptr;      // pinned
     int32_t* tokens_host = nullptr;  // pinned i32[max_rows_]
     float* logits_host = nullptr;    // pinned, grown on demand
     int32_t* counts_host = nullptr;  // pinned i32[count_cells_] when counting
+    float* probs_host = nullptr;     // pinned f32[max_rows_] with sampled_probs
     PenaltyEntry* penalties_host = nullptr;  // pinned, grown on demand
     int32_t* mask_rows_host = nullptr;       // pinned i32[max_rows_], on first use
     int32_t* masks_host = nullptr;           // pinned [rows, mask_words_], grown on demand
@@ -205,6 +225,7 @@ class ModelRunner {
       int32_t tokens = 0;                            // the step's (padded) token count
       std::vector<int32_t> copy_rows;                // rows whose logits come back
       int32_t num_masks = 0;
+      int32_t real_tokens = 0;                       // the plan's tokens (hidden states kept)
     } tail;
     bool awaiting_masks = false;
     bool in_flight = false, graph = false, captured = false;

@@ -40,7 +40,13 @@ CapacityDecision CapacityScheduler::run(const std::vector<Request*>& running, st
   // (one for a decode; already allocated for a prompt being chunked).
   for (size_t i = 0; i < d.running.size(); ++i) {
     Request* r = d.running[i];
-    while (!kv_.allocate_slots(r->id(), r->num_computed_tokens, r->total_tokens() - r->num_computed_tokens, 0)) {
+    // The lookahead is optional: without room for it, the tokens alone.
+    auto fits = [&] {
+      const int32_t computed = r->num_computed_tokens, wanted = r->total_tokens() - computed;
+      return (config_.lookahead_slots > 0 && kv_.allocate_slots(r->id(), computed, wanted, config_.lookahead_slots)) ||
+             kv_.allocate_slots(r->id(), computed, wanted, 0);
+    };
+    while (!fits()) {
       // Drafts are an option, not a need: drop them before preempting anyone.
       if (!r->draft_ids.empty()) {
         r->draft_ids.clear();

@@ -20,6 +20,9 @@ struct CapacityConfig {
   int32_t max_num_seqs = 256;
   // Admission keeps this many blocks free for the decodes of running requests.
   int32_t watermark_blocks = 1;
+  // Slots a running request reserves past its next tokens when the pool
+  // allows (a proposer that writes KV ahead: MTP's draft chain).
+  int32_t lookahead_slots = 0;
 };
 
 class CapacityScheduler {

@@ -71,6 +71,11 @@ struct StepPlan {
   std::vector<PlannedRow> rows;
   std::vector<GroupPages> groups;  // one per KvLayout group
   int32_t page_size = 0;
+  // Optional (an MTP layer's step): per query token, the row of
+  // hidden_source (a device tensor [rows, hidden], e.g. a runner's
+  // hidden_states of an earlier step) the model takes as its hidden input.
+  Tensor hidden_source;
+  std::vector<int32_t> hidden_rows;
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_rows() const { return static_cast<int32_t>(rows.size()); }

@@ -29,11 +29,9 @@ RowSampling sampling_row(const Request& r, int32_t offset) {
 }
 
 StepPlan build_step_plan(const ScheduledBatch& batch, const KvCacheManager& kv, const RowSamplingFn& sampling) {
-  const KvLayout& layout = kv.layout();
-  const int32_t ps = kv.block_size();
   StepPlan plan;
-  plan.page_size = ps;
-  plan.groups.resize(static_cast<size_t>(layout.num_groups()));
+  plan.page_size = kv.block_size();
+  plan.groups.resize(static_cast<size_t>(kv.layout().num_groups()));
   plan.seqs.reserve(batch.seqs.size());
   plan.tokens.reserve(static_cast<size_t>(batch.num_tokens));
   for (const ScheduledSeq& s : batch.seqs) {
@@ -74,25 +72,33 @@ StepPlan build_step_plan(const ScheduledBatch& batch, const KvCacheManager& kv, 
     for (int32_t j = 0; j < s.num_sample_rows; ++j) {
       plan.rows.push_back({seq_index, s.num_tokens - s.num_sample_rows + j, sampling(r, j)});
     }
-    const SequenceKv& tables = kv.tables(r.id());
-    const int32_t n_pages = (kv_len + ps - 1) / ps;
-    for (int32_t g = 0; g < layout.num_groups(); ++g) {
-      const GroupTable& t = tables.groups[static_cast<size_t>(g)];
-      const int32_t window = layout.groups[static_cast<size_t>(g)].window;
-      DI_CHECK(n_pages <= static_cast<int32_t>(t.blocks.size()),
-               "request {}: needs {} KV pages in group {} but holds {}", r.id(), n_pages, g, t.blocks.size());
-      // A window reads from i - W + 1, but never before an SWA replay's start.
-      const int32_t first_read = window > 0 ? std::max({s.start - window + 1, tables.replay_start, 0}) : 0;
-      DI_CHECK(t.num_released * ps <= first_read, "request {}: group {} released position {} that the step still reads",
-               r.id(), g, first_read);
-      GroupPages& gp = plan.groups[static_cast<size_t>(g)];
-      gp.pages.insert(gp.pages.end(), t.blocks.begin() + t.num_released, t.blocks.begin() + n_pages);
-      gp.indptr.push_back(static_cast<int32_t>(gp.pages.size()));
-      gp.first_pos.push_back(t.num_released * ps);
-    }
+    add_sequence_pages(plan, kv, r.id(), s.start, kv_len);
     plan.seqs.push_back(ps_seq);
   }
   return plan;
+}
+
+void add_sequence_pages(StepPlan& plan, const KvCacheManager& kv, uint64_t request_id, int32_t start, int32_t kv_len) {
+  const KvLayout& layout = kv.layout();
+  const int32_t ps = kv.block_size();
+  DI_CHECK(static_cast<int32_t>(plan.groups.size()) == layout.num_groups(), "step plan has {} KV groups of {}",
+           plan.groups.size(), layout.num_groups());
+  const SequenceKv& tables = kv.tables(request_id);
+  const int32_t n_pages = (kv_len + ps - 1) / ps;
+  for (int32_t g = 0; g < layout.num_groups(); ++g) {
+    const GroupTable& t = tables.groups[static_cast<size_t>(g)];
+    const int32_t window = layout.groups[static_cast<size_t>(g)].window;
+    DI_CHECK(n_pages <= static_cast<int32_t>(t.blocks.size()), "request {}: needs {} KV pages in group {} but holds {}",
+             request_id, n_pages, g, t.blocks.size());
+    // A window reads from i - W + 1, but never before an SWA replay's start.
+    const int32_t first_read = window > 0 ? std::max({start - window + 1, tables.replay_start, 0}) : 0;
+    DI_CHECK(t.num_released * ps <= first_read, "request {}: group {} released position {} that the step still reads",
+             request_id, g, first_read);
+    GroupPages& gp = plan.groups[static_cast<size_t>(g)];
+    gp.pages.insert(gp.pages.end(), t.blocks.begin() + t.num_released, t.blocks.begin() + n_pages);
+    gp.indptr.push_back(static_cast<int32_t>(gp.pages.size()));
+    gp.first_pos.push_back(t.num_released * ps);
+  }
 }
 
 }  // namespace deepinfer

@@ -24,4 +24,8 @@ using RowSamplingFn = std::function<RowSampling(const Request& r, int32_t offset
 // that released pages a query still reads).
 StepPlan build_step_plan(const ScheduledBatch& batch, const KvCacheManager& kv, const RowSamplingFn& sampling);
 
+// Appends to every group of plan.groups the pages request_id's attention
+// reads for query positions [start, kv_len) (its KV tables must cover them).
+void add_sequence_pages(StepPlan& plan, const KvCacheManager& kv, uint64_t request_id, int32_t start, int32_t kv_len);
+
 }  // namespace deepinfer

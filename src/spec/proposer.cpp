@@ -59,6 +59,7 @@ std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config) {
       return std::make_unique<SuffixDrafts>(sc);
     }
     case SpecMethod::DraftModel:
+    case SpecMethod::Mtp:
     case SpecMethod::None: break;
   }
   fail("speculative decoding: no proposer for method {}", to_string(config.method));

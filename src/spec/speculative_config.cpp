@@ -11,6 +11,7 @@ std::string_view to_string(SpecMethod m) {
     case SpecMethod::Ngram: return "ngram";
     case SpecMethod::Suffix: return "suffix";
     case SpecMethod::DraftModel: return "draft_model";
+    case SpecMethod::Mtp: return "mtp";
   }
   return "?";
 }
@@ -36,10 +37,12 @@ SpecMethod method_of(const nlohmann::json& j) {
   if (m == "ngram" || m == "prompt_lookup") return SpecMethod::Ngram;
   if (m == "suffix") return SpecMethod::Suffix;
   if (m == "draft_model") return SpecMethod::DraftModel;
-  if (m == "mtp" || m == "eagle" || m == "eagle3" || m == "deepseek_mtp" || m == "medusa") {
-    fail("{}: method \"{}\" is not supported yet; available: \"ngram\", \"suffix\", \"draft_model\"", kWhat, m);
+  if (m == "mtp" || m == "deepseek_mtp") return SpecMethod::Mtp;
+  if (m == "eagle" || m == "eagle3" || m == "medusa") {
+    fail("{}: method \"{}\" is not supported yet; available: \"ngram\", \"suffix\", \"draft_model\", \"mtp\"", kWhat,
+         m);
   }
-  fail("{}: unknown method {}; available: \"ngram\", \"suffix\", \"draft_model\"", kWhat, excerpt(m));
+  fail("{}: unknown method {}; available: \"ngram\", \"suffix\", \"draft_model\", \"mtp\"", kWhat, excerpt(m));
 }
 
 }  // namespace

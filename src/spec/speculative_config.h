@@ -9,7 +9,7 @@
 
 namespace deepinfer::spec {
 
-enum class SpecMethod : uint8_t { None, Ngram, Suffix, DraftModel };
+enum class SpecMethod : uint8_t { None, Ngram, Suffix, DraftModel, Mtp };
 
 std::string_view to_string(SpecMethod m);
 

@@ -176,5 +176,28 @@ TEST_P(ElementwiseTest, GatherRowsAndCopy) {
       Error);
 }
 
+TEST_P(ElementwiseTest, ZeroRowsAtPosition) {
+  Rng rng(31);
+  for (DType dtype : {DType::F32, backend().activation_dtype()}) {
+    const int64_t rows = 7, cols = 136;
+    std::vector<float> x = rng.floats(static_cast<size_t>(rows * cols));
+    DeviceTensor dx = dtype == DType::F32 ? upload_f32(backend(), {rows, cols}, x) : upload_bf16(backend(), {rows, cols}, x);
+    const std::vector<float> before = download_any(backend(), dx.t);
+    const std::vector<int32_t> positions = {0, 5, 0, 1, 2, 0, 9};
+    DeviceTensor dp = upload_i32(backend(), positions);
+    ops::zero_rows_at_position(backend(), dx.t, dp.t, 0);
+    const std::vector<float> after = download_any(backend(), dx.t);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const size_t i = static_cast<size_t>(r * cols + c);
+        EXPECT_EQ(after[i], positions[static_cast<size_t>(r)] == 0 ? 0.0f : before[i]) << r << "," << c;
+      }
+    }
+  }
+  DeviceTensor dx = zeros(backend(), DType::F32, {3, 4});
+  DeviceTensor short_positions = upload_i32(backend(), {0, 1});
+  EXPECT_THROW(ops::zero_rows_at_position(backend(), dx.t, short_positions.t, 0), Error);
+}
+
 }  // namespace
 }  // namespace deepinfer::testing

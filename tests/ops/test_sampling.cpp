@@ -266,5 +266,44 @@ TEST(CpuSampling, ChiSquareAgainstFilteredDistribution) {
   }
 }
 
+// token_probs: softmax(row)[token] in f64 over the finite logits; 0 for an
+// id outside the vocabulary, a non-finite chosen logit or a row of -inf.
+TEST_P(SamplingTest, TokenProbs) {
+  Rng rng(77);
+  for (int64_t vocab : {int64_t{1}, int64_t{37}, int64_t{4099}, int64_t{129280}}) {
+    SCOPED_TRACE(fmt::format("vocab {}", vocab));
+    const int64_t rows = 6;
+    std::vector<float> logits(static_cast<size_t>(rows * vocab));
+    for (auto& v : logits) v = rng.uniform(-6.0f, 6.0f);
+    float* last = logits.data() + (rows - 1) * vocab;
+    std::fill(last, last + vocab, -kInf);                       // no finite logit
+    if (vocab > 1) logits[static_cast<size_t>(vocab) + 1] = -kInf;  // a masked token elsewhere
+    std::vector<int32_t> tokens;
+    for (int64_t r = 0; r < rows; ++r) tokens.push_back(static_cast<int32_t>(rng.uniform_int(0, vocab - 1)));
+    tokens[1] = vocab > 1 ? 1 : 0;                     // the masked one
+    tokens[2] = static_cast<int32_t>(vocab);           // outside the vocabulary
+    tokens[3] = -1;                                    // an unsampled row
+    DeviceTensor dl = upload_f32(backend(), {rows, vocab}, logits);
+    DeviceTensor dt = upload_i32(backend(), tokens);
+    DeviceTensor out = zeros(backend(), DType::F32, {rows});
+    ops::token_probs(backend(), dl.t, dt.t, out.t);
+    std::vector<double> expected;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* l = logits.data() + r * vocab;
+      const int32_t t = tokens[static_cast<size_t>(r)];
+      double max = -INFINITY, sum = 0.0;
+      for (int64_t i = 0; i < vocab; ++i) {
+        if (std::isfinite(l[i])) max = std::max(max, double(l[i]));
+      }
+      for (int64_t i = 0; i < vocab; ++i) {
+        if (std::isfinite(l[i])) sum += std::exp(double(l[i]) - max);
+      }
+      const bool valid = std::isfinite(max) && t >= 0 && t < vocab && std::isfinite(l[t]);
+      expected.push_back(valid ? std::exp(double(l[t]) - max) / sum : 0.0);
+    }
+    EXPECT_TRUE(all_close(download_f32(backend(), out.t), expected, 1e-7, 1e-4));
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::testing

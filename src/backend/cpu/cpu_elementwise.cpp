@@ -107,4 +107,38 @@ void CpuBackend::scale(const Tensor& x, float factor, Tensor out) {
   }, row_grain(n));
 }
 
+void CpuBackend::zero_rows_at_position(Tensor x, const Tensor& positions, int32_t position) {
+  Rows xr(x);
+  const int32_t* pos = positions.data_as<int32_t>();
+  for (int64_t r = 0; r < xr.rows(); ++r) {
+    if (pos[r] == position) std::fill_n(xr.row(r), xr.cols(), 0.0f);
+  }
+}
+
+void CpuBackend::token_probs(const Tensor& logits, const Tensor& tokens, Tensor out) {
+  Rows lr(logits);
+  const int64_t vocab = lr.cols();
+  const int32_t* tok = tokens.data_as<int32_t>();
+  float* o = out.data_as<float>();
+  pool_.parallel_for(lr.rows(), [&](int64_t b, int64_t e, int) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* l = lr.row(r);
+      float max = -INFINITY;
+      for (int64_t i = 0; i < vocab; ++i) {
+        if (std::isfinite(l[i])) max = std::max(max, l[i]);
+      }
+      const int32_t t = tok[r];
+      if (!std::isfinite(max) || t < 0 || t >= vocab || !std::isfinite(l[t])) {
+        o[r] = 0.0f;
+        continue;
+      }
+      double sum = 0.0;
+      for (int64_t i = 0; i < vocab; ++i) {
+        if (std::isfinite(l[i])) sum += std::exp(static_cast<double>(l[i] - max));
+      }
+      o[r] = static_cast<float>(std::exp(static_cast<double>(l[t] - max)) / sum);
+    }
+  }, std::max<int64_t>(1, row_grain(vocab)));
+}
+
 }  // namespace deepinfer::cpu

@@ -559,6 +559,18 @@ void CudaBackend::sanitize_ids(Tensor ids, int64_t limit) {
   check_launch("sanitize_ids");
 }
 
+void CudaBackend::zero_rows_at_position(Tensor x, const Tensor& positions, int32_t position) {
+  launch_zero_rows_at_position(static_cast<int>(row_bytes(x.dtype(), 1)), rows_of(x),
+                               positions.data_as<const int32_t>(), position, stream_);
+  check_launch("zero_rows_at_position");
+}
+
+void CudaBackend::token_probs(const Tensor& logits, const Tensor& tokens, Tensor out) {
+  launch_token_probs(logits.data_as<const float>(), logits.size(0), logits.size(1), logits.stride_bytes(0) / 4,
+                     tokens.data_as<const int32_t>(), out.data_as<float>(), stream_);
+  check_launch("token_probs");
+}
+
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
   const int64_t es = static_cast<int64_t>(row_bytes(x.dtype(), 1));
   DI_CHECK(es == 2 || es == 4, "gather_rows: dtype {} is not supported on CUDA", dtype_name(x.dtype()));

@@ -77,6 +77,8 @@ class CudaBackend final : public Backend {
   void scale(const Tensor& x, float factor, Tensor out) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override;
   void sanitize_ids(Tensor ids, int64_t limit) override;
+  void zero_rows_at_position(Tensor x, const Tensor& positions, int32_t position) override;
+  void token_probs(const Tensor& logits, const Tensor& tokens, Tensor out) override;
   // Mixture of experts (cuda_moe.cu): routing and grouped expert GEMMs, no host syncs.
   void moe_route(const Tensor& logits, const MoeRouteParams& params, Tensor expert_ids, Tensor expert_weights) override;
   size_t moe_workspace_bytes(int64_t n_tokens, int top_k, const MoeExpertWeights& w) const override;

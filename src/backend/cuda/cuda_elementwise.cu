@@ -23,6 +23,47 @@ namespace {
 
 cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s); }
 
+__global__ void zero_rows_at_position_kernel(RowView x, int elem_bytes, const int32_t* positions, int32_t position) {
+  const int64_t r = blockIdx.x;
+  if (positions[r] != position) return;
+  char* row = row_ptr(x, r);
+  for (int64_t i = threadIdx.x; i < x.cols * elem_bytes; i += blockDim.x) row[i] = 0;
+}
+
+// One block per row: the row's finite maximum, then the sum of exp(l - max)
+// over finite logits, both reduced through warps and shared memory.
+__global__ void token_probs_kernel(const float* logits, int64_t vocab, int64_t row_stride, const int32_t* tokens,
+                                   float* out) {
+  __shared__ float partial[32];
+  const int64_t r = blockIdx.x;
+  const float* l = logits + r * row_stride;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    if (isfinite(l[i])) m = fmaxf(m, l[i]);
+  }
+  m = warp_max(m);
+  if (lane == 0) partial[warp] = m;
+  __syncthreads();
+  m = lane < warps ? partial[lane] : -INFINITY;
+  m = warp_max(m);
+  __syncthreads();
+  float s = 0.0f;
+  if (isfinite(m)) {
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+      if (isfinite(l[i])) s += expf(l[i] - m);
+    }
+  }
+  s = warp_sum(s);
+  if (lane == 0) partial[warp] = s;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  float total = 0.0f;
+  for (int w = 0; w < warps; ++w) total += partial[w];
+  const int32_t t = tokens[r];
+  out[r] = (!isfinite(m) || t < 0 || t >= vocab || !isfinite(l[t]) || total <= 0.0f) ? 0.0f : expf(l[t] - m) / total;
+}
+
 __global__ void sanitize_ids_kernel(int32_t* ids, int64_t n, int64_t limit) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n && (ids[i] < 0 || ids[i] >= limit)) ids[i] = 0;
@@ -705,6 +746,20 @@ void launch_add(ElemType type, RowView a, RowView b, RowView out, Stream stream)
 void launch_scale(ElemType type, RowView x, float factor, RowView out, Stream stream) {
   if (x.rows * x.cols == 0) return;
   DI_DISPATCH_ELEM(type, T, (scale_kernel<T><<<element_grid(x), 256, 0, as_stream(stream)>>>(x, factor, out)));
+}
+
+void launch_zero_rows_at_position(int elem_bytes, RowView x, const int32_t* positions, int32_t position,
+                                  Stream stream) {
+  if (x.rows * x.cols == 0) return;
+  zero_rows_at_position_kernel<<<static_cast<unsigned>(x.rows), 256, 0, as_stream(stream)>>>(x, elem_bytes, positions,
+                                                                                            position);
+}
+
+void launch_token_probs(const float* logits, int64_t rows, int64_t vocab, int64_t row_stride, const int32_t* tokens,
+                        float* out, Stream stream) {
+  if (rows == 0) return;
+  token_probs_kernel<<<static_cast<unsigned>(rows), 512, 0, as_stream(stream)>>>(logits, vocab, row_stride, tokens,
+                                                                                 out);
 }
 
 void launch_sanitize_ids(int32_t* ids, int64_t n, int64_t limit, Stream stream) {

@@ -83,6 +83,10 @@ void launch_add(ElemType type, RowView a, RowView b, RowView out, Stream stream)
 void launch_scale(ElemType type, RowView x, float factor, RowView out, Stream stream);
 // ids[i] outside [0, limit) become 0, in place.
 void launch_sanitize_ids(int32_t* ids, int64_t n, int64_t limit, Stream stream);
+void launch_zero_rows_at_position(int elem_bytes, RowView x, const int32_t* positions, int32_t position,
+                                  Stream stream);
+void launch_token_probs(const float* logits, int64_t rows, int64_t vocab, int64_t row_stride, const int32_t* tokens,
+                        float* out, Stream stream);
 // out row i (with `sub` inner rows) = x row rows[i]; elem_bytes 2 or 4.
 void launch_gather_rows(int elem_bytes, RowView x, int64_t x_outer, int64_t sub, const int32_t* rows,
                         int64_t n, RowView out, uint32_t* err, Stream stream);

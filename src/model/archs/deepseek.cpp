@@ -132,6 +132,9 @@ ModelConfig deepseek_from_hf(const nlohmann::json& cfg, std::string_view hf_arch
   read_mla(cfg, c);
   read_moe(cfg, v3, c);
   c.rope_style = !v3 || hf_bool(cfg, "rope_interleave", true) ? RopeStyle::Interleaved : RopeStyle::Neox;
+  c.mtp_layers = hf_int(cfg, "num_nextn_predict_layers", 0);
+  DI_CHECK(c.mtp_layers >= 0 && c.mtp_layers <= 16, "config.json: num_nextn_predict_layers {} must be in [0, 16]",
+           c.mtp_layers);
   DI_CHECK(c.rope_scaling.type == RopeScalingType::None || c.rope_scaling.type == RopeScalingType::Yarn,
            "config.json: {} supports default or yarn rope scaling only", hf_arch);
   const auto act = cfg.find("hidden_act");

@@ -231,7 +231,7 @@ TEST(Speculative, ConfigErrorsNameTheField) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(error_of(R"({"method": "mtp"})").find("not supported yet"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "eagle"})").find("not supported yet"), std::string::npos);
   EXPECT_NE(error_of(R"({"method": "draft_model"})").find("needs \"model\""), std::string::npos);
   EXPECT_NE(error_of(R"({"method": "ngram", "model": "x"})").find("draft_model method only"), std::string::npos);
   EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 0})").find("num_speculative_tokens"),

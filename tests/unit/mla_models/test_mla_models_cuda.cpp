@@ -162,5 +162,73 @@ TEST_P(MlaModelCuda, LogitsMatchTheCpu) {
 INSTANTIATE_TEST_SUITE_P(DeepSeek, MlaModelCuda,
                          ::testing::Values("deepseek_v2_lite", "deepseek_v2", "deepseek_v3"));
 
+// The MTP layer (speculative "mtp" method) after each prompt: its first
+// draft's logits (catch-up over the prompt with the decoder's hidden states)
+// and one chain step's, on CUDA against the CPU, same bf16 weights.
+std::vector<std::vector<float>> mtp_logits(LoadedModel& loaded, Backend& backend, const std::vector<int32_t>& tokens) {
+  const int32_t page = 16, n = static_cast<int32_t>(tokens.size());
+  auto layer = loaded.load_mtp_layer(backend);
+  KvCacheSpec spec = loaded.model().kv_spec(page, backend.activation_dtype());
+  ++spec.n_layers;
+  KvStorage kv(backend, spec, n / page + 2,
+               KvLayout::from_windows(std::vector<int32_t>(static_cast<size_t>(spec.n_layers), 0)));
+  RunnerLimits limits;
+  limits.max_num_batched_tokens = 64;
+  limits.max_num_seqs = 1;
+  limits.max_model_len = n + 8;
+  limits.hidden_states = true;
+  ModelRunner target(loaded.model(), backend, kv, limits);
+  limits.sampled_probs = true;
+  ModelRunner draft(*layer, backend, kv, limits);
+  const int ts = target.launch(testing::single_sequence_plan(tokens, 0, n, page, true));
+  const int32_t next = target.wait(ts).tokens[0];
+  std::vector<int32_t> shifted(tokens.begin() + 1, tokens.end());
+  shifted.push_back(next);
+  StepPlan catch_up = testing::single_sequence_plan(shifted, 0, n, page, true);
+  catch_up.hidden_source = target.hidden_states(ts);
+  for (int32_t i = 0; i < n; ++i) catch_up.hidden_rows.push_back(i);
+  const int cs = draft.launch(catch_up);
+  const StepResults cr = draft.wait(cs);
+  std::vector<std::vector<float>> out{{cr.logits.begin(), cr.logits.end()}};
+  std::vector<int32_t> chain_tokens(static_cast<size_t>(n) + 1, 0);
+  chain_tokens.back() = cr.tokens[0];
+  StepPlan chain = testing::single_sequence_plan(chain_tokens, n, 1, page, true);
+  chain.hidden_source = draft.hidden_states(cs);
+  chain.hidden_rows = {n - 1};
+  const StepResults chr = draft.wait(draft.launch(chain));
+  out.emplace_back(chr.logits.begin(), chr.logits.end());
+  return out;
+}
+
+TEST(MtpCuda, LayerLogitsMatchTheCpu) {
+  std::unique_ptr<Backend> gpu;
+  try {
+    gpu = create_backend(DeviceType::CUDA);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no CUDA backend: " << e.what();
+  }
+  auto cpu = create_backend(DeviceType::CPU);
+  const Bf16Copy copy("deepseek_v3_mtp");
+  auto on_gpu = LoadedModel::open(copy.path(), *gpu);
+  auto on_cpu = LoadedModel::open(copy.path(), *cpu);
+  const nlohmann::json ref = read_json(kData / "deepseek_v3_mtp" / "mtp_reference.json");
+  for (const auto& p : ref["prompts"]) {
+    const auto tokens = p["tokens"].get<std::vector<int32_t>>();
+    const auto got = mtp_logits(*on_gpu, *gpu, tokens);
+    const auto want = mtp_logits(*on_cpu, *cpu, tokens);
+    for (size_t k = 0; k < got.size(); ++k) {
+      ASSERT_EQ(got[k].size(), want[k].size());
+      double max_diff = 0, max_abs = 0;
+      for (size_t i = 0; i < got[k].size(); ++i) {
+        max_diff = std::max(max_diff, std::abs(double(got[k][i]) - want[k][i]));
+        max_abs = std::max(max_abs, std::abs(double(want[k][i])));
+      }
+      std::printf("[mtp cuda] %s %s: max-abs %.3g (|logit| up to %.2f)\n", p["name"].get<std::string>().c_str(),
+                  k == 0 ? "first draft" : "chained draft", max_diff, max_abs);
+      EXPECT_LE(max_diff, kRelTolerance * std::max(1.0, max_abs)) << p["name"] << " draft " << k;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer
