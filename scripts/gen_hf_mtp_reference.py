@@ -24,6 +24,16 @@ apart from the decoder's so a mix-up shows), and mtp_reference.json:
   prefill) and, for the chain, the logits at the next position when fed its
   own hidden state and its argmax; plus the argmax margins.
 
+Also writes tests/data/hf_tiny/deepseek_v3_mtp_oracle/ (bf16): the same
+shapes with every attention output and feed-forward down projection zeroed,
+so the decoder is a bigram model (next token = f(token)), and an MTP layer
+built to predict exactly that one step further: eh_proj passes the
+normalised embedding through (identity | zero), its block adds nothing, and
+its head is the decoder's norm and lm_head. Its drafts are what the decoder
+will produce (up to rounding near ties), so speculation with it must accept
+nearly every draft: an end-to-end check that the engine feeds the layer the
+right tokens and turns accepted drafts into fewer steps.
+
 Requires torch, transformers >= 5, safetensors.
 Usage: scripts/gen_hf_mtp_reference.py [--data DIR]
 """
@@ -156,9 +166,43 @@ def main():
     with open(os.path.join(out_dir, "mtp_reference.json"), "w") as f:
         json.dump(reference, f, indent=1)
         f.write("\n")
+    write_oracle(src, os.path.join(args.data, CASE + "_oracle"), cfg)
     size = os.path.getsize(os.path.join(out_dir, "model.safetensors"))
     print(f"{CASE}: {size / 1024:.0f} KiB, MTP layer {mtp} ({len(block)} block tensors), margins "
           f"{[round(p['first_draft_margin'], 3) for p in prompts]} / {[round(p['chained_margin'], 3) for p in prompts]}")
+
+
+def write_oracle(src, out_dir, cfg):
+    """The bigram decoder and its exact MTP layer (see the module docstring), in bf16."""
+    tensors = load_file(os.path.join(src, "model.safetensors"))
+    H = cfg.hidden_size
+    mtp = f"model.layers.{cfg.num_hidden_layers}."
+    out = {}
+    for name, t in tensors.items():
+        if name.endswith("o_proj.weight") or "down_proj" in name:
+            t = torch.zeros_like(t)  # every layer adds nothing to the residual
+        out[name] = t
+    # The MTP block: the decoder's layer 1 (MoE) with its outputs zeroed too.
+    for name, t in list(out.items()):
+        if name.startswith("model.layers.1."):
+            out[mtp + name[len("model.layers.1."):]] = t.clone()
+    out[mtp + "enorm.weight"] = torch.ones(H)
+    out[mtp + "hnorm.weight"] = torch.ones(H)
+    out[mtp + "eh_proj.weight"] = torch.cat([torch.eye(H), torch.zeros(H, H)], dim=1)
+    out[mtp + "shared_head.norm.weight"] = tensors["model.norm.weight"].clone()
+    out[mtp + "shared_head.head.weight"] = tensors["lm_head.weight"].clone()
+    out[mtp + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
+    out = {k: v.to(torch.bfloat16).contiguous() for k, v in out.items()}
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.makedirs(out_dir)
+    save_file(out, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    config["dtype"] = "bfloat16"
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+        f.write("\n")
+    print(f"{os.path.basename(out_dir)}: {os.path.getsize(os.path.join(out_dir, 'model.safetensors')) / 1024:.0f} KiB")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,11 @@
 //  - the layer's logits after a prompt (its first draft) and one chain step
 //    (its own hidden state and draft fed back) match the reference;
 //  - MtpProposer's catch-up and chain, fed by the target runner's hidden
-//    states through a real KV cache manager, draft the reference's argmax;
+//    states through a real KV cache manager, draft the reference's argmax,
+//    and incremental catch-ups (chunks, shared steps, decodes) agree with a
+//    one-shot computation at every step;
+//  - on an oracle checkpoint whose MTP layer computes the decoder's
+//    next-but-one token exactly, nearly every draft is accepted;
 //  - through the Engine, greedy outputs with MTP speculation equal those
 //    without, on a scripted workload with chunked prompts, prefix-cache hits,
 //    stop strings, max_tokens inside a draft, aborts and preemption;
@@ -205,6 +209,103 @@ TEST(Mtp, ProposerDraftsTheLayersArgmax) {
   EXPECT_GE(checked, 1);
 }
 
+// Incremental catch-ups (prompt chunks, two sequences sharing steps at
+// different offsets, decodes) must leave the layer where one catch-up over
+// the whole sequence would: at every step, each sequence's draft and its
+// probability equal a fresh one-shot computation's.
+TEST(Mtp, IncrementalCatchUpsMatchOneShot) {
+  const nlohmann::json ref = read_json(kCase / "mtp_reference.json");
+  auto backend = create_backend(DeviceType::CPU);
+  auto loaded = LoadedModel::open(kCase.string(), *backend);
+  auto full_of = [&](size_t prompt) {
+    auto t = ref["prompts"][prompt]["tokens"].get<std::vector<int32_t>>();
+    const auto c = ref["prompts"][prompt]["greedy_tokens"].get<std::vector<int32_t>>();
+    t.insert(t.end(), c.begin(), c.end());
+    return t;
+  };
+  const std::vector<int32_t> a = full_of(3), b = full_of(2);  // prompts of 40 and 23 tokens
+  RunnerLimits limits;
+  limits.max_num_batched_tokens = 64;
+  limits.max_num_seqs = 2;
+  limits.max_model_len = 100;
+  limits.hidden_states = true;
+  // One-shot: the draft after position n - 2 from a fresh cache.
+  auto one_shot = [&](const std::vector<int32_t>& seq, int32_t n) {
+    KvStorage kv = mtp_kv(*backend, *loaded, 8);
+    ModelRunner target(loaded->model(), *backend, kv, limits);
+    auto layer = loaded->load_mtp_layer(*backend);
+    ModelRunner draft(*layer, *backend, kv, limits);
+    const std::vector<int32_t> head(seq.begin(), seq.begin() + n - 1), next(seq.begin() + 1, seq.begin() + n);
+    const int ts = target.launch(plan_for(head, 0, {n - 2}));
+    target.wait(ts);
+    StepPlan p = plan_for(next, 0, {n - 2});
+    p.hidden_source = target.hidden_states(ts);
+    for (int32_t i = 0; i < n - 1; ++i) p.hidden_rows.push_back(i);
+    const StepResults r = draft.wait(draft.launch(p));
+    const std::vector<float> l(r.logits.begin(), r.logits.end());
+    const int32_t top = argmax(l);
+    double sum = 0;
+    for (float v : l) sum += std::exp(double(v) - l[static_cast<size_t>(top)]);
+    return std::make_pair(top, static_cast<float>(1.0 / sum));
+  };
+  KvLayout layout;
+  KvStorage kv = mtp_kv(*backend, *loaded, 32, &layout);
+  KvManagerConfig kc;
+  kc.block_size = kPage;
+  kc.enable_prefix_caching = false;
+  KvCacheManager manager(layout, 32, kc);
+  ModelRunner target(loaded->model(), *backend, kv, limits);
+  MtpProposer mtp(*loaded, *backend, kv, manager, target, limits);
+  const std::vector<const std::vector<int32_t>*> seqs = {&a, &b};
+  for (uint64_t id : {1, 2}) {
+    ASSERT_TRUE(manager.admit(id, std::vector<int32_t>(seqs[id - 1]->begin(), seqs[id - 1]->begin() + 8), "", 0, 0)
+                    .has_value());
+  }
+  // (sequence, start, tokens) per step: A in chunks of 16, 16, 8 with B's
+  // 23-token prompt beside its second chunk, then decodes of both.
+  std::vector<std::vector<std::tuple<uint64_t, int32_t, int32_t>>> steps = {
+      {{1, 0, 16}}, {{1, 16, 16}, {2, 0, 23}}, {{2, 23, 1}, {1, 32, 8}}};
+  for (int32_t k = 0; k < 5; ++k) steps.push_back({{1, 40 + k, 1}, {2, 24 + k, 1}});
+  int compared = 0;
+  for (const auto& step : steps) {
+    StepPlan plan;
+    plan.page_size = kPage;
+    plan.groups.resize(1);
+    std::vector<MtpProposer::ObservedSeq> observed;
+    for (const auto& [id, start, n] : step) {
+      const std::vector<int32_t>& seq = *seqs[id - 1];
+      ASSERT_TRUE(manager.allocate_slots(id, start, n, 2));
+      const auto token_begin = plan.num_tokens();
+      plan.seqs.push_back({id, start, n, token_begin, plan.num_rows(), 1});
+      for (int32_t i = 0; i < n; ++i) plan.tokens.push_back(TokenSource::host(seq[static_cast<size_t>(start + i)]));
+      PlannedRow row{static_cast<int32_t>(plan.seqs.size()) - 1, n - 1, {}};
+      row.sampling.params.temperature = 0.0f;
+      plan.rows.push_back(row);
+      add_sequence_pages(plan, manager, id, start, start + n);
+      // Teacher-forced: the next tokens are the sequence's own.
+      observed.push_back({id, start, token_begin,
+                          std::vector<int32_t>(seq.begin() + start + 1, seq.begin() + start + n + 1)});
+    }
+    const int slot = target.launch(plan);
+    target.wait(slot);
+    mtp.observe(slot, observed);
+    for (const auto& [id, start, n] : step) {
+      const std::vector<int32_t>& seq = *seqs[id - 1];
+      const int32_t known = start + n + 1;  // through the token after this step's last
+      mtp.start(id, std::vector<int32_t>(seq.begin(), seq.begin() + known));
+      std::vector<spec::Draft> drafts;
+      const int32_t room = 1;
+      mtp.propose_batch(std::span(&id, 1), std::span(&room, 1), drafts);
+      ASSERT_EQ(drafts[0].size(), 1) << "sequence " << id << " at " << known;
+      const auto [token, prob] = one_shot(seq, known);
+      EXPECT_EQ(drafts[0].tokens[0], token) << "sequence " << id << " at " << known;
+      EXPECT_NEAR(drafts[0].confidence[0], std::clamp(prob, 0.01f, 0.99f), 1e-4) << "sequence " << id << " at " << known;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 1 + 2 + 2 + 2 * 5);
+}
+
 EngineConfig engine_config(const std::string& model, const std::string& speculative, int64_t kv_tokens) {
   EngineConfig c;
   c.model_path = model;
@@ -275,6 +376,39 @@ TEST(Mtp, EngineSameOutputsAsWithoutSpeculation) {
         EXPECT_GT(s.prefix_hit_tokens, 0) << what << ": the repeated prompts must hit the prefix cache";
       }
     }
+  }
+}
+
+// The oracle checkpoint (scripts/gen_hf_mtp_reference.py): a bigram decoder
+// and an MTP layer that computes exactly its next-but-one token, so nearly
+// every draft must be accepted and greedy requests finish in far fewer steps,
+// with the same outputs.
+TEST(Mtp, ExactLayerDraftsAreAccepted) {
+  const std::string oracle = (kData / "deepseek_v3_mtp_oracle").string();
+  std::vector<testing::ScriptedJob> jobs;
+  for (int i = 0; i < 6; ++i) {
+    testing::ScriptedJob j;
+    j.join_step = i * 2;
+    j.prompt = std::to_string(i) + " " + workload()[static_cast<size_t>(i)].prompt;
+    j.params.temperature = 0.0f;
+    j.params.ignore_eos = true;
+    j.params.max_tokens = 30 + 3 * i;
+    jobs.push_back(j);
+  }
+  Engine plain(engine_config(oracle, "", 4096));
+  const auto expected = testing::run_scripted(plain, jobs);
+  for (const char* method : {R"({"method": "mtp", "num_speculative_tokens": 4, "dynamic": false})",
+                             R"({"method": "mtp", "num_speculative_tokens": 4})"}) {
+    Engine engine(engine_config(oracle, method, 4096));
+    const auto got = testing::run_scripted(engine, jobs);
+    testing::expect_same_results(expected, got, method);
+    const EngineStats s = engine.stats();
+    std::printf("[mtp oracle] %s: %lld steps (plain %lld), drafts %lld verified / %lld accepted\n", method,
+                (long long)s.steps, (long long)plain.stats().steps, (long long)s.spec.num_draft_tokens,
+                (long long)s.spec.num_accepted_tokens);
+    EXPECT_GT(s.spec.num_draft_tokens, 100) << method;
+    EXPECT_GT(s.spec.num_accepted_tokens, 0.9 * static_cast<double>(s.spec.num_draft_tokens)) << method;
+    EXPECT_LT(s.steps * 2, plain.stats().steps) << method << ": accepted drafts must save most decode steps";
   }
 }
 
