@@ -112,6 +112,9 @@ def run_one(args, model, inputs_path, batch, config):
     t = re.search(r"steps: (\d+) \((\d+) as graphs\), device busy ([0-9.]+) ms, idle ([0-9.]+) ms", p.stderr)
     timeline = {"steps": int(t.group(1)), "graph_steps": int(t.group(2)), "busy_ms": float(t.group(3)),
                 "idle_ms": float(t.group(4))} if t else {}
+    w = re.search(r"speculated in (\d+) of (\d+) windows", p.stderr)
+    if w and t:
+        timeline["windows"] = (int(w.group(1)), int(w.group(2)))
     return float(m.group(1)), rows, timeline
 
 
@@ -120,8 +123,11 @@ def idle_text(t):
     if not t:
         return ""
     busy, idle = t["busy_ms"], t["idle_ms"]
-    return (f"steps {t['steps']} ({t['graph_steps']} graphs), device idle {idle / max(busy + idle, 1e-9):.0%}, "
+    text = (f"steps {t['steps']} ({t['graph_steps']} graphs), device idle {idle / max(busy + idle, 1e-9):.0%}, "
             f"{(busy + idle) / max(t['steps'], 1):.2f} ms/step")
+    if "windows" in t:
+        text += f", speculated in {t['windows'][0]}/{t['windows'][1]} windows"
+    return text
 
 
 def main():

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,kvtiers,decode_ab,pdl,moe,kernels,spec,structured,sweep,eval,profile,peer_llamacpp
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,kvtiers,decode_ab,pdl,moe,kernels,mtp,spec,structured,sweep,eval,profile,peer_llamacpp
 #                                   (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
@@ -243,6 +243,17 @@ if has kvtiers; then
     --model /tmp/deepinfer_e2e/llama8b --out "$OUT" --ctx "${KVT_CTX:-32768}" ${KVT_ARGS:-} > "$OUT/kv_tiers_stdout.log" 2>&1
   echo "gpu_kv_tiers: exit code $?" >> "$REPORT"
   cat "$OUT/kv_tiers.md" >> "$REPORT" 2>/dev/null || tail -30 "$OUT/kv_tiers_stdout.log" >> "$REPORT"
+fi
+if has mtp; then
+  # Speculative decoding with DeepSeek-V3's MTP layer on CUDA: the new ops
+  # against the CPU, the layer's logits against the CPU on the tiny
+  # checkpoint, the oracle checkpoint's drafts accepted through the engine.
+  echo -e "\n## MTP (test_ops, test_mla_models)\n" >> "$REPORT"
+  timeout 200 "$BIN/test_ops" --gtest_filter='*ZeroRowsAtPosition*:*TokenProbs*' > "$OUT/mtp_tests.log" 2>&1
+  echo "test_ops (new ops): exit code $?" >> "$REPORT"
+  timeout 300 "$BIN/test_mla_models" --gtest_filter='MtpCuda*:DeepSeek/MlaModelCuda*:Mtp.*' >> "$OUT/mtp_tests.log" 2>&1
+  echo "test_mla_models (MTP, MLA on CUDA): exit code $?" >> "$REPORT"
+  grep -E '^\[(mtp|mla)|OK \]|FAILED|PASSED' "$OUT/mtp_tests.log" | sed 's/^/    /' >> "$REPORT"
 fi
 if has spec; then
   # Speculative decoding (scripts/bench_spec.py) on real GGUF weights carried

@@ -129,9 +129,12 @@ int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) 
   }
   if (st.kv_tiers) print_kv_tier_summary(st);
   if (st.speculative) {
-    std::fprintf(stderr, "speculative: %lld verifications, %lld drafts proposed, %lld verified, %lld accepted\n",
+    std::fprintf(stderr,
+                 "speculative: %lld verifications, %lld drafts proposed, %lld verified, %lld accepted; speculated in "
+                 "%lld of %lld windows\n",
                  static_cast<long long>(st.spec.num_drafts), static_cast<long long>(st.spec.num_proposed_tokens),
-                 static_cast<long long>(st.spec.num_draft_tokens), static_cast<long long>(st.spec.num_accepted_tokens));
+                 static_cast<long long>(st.spec.num_draft_tokens), static_cast<long long>(st.spec.num_accepted_tokens),
+                 static_cast<long long>(st.spec.speculative_windows), static_cast<long long>(st.spec.windows));
   }
   return 0;
 }

@@ -271,6 +271,7 @@ Engine::InflightStep Engine::launch(const ScheduledBatch& batch) {
   // A request verifying drafts has none: it waits for this step's results.
   int32_t row = 0;
   for (const ScheduledSeq& s : batch.seqs) {
+    prompt_tokens_computed_ += s.num_tokens - s.num_sample_rows;  // a chunk's tokens but its last
     for (int32_t j = 0; j < s.num_sample_rows; ++j, ++row) {
       if (s.num_draft_tokens == 0) s.request->inflight.push_back({step.slot, row});
     }
@@ -496,6 +497,11 @@ std::vector<RequestOutput> Engine::step() {
   aborted_.clear();
   if (!kv_loading_.empty()) poll_kv_prefetches();
 
+  if (speculator_) {
+    const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    speculator_->record_progress(stats_.generation_tokens, prompt_tokens_computed_, now,
+                                 static_cast<int32_t>(parts_.scheduler->num_running()));
+  }
   const bool drafting = speculator_ && speculator_->should_propose();
   if (drafting) {
     // Drafts continue the latest tokens, and a verified step's accepted count

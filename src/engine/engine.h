@@ -175,6 +175,7 @@ class Engine {
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<Speculator> speculator_;  // null without speculative decoding
   MtpProposer* mtp_ = nullptr;              // speculator_'s proposer with the "mtp" method
+  int64_t prompt_tokens_computed_ = 0;      // prompt tokens launched (the speculation switch's measure)
   // Structured output's grammar compiler, made on first use (building its
   // vocabulary index takes a moment), from any thread.
   mutable std::once_flag grammar_once_;

@@ -8,8 +8,18 @@
 
 namespace deepinfer {
 
+namespace {
+
+spec::SwitchConfig switch_config(const spec::SpeculativeConfig& c) {
+  spec::SwitchConfig s;
+  s.window_steps = std::max(c.switch_window_steps, 1);
+  return s;
+}
+
+}  // namespace
+
 Speculator::Speculator(spec::SpeculativeConfig config, std::unique_ptr<spec::Proposer> proposer)
-    : config_(std::move(config)), proposer_(std::move(proposer)) {
+    : config_(std::move(config)), proposer_(std::move(proposer)), switch_(switch_config(config_)) {
   DI_CHECK(proposer_ != nullptr, "speculative decoding without a proposer");
   stats_.acceptance_lengths.assign(static_cast<size_t>(config_.num_speculative_tokens) + 1, 0);
 }
@@ -29,8 +39,19 @@ void Speculator::feed(const Request& r) {
   }
 }
 
+void Speculator::record_progress(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running) {
+  if (!switched()) return;
+  const bool was = switch_.speculating();
+  switch_.record_step(output_tokens, prompt_tokens, now_s, running);
+  // Back from plain windows: draft at once rather than wait for a probe.
+  if (switch_.speculating() && !was) last_round_drafts_ = 1;
+  stats_.windows = switch_.windows();
+  stats_.speculative_windows = switch_.speculative_windows();
+}
+
 bool Speculator::should_propose() {
   probing_ = false;
+  if (switched() && !switch_.speculating()) return false;
   if (!config_.dynamic || last_round_drafts_ > 0) {
     steps_since_probe_ = 0;
     return true;

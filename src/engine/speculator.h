@@ -17,6 +17,7 @@
 
 #include "spec/acceptance_calibrator.h"
 #include "spec/proposer.h"
+#include "spec/speculation_switch.h"
 #include "spec/speculative_config.h"
 #include "spec/step_time_curve.h"
 
@@ -31,6 +32,10 @@ struct SpecDecodeStats {
   int64_t num_accepted_tokens = 0;  // verified and accepted
   // acceptance_lengths[n]: verifications that accepted exactly n drafts.
   std::vector<int64_t> acceptance_lengths;
+  // The dynamic policy's throughput switch: measurement windows so far, and
+  // those that speculated.
+  int64_t windows = 0;
+  int64_t speculative_windows = 0;
 };
 
 class Speculator {
@@ -47,8 +52,14 @@ class Speculator {
   // keeps learning: one unlucky round must not switch drafting off for good.
   // Likewise every kProbeInterval-th drafting round verifies one draft more
   // per request than chosen, so positions the policy has cut keep being measured.
+  // With the dynamic policy, a SpeculationSwitch first decides from measured
+  // throughput whether this window of steps speculates at all.
   static constexpr int kProbeInterval = 8;
   bool should_propose();
+  // Before every engine step: output tokens and computed prompt tokens so
+  // far, the wall clock (seconds) and the requests running (the switch's
+  // measurements).
+  void record_progress(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running);
   // Sets draft_ids of each candidate (requests decoding with nothing in
   // flight or being verified, in a stable order); base_tokens: the step's
   // other query tokens (about one per running request).
@@ -74,11 +85,13 @@ class Speculator {
     std::vector<float> raw_confidence;   // of the drafts being verified
   };
   void feed(const Request& r);  // gives the proposer the tokens it has not seen
+  bool switched() const { return config_.dynamic && config_.switch_window_steps > 0; }
 
   spec::SpeculativeConfig config_;
   std::unique_ptr<spec::Proposer> proposer_;
   spec::AcceptanceCalibrator calibrator_;
   spec::StepTimeCurve curve_;
+  spec::SpeculationSwitch switch_;
   std::unordered_map<uint64_t, Tracked> tracked_;
   SpecDecodeStats stats_;
   std::vector<spec::Draft> drafts_;  // this round's proposals, per candidate

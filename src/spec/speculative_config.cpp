@@ -60,6 +60,8 @@ SpeculativeConfig SpeculativeConfig::parse(std::string_view json) {
     } else if (key == "dynamic") {
       DI_CHECK(value.is_boolean(), "{}: \"dynamic\" must be true or false, got {}", kWhat, json_excerpt(value));
       c.dynamic = value.get<bool>();
+    } else if (key == "speculation_switch_window") {
+      c.switch_window_steps = number<int32_t>(value, key, 0, 100000);
     } else if (key == "prompt_lookup_min") {
       c.prompt_lookup_min = number<int32_t>(value, key, 1, 64);
     } else if (key == "prompt_lookup_max") {
@@ -92,7 +94,8 @@ SpeculativeConfig SpeculativeConfig::parse(std::string_view json) {
 std::string SpeculativeConfig::to_json() const {
   nlohmann::json j = {{"method", to_string(method)},
                       {"num_speculative_tokens", num_speculative_tokens},
-                      {"dynamic", dynamic}};
+                      {"dynamic", dynamic},
+                      {"speculation_switch_window", switch_window_steps}};
   if (method == SpecMethod::Ngram) {
     j["prompt_lookup_min"] = prompt_lookup_min;
     j["prompt_lookup_max"] = prompt_lookup_max;

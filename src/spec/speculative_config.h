@@ -21,6 +21,10 @@ struct SpeculativeConfig {
   // its drafts that maximises the batch's expected accepted tokens per second
   // on the measured step-time curve. false: verify every draft (fixed K).
   bool dynamic = true;
+  // With dynamic: steps per window of the throughput switch, which keeps
+  // speculation off while windows without it produce more tokens per second
+  // (speculation_switch.h); 0 turns the switch off.
+  int32_t switch_window_steps = 24;
   // n-gram (prompt lookup): the suffix lengths tried.
   int32_t prompt_lookup_min = 2;
   int32_t prompt_lookup_max = 4;

@@ -106,9 +106,9 @@ void expect_same(const std::vector<Result>& a, const std::vector<Result>& b, con
 // costly as the target).
 std::vector<std::string> methods() {
   return {
-      R"({"method": "ngram"})",
+      R"({"method": "ngram", "speculation_switch_window": 0})",
       R"({"method": "ngram", "dynamic": false, "num_speculative_tokens": 7})",
-      R"({"method": "suffix"})",
+      R"({"method": "suffix", "speculation_switch_window": 0})",
       R"({"method": "suffix", "dynamic": false, "num_speculative_tokens": 3})",
       R"({"method": "draft_model", "dynamic": false, "num_speculative_tokens": 4, "model": ")" +
           testing::smollm2_path() + "\"}",
@@ -143,6 +143,23 @@ TEST(Speculative, SameOutputsAsWithoutSpeculationForEveryMethod) {
     EXPECT_GT(got[5].accepted_drafts + got[13].accepted_drafts, 0) << method << ": penalties";
     EXPECT_EQ(got[7].accepted_drafts + got[15].accepted_drafts, 0) << method << ": host-sampled requests do not draft";
   }
+}
+
+// The throughput switch (on by default with the dynamic policy) turns
+// speculation on and off between windows of steps by wall-clock rates, so
+// what it chooses varies from run to run; the outputs must not.
+TEST(Speculative, ThroughputSwitchKeepsOutputs) {
+  REQUIRE_SMOLLM2();
+  const auto jobs = workload();
+  Engine plain(config("", 8192));
+  const auto expected = run(plain, jobs);
+  Engine engine(config(R"({"method": "ngram", "speculation_switch_window": 3})", 8192));
+  const auto got = run(engine, jobs);
+  expect_same(expected, got, "switch");
+  const EngineStats s = engine.stats();
+  EXPECT_GT(s.spec.windows, 10);
+  EXPECT_GT(s.spec.speculative_windows, 0) << "the first window speculates";
+  EXPECT_LE(s.spec.speculative_windows, s.spec.windows);
 }
 
 TEST(Speculative, SameOutputsUnderPreemption) {

@@ -398,7 +398,7 @@ TEST(Mtp, ExactLayerDraftsAreAccepted) {
   Engine plain(engine_config(oracle, "", 4096));
   const auto expected = testing::run_scripted(plain, jobs);
   for (const char* method : {R"({"method": "mtp", "num_speculative_tokens": 4, "dynamic": false})",
-                             R"({"method": "mtp", "num_speculative_tokens": 4})"}) {
+                             R"({"method": "mtp", "num_speculative_tokens": 4, "speculation_switch_window": 0})"}) {
     Engine engine(engine_config(oracle, method, 4096));
     const auto got = testing::run_scripted(engine, jobs);
     testing::expect_same_results(expected, got, method);

@@ -1,0 +1,77 @@
+#include "spec/speculation_switch.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "core/error.h"
+
+namespace deepinfer::spec {
+
+SpeculationSwitch::SpeculationSwitch(SwitchConfig config) : config_(config) {
+  DI_CHECK(config.window_steps > 0 && config.min_explore > 0 && config.max_explore >= config.min_explore &&
+               config.alpha > 0.0 && config.alpha <= 1.0,
+           "speculation switch: invalid configuration");
+}
+
+int SpeculationSwitch::bucket_of(int32_t running) {
+  const auto n = static_cast<uint32_t>(std::max(running, 1));
+  return std::min(kBuckets - 1, static_cast<int>(std::bit_width(n)) - 1);
+}
+
+void SpeculationSwitch::open_window(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running) {
+  window_open_ = true;
+  steps_in_window_ = 0;
+  window_tokens_ = output_tokens;
+  window_prompt_tokens_ = prompt_tokens;
+  window_start_s_ = now_s;
+  window_bucket_ = bucket_of(running);
+  Bucket& b = buckets_[window_bucket_];
+  if (b.explore == 0) b.explore = config_.min_explore;
+  // A mode this batch size has not measured goes first (speculation before plain).
+  exploring_ = false;
+  if (b.rate[1] <= 0.0) {
+    speculating_ = true;
+  } else if (b.rate[0] <= 0.0) {
+    speculating_ = false;
+  } else {
+    const bool better = b.rate[1] > b.rate[0];
+    if (++b.since_explore >= b.explore) {
+      b.since_explore = 0;
+      exploring_ = true;
+      speculating_ = !better;
+    } else {
+      speculating_ = better;
+    }
+  }
+  ++windows_;
+  if (speculating_) ++speculative_windows_;
+}
+
+void SpeculationSwitch::end_window(int64_t output_tokens, int64_t prompt_tokens, double now_s) {
+  window_open_ = false;
+  const int64_t produced = output_tokens - window_tokens_;
+  const double seconds = now_s - window_start_s_;
+  // Nothing to compare: idle, or mostly prompt processing.
+  if (produced <= 0 || seconds <= 0.0 || prompt_tokens - window_prompt_tokens_ > kPrefillRatio * produced) return;
+  Bucket& b = buckets_[window_bucket_];
+  double& mean = b.rate[speculating_ ? 1 : 0];
+  const double rate = static_cast<double>(produced) / seconds;
+  mean = mean <= 0.0 ? rate : config_.alpha * rate + (1.0 - config_.alpha) * mean;
+  if (!exploring_ || b.rate[0] <= 0.0 || b.rate[1] <= 0.0) return;
+  // The re-checked mode lost again: wait longer before the next check; it
+  // won: check often again.
+  const bool explored_wins = speculating_ ? b.rate[1] > b.rate[0] : b.rate[0] >= b.rate[1];
+  b.explore = explored_wins ? config_.min_explore : std::min(config_.max_explore, b.explore * 2);
+}
+
+void SpeculationSwitch::record_step(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running) {
+  if (!window_open_) {
+    open_window(output_tokens, prompt_tokens, now_s, running);
+    return;
+  }
+  if (++steps_in_window_ < config_.window_steps) return;
+  end_window(output_tokens, prompt_tokens, now_s);
+  open_window(output_tokens, prompt_tokens, now_s, running);
+}
+
+}  // namespace deepinfer::spec

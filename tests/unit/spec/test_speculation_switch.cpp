@@ -1,0 +1,117 @@
+// SpeculationSwitch against a simulated engine whose output rate depends on
+// the mode and the batch: where speculation loses (a saturated server), the
+// switch must give up at most a few percent to re-checking it; where it wins
+// (batch 1), it must speculate nearly all the time; a change of load must be
+// followed without relearning from scratch; and noisy rates must not make it
+// flap away from a clear winner.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "spec/speculation_switch.h"
+
+namespace deepinfer::spec {
+namespace {
+
+struct World {
+  double plain_rate = 1000.0;        // output tokens/s without speculation
+  double speculative_rate = 930.0;   // ... with
+  double jitter = 0.0;               // relative, alternating sign per step
+};
+
+struct Outcome {
+  double tokens = 0.0;       // produced
+  double seconds = 0.0;
+  int speculative_steps = 0;
+  int steps = 0;
+};
+
+// Steps of 10 ms; each produces the world's rate for the switch's mode.
+Outcome simulate(SpeculationSwitch& sw, const World& w, int steps, int32_t running, double& clock, double& tokens) {
+  Outcome r;
+  for (int i = 0; i < steps; ++i) {
+    const double rate = sw.speculating() ? w.speculative_rate : w.plain_rate;
+    const double noise = 1.0 + (i % 2 == 0 ? w.jitter : -w.jitter);
+    const double produced = rate * 0.01 * noise;
+    r.speculative_steps += sw.speculating() ? 1 : 0;
+    clock += 0.01;
+    tokens += produced;
+    r.tokens += produced;
+    r.seconds += 0.01;
+    ++r.steps;
+    sw.record_step(static_cast<int64_t>(std::floor(tokens)), 0, clock, running);
+  }
+  return r;
+}
+
+TEST(SpeculationSwitch, SaturatedServerLosesAtMostAFewPercent) {
+  for (double spec_rate : {930.0, 720.0, 430.0}) {
+    SpeculationSwitch sw;
+    double clock = 0.0, tokens = 0.0;
+    const World w{1000.0, spec_rate, 0.02};
+    const Outcome r = simulate(sw, w, 24 * 300, 256, clock, tokens);
+    const double achieved = r.tokens / r.seconds;
+    EXPECT_GT(achieved, 0.97 * w.plain_rate) << "speculation at " << spec_rate / 1000.0 << "x";
+    EXPECT_LT(r.speculative_steps, r.steps / 20) << spec_rate;
+    EXPECT_EQ(sw.explore_interval(256), 128) << "each re-check lost: the interval grew to its bound";
+  }
+}
+
+TEST(SpeculationSwitch, SpeculatesWhereItPaysAndFollowsTheLoad) {
+  SpeculationSwitch sw;
+  double clock = 0.0, tokens = 0.0;
+  // Batch 1: speculation 1.5x.
+  Outcome r = simulate(sw, World{100.0, 150.0, 0.02}, 24 * 100, 1, clock, tokens);
+  EXPECT_GT(r.speculative_steps, r.steps * 9 / 10);
+  // The server fills up: speculation now loses there.
+  r = simulate(sw, World{1000.0, 800.0, 0.02}, 24 * 200, 200, clock, tokens);
+  EXPECT_LT(r.speculative_steps, r.steps / 10);
+  EXPECT_GT(r.tokens / r.seconds, 0.97 * 1000.0);
+  // Back to one request: the batch-1 bucket still knows speculation wins.
+  r = simulate(sw, World{100.0, 150.0, 0.02}, 24 * 20, 1, clock, tokens);
+  EXPECT_GT(r.speculative_steps, r.steps * 8 / 10);
+  EXPECT_GT(sw.speculative_rate(1), sw.plain_rate(1));
+  EXPECT_LT(sw.speculative_rate(200), sw.plain_rate(200));
+}
+
+TEST(SpeculationSwitch, ConditionsThatChangeAreNoticedByReChecks) {
+  SpeculationSwitch sw;
+  double clock = 0.0, tokens = 0.0;
+  simulate(sw, World{1000.0, 900.0, 0.0}, 24 * 100, 64, clock, tokens);
+  EXPECT_LT(sw.speculative_rate(64), sw.plain_rate(64));
+  // The workload becomes input-grounded at the same batch size: speculation
+  // now wins, and a re-check finds it within the grown interval.
+  const Outcome r = simulate(sw, World{1000.0, 1500.0, 0.0}, 24 * 400, 64, clock, tokens);
+  EXPECT_GT(sw.speculative_rate(64), sw.plain_rate(64));
+  EXPECT_GT(r.speculative_steps, r.steps / 2);
+}
+
+TEST(SpeculationSwitch, WindowsWithoutOutputsOrMostlyPromptsTeachNothing) {
+  SpeculationSwitch sw;
+  double clock = 0.0;
+  for (int i = 0; i < 24 * 10; ++i) {
+    clock += 0.01;
+    sw.record_step(0, 100 * i, clock, 8);  // prefill only: no tokens yet
+  }
+  // A burst of prompts with a few outputs: more than kPrefillRatio prompt
+  // tokens per output.
+  for (int i = 0; i < 24 * 10; ++i) {
+    clock += 0.01;
+    sw.record_step(i, 50000 + 100 * i, clock, 8);
+  }
+  EXPECT_EQ(sw.speculative_rate(8), 0.0);
+  EXPECT_EQ(sw.plain_rate(8), 0.0);
+  EXPECT_TRUE(sw.speculating());
+  // Decoding with a few prompt tokens alongside counts.
+  for (int i = 0; i < 24 * 3; ++i) {
+    clock += 0.01;
+    sw.record_step(1000 + 8 * i, 80000 + i, clock, 8);
+  }
+  EXPECT_GT(sw.speculative_rate(8), 0.0);
+  EXPECT_GT(sw.plain_rate(8), 0.0);
+  EXPECT_THROW(SpeculationSwitch(SwitchConfig{0, 8, 128, 0.5}), Error);
+}
+
+}  // namespace
+}  // namespace deepinfer::spec
