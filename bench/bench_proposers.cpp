@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   for (SpecMethod method : {SpecMethod::Ngram, SpecMethod::Suffix}) {
     SpeculativeConfig config;
     config.method = method;
+    if (std::getenv("NO_GLOBAL")) config.suffix_global_max_tokens = 0;
     auto proposer = make_proposer(config);
     std::mt19937 rng(7);
     // Text that repeats phrases: 64 phrases of 8 tokens from a 4k vocabulary.
@@ -57,11 +58,13 @@ int main(int argc, char** argv) {
       propose_s += std::chrono::duration<double>(t1 - t0).count();
       append_s += std::chrono::duration<double>(t2 - t1).count();
     }
+    const auto f0 = std::chrono::steady_clock::now();
     for (int r = 0; r < requests; ++r) proposer->finish(static_cast<uint64_t>(r));
+    const double finish_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
     std::printf("%-6s %d requests x %d-token prompts: propose %.2f us, append %.2f us per request and step "
-                "(%.2f ms per step of all requests); %.2f drafts per proposal\n",
+                "(%.2f ms per step of all requests); %.2f drafts per proposal; finishing all %.1f ms\n",
                 std::string(to_string(method)).c_str(), requests, prompt_len, propose_s / steps / requests * 1e6,
                 append_s / steps / requests * 1e6, (propose_s + append_s) / steps * 1e3,
-                static_cast<double>(drafted) / (static_cast<double>(steps) * requests));
+                static_cast<double>(drafted) / (static_cast<double>(steps) * requests), finish_s * 1e3);
   }
 }

@@ -482,6 +482,22 @@ void Engine::propose_drafts() {
   speculator_->propose(candidates, static_cast<int32_t>(parts_.scheduler->num_running()));
 }
 
+void Engine::keep_proposer_up() {
+  // Running requests, a different share first each step, within a token
+  // budget that the pipelined loop hides behind the device's step.
+  constexpr int64_t kTokensPerStep = 4096;
+  std::vector<const Request*> running;
+  for (const auto& [id, live] : requests_) {
+    const Request& r = *live->request;
+    if (r.state == RequestState::Running && !live->abort_requested) running.push_back(&r);
+  }
+  if (running.empty()) return;
+  std::sort(running.begin(), running.end(), [](const Request* a, const Request* b) { return a->id() < b->id(); });
+  std::rotate(running.begin(), running.begin() + static_cast<ptrdiff_t>(keep_up_cursor_++ % running.size()),
+              running.end());
+  speculator_->keep_up(running, kTokensPerStep);
+}
+
 std::vector<RequestOutput> Engine::step() {
   finished_summaries_.clear();
   std::vector<RequestOutput> outputs;
@@ -514,6 +530,8 @@ std::vector<RequestOutput> Engine::step() {
       complete(*current, outputs);
     }
     propose_drafts();
+  } else if (speculator_) {
+    keep_proposer_up();
   }
 
   ScheduledBatch batch = parts_.scheduler->schedule();

@@ -160,6 +160,8 @@ class Engine {
                      std::vector<RequestOutput>& outputs);
   // Drafts for the requests that are decoding with nothing in flight.
   void propose_drafts();
+  // Plain (pipelined) steps: the proposer catches up on new tokens a little each step.
+  void keep_proposer_up();
   // The step that still uses a finishing request's KV blocks, if any.
   std::optional<uint64_t> newest_inflight_step() const;
   // KV tiers: a new request whose prefix is on disk waits while it is read.
@@ -176,6 +178,7 @@ class Engine {
   std::unique_ptr<Speculator> speculator_;  // null without speculative decoding
   MtpProposer* mtp_ = nullptr;              // speculator_'s proposer with the "mtp" method
   int64_t prompt_tokens_computed_ = 0;      // prompt tokens launched (the speculation switch's measure)
+  size_t keep_up_cursor_ = 0;               // keep_proposer_up's rotation
   // Structured output's grammar compiler, made on first use (building its
   // vocabulary index takes a moment), from any thread.
   mutable std::once_flag grammar_once_;

@@ -24,18 +24,29 @@ Speculator::Speculator(spec::SpeculativeConfig config, std::unique_ptr<spec::Pro
   stats_.acceptance_lengths.assign(static_cast<size_t>(config_.num_speculative_tokens) + 1, 0);
 }
 
-void Speculator::feed(const Request& r) {
+int64_t Speculator::feed(const Request& r) {
   auto [it, fresh] = tracked_.try_emplace(r.id());
   Tracked& t = it->second;
+  int64_t fed = 0;
   if (fresh) {
     proposer_->start(r.id(), r.prompt_ids());
     t.fed = r.num_prompt_tokens();
+    fed += t.fed;
   }
   if (t.fed < r.num_tokens()) {
     const auto& out = r.output_ids();
     const auto from = static_cast<size_t>(t.fed - r.num_prompt_tokens());
     proposer_->append(r.id(), std::span<const int32_t>(out).subspan(from));
+    fed += r.num_tokens() - t.fed;
     t.fed = r.num_tokens();
+  }
+  return fed;
+}
+
+void Speculator::keep_up(std::span<const Request* const> requests, int64_t max_tokens) {
+  for (const Request* r : requests) {
+    if (max_tokens <= 0) return;
+    max_tokens -= feed(*r);
   }
 }
 

@@ -60,6 +60,10 @@ class Speculator {
   // far, the wall clock (seconds) and the requests running (the switch's
   // measurements).
   void record_progress(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running);
+  // Between drafting rounds (plain steps, pipelined): gives the proposer up
+  // to max_tokens of the tokens it has not seen, so that the next drafting
+  // round does not stall on a backlog (a suffix tree takes ~4 us per token).
+  void keep_up(std::span<const Request* const> requests, int64_t max_tokens);
   // Sets draft_ids of each candidate (requests decoding with nothing in
   // flight or being verified, in a stable order); base_tokens: the step's
   // other query tokens (about one per running request).
@@ -84,7 +88,8 @@ class Speculator {
     int32_t fed = 0;                     // tokens of the request given to the proposer
     std::vector<float> raw_confidence;   // of the drafts being verified
   };
-  void feed(const Request& r);  // gives the proposer the tokens it has not seen
+  // Gives the proposer the tokens of r it has not seen; returns how many.
+  int64_t feed(const Request& r);
   bool switched() const { return config_.dynamic && config_.switch_window_steps > 0; }
 
   spec::SpeculativeConfig config_;

@@ -62,6 +62,11 @@ void SuffixProposer::append(uint64_t request_id, std::span<const int32_t> tokens
 }
 
 void SuffixProposer::finish(uint64_t request_id) {
+  const std::vector<int32_t> output = release(request_id);
+  add_global(output);
+}
+
+std::vector<int32_t> SuffixProposer::release(uint64_t request_id) {
   const Request& r = find(request_id, "finish");
   std::span<const int32_t> output = r.tree.tokens(r.seq).subspan(r.prompt_size);
   // Only outputs: prompts are mostly request-specific (documents, user text),
@@ -69,20 +74,27 @@ void SuffixProposer::finish(uint64_t request_id) {
   // output longer than the whole budget keeps its tail, so the bound holds
   // without throwing away the newest request entirely.
   const auto budget = static_cast<size_t>(config_.global_max_tokens);
+  std::vector<int32_t> kept;
   if (budget > 0 && !output.empty()) {
     if (output.size() > budget) output = output.subspan(output.size() - budget);
-    const int32_t seq = global_.add_sequence();
-    global_.append(seq, output);
-    global_order_.push_back(seq);
-    while (global_.num_tokens() > config_.global_max_tokens) {
-      global_.remove_sequence(global_order_.front());
-      global_order_.pop_front();
-    }
+    kept.assign(output.begin(), output.end());
   }
   requests_.erase(request_id);
+  return kept;
 }
 
-SuffixSource SuffixProposer::propose(uint64_t request_id, int32_t max_tokens, Draft& out) const {
+void SuffixProposer::add_global(std::span<const int32_t> output) {
+  if (output.empty() || config_.global_max_tokens <= 0) return;
+  const int32_t seq = global_.add_sequence();
+  global_.append(seq, output);
+  global_order_.push_back(seq);
+  while (global_.num_tokens() > config_.global_max_tokens) {
+    global_.remove_sequence(global_order_.front());
+    global_order_.pop_front();
+  }
+}
+
+SuffixSource SuffixProposer::propose(uint64_t request_id, int32_t max_tokens, Draft& out, bool use_global) const {
   const Request& r = find(request_id, "propose");
   out.clear();
   SuffixProposeConfig pc = config_.propose;
@@ -92,7 +104,7 @@ SuffixSource SuffixProposer::propose(uint64_t request_id, int32_t max_tokens, Dr
 
   r.tree.propose_after(r.seq, pc, out);
   SuffixSource source = out.size() > 0 ? SuffixSource::Request : SuffixSource::None;
-  if (global_.num_sequences() > 0) {
+  if (use_global && global_.num_sequences() > 0) {
     Draft other;
     global_.propose(context, pc, other);
     // Ties keep the request's own tree: its statistics are about this request.

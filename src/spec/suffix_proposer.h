@@ -11,6 +11,7 @@
 #include <deque>
 #include <span>
 #include <unordered_map>
+#include <vector>
 
 #include "spec/draft.h"
 #include "spec/suffix_tree.h"
@@ -44,10 +45,19 @@ class SuffixProposer {
   void start(uint64_t request_id, std::span<const int32_t> prompt);
   void append(uint64_t request_id, std::span<const int32_t> tokens);
   void finish(uint64_t request_id);
+  // finish() in two halves, for a caller that fills the global tree on
+  // another thread: release() forgets the request and returns the output
+  // tokens the global tree should take (empty when it is disabled), and
+  // add_global() adds them. add_global() touches the global tree only, so it
+  // may run concurrently with start/append/release and with propose() told
+  // not to read the global tree.
+  std::vector<int32_t> release(uint64_t request_id);
+  void add_global(std::span<const int32_t> output);
 
   // Up to min(max_tokens, config.propose.max_tokens) tokens that would follow
-  // the request's sequence; returns the tree they came from (None: `out` is empty).
-  SuffixSource propose(uint64_t request_id, int32_t max_tokens, Draft& out) const;
+  // the request's sequence; returns the tree they came from (None: `out` is
+  // empty). use_global: also consult the global tree.
+  SuffixSource propose(uint64_t request_id, int32_t max_tokens, Draft& out, bool use_global = true) const;
 
   const SuffixConfig& config() const { return config_; }
   size_t num_requests() const { return requests_.size(); }

@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "spec/proposer.h"
 #include "spec/suffix_proposer.h"
 #include "spec/suffix_tree.h"
 
@@ -234,6 +237,39 @@ TEST(SuffixTree, DraftsAreRealContinuationsAndMatchTheDefinition) {
       EXPECT_GT(scan_count(seqs, run), 0) << "trial " << trial << " query " << q;
     }
   }
+}
+
+// The engine's suffix proposer fills the global tree on a thread of its own:
+// a finished request's output becomes a draft for a later request once the
+// insertion lands, and proposals meanwhile draft from the request's own tree.
+TEST(SuffixProposer, EnginesProposerFillsTheGlobalTreeInTheBackground) {
+  SpeculativeConfig config;
+  config.method = SpecMethod::Suffix;
+  auto p = make_proposer(config);
+  p->start(1, Tokens{100, 101, 102});
+  p->append(1, Tokens{1, 2, 3, 4, 5, 6, 7, 8});
+  p->finish(1);
+  p->start(2, Tokens{50, 1, 2});
+  Draft d;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    p->propose(2, 5, d);
+    if (d.size() > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(d.tokens, (Tokens{3, 4, 5, 6, 7}));
+  // Many finished outputs at once, beyond the global budget: the queue drops
+  // the oldest, and the proposer is destroyed with insertions pending.
+  SpeculativeConfig small = config;
+  small.suffix_global_max_tokens = 64;
+  auto q = make_proposer(small);
+  for (uint64_t id = 0; id < 200; ++id) {
+    q->start(id, Tokens{1, 2, 3});
+    q->append(id, Tokens{static_cast<int32_t>(id), 4, 5, 6, 7, 8, 9, 10});
+    q->finish(id);
+  }
+  q->start(1000, Tokens{9});
+  q->propose(1000, 5, d);
 }
 
 TEST(SuffixProposer, FinishedOutputsDraftForLaterRequests) {
