@@ -102,7 +102,7 @@ void Speculator::propose(std::span<Request* const> candidates, int32_t base_toke
     r->draft_ids = d.tokens;
     tracked_[r->id()].raw_confidence = d.confidence;
     std::vector<double>& a = accept.emplace_back();
-    for (float c : d.confidence) a.push_back(calibrator_.calibrated(c));
+    for (float c : d.confidence) a.push_back(calibrator_.optimistic(c));
     drafted.push_back(r);
   }
   if (config_.dynamic && !drafted.empty()) {

@@ -1,6 +1,7 @@
 #include "spec/acceptance_calibrator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace deepinfer::spec {
@@ -18,6 +19,11 @@ double AcceptanceCalibrator::calibrated(double raw) const {
   // Never certain either way: a bin that has only seen rejections still
   // lets a draft through when verifying is nearly free.
   return std::clamp(p, 0.005, 0.995);
+}
+
+double AcceptanceCalibrator::optimistic(double raw) const {
+  const double n = static_cast<double>(verified_[bin_of(raw)]);
+  return std::clamp(calibrated(raw) + kExploreBonus / std::sqrt(1.0 + n), 0.005, 0.995);
 }
 
 void AcceptanceCalibrator::observe(double raw, bool accepted) {

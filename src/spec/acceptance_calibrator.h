@@ -19,6 +19,13 @@ class AcceptanceCalibrator {
 
   // The calibrated probability for a raw confidence in [0, 1].
   double calibrated(double raw) const;
+  // The same plus an exploration bonus of kExploreBonus / sqrt(1 + the bin's
+  // observations): what the verify-length choice uses. Drafts the policy
+  // cuts are never observed, so a bin whose prior is too low (a proposer
+  // that underrates deep drafts of a copied span) would stay cut; optimism
+  // under uncertainty verifies it until its rate is measured.
+  double optimistic(double raw) const;
+  static constexpr double kExploreBonus = 0.5;
   // One verified draft token: its raw confidence and whether it was accepted.
   // Only tokens whose earlier drafts were all accepted are observations.
   void observe(double raw, bool accepted);

@@ -23,6 +23,21 @@ TEST(AcceptanceCalibrator, TrustsTheProposerUntilMeasuredThenTheMeasurement) {
   EXPECT_GT(c.calibrated(0.1), 0.0) << "never certain of rejection";
 }
 
+TEST(AcceptanceCalibrator, OptimismShrinksWithObservations) {
+  AcceptanceCalibrator c;
+  // Unmeasured: the prior plus the full bonus.
+  EXPECT_NEAR(c.optimistic(0.3), 0.3 + AcceptanceCalibrator::kExploreBonus, 1e-9);
+  // A bin the proposer underrates (claimed 0.3, accepted 9 in 10): optimism
+  // gets it verified, and the measurement then carries it.
+  for (int i = 0; i < 99; ++i) c.observe(0.3, i % 10 != 0);
+  EXPECT_NEAR(c.calibrated(0.3), (89.0 + 4 * 0.3) / (99.0 + 4), 1e-9);
+  EXPECT_NEAR(c.optimistic(0.3), c.calibrated(0.3) + 0.05, 1e-9);
+  // Rejected drafts: the bonus fades, the rate is measured.
+  for (int i = 0; i < 9999; ++i) c.observe(0.6, false);
+  EXPECT_LT(c.optimistic(0.6), 0.011);
+  EXPECT_LE(c.optimistic(0.95), 0.995);
+}
+
 TEST(StepTimeCurve, InterpolatesMeasuredBinsAndExtendsTheLastSlope) {
   StepTimeCurve curve;
   EXPECT_EQ(curve.predict(8), 0.0);
