@@ -20,6 +20,7 @@ int SpeculationSwitch::bucket_of(int32_t running) {
 
 void SpeculationSwitch::open_window(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running) {
   window_open_ = true;
+  tainted_ = false;
   steps_in_window_ = 0;
   window_tokens_ = output_tokens;
   window_prompt_tokens_ = prompt_tokens;
@@ -53,6 +54,8 @@ void SpeculationSwitch::end_window(int64_t output_tokens, int64_t prompt_tokens,
   const double seconds = now_s - window_start_s_;
   // Nothing to compare: idle, or mostly prompt processing.
   if (produced <= 0 || seconds <= 0.0 || prompt_tokens - window_prompt_tokens_ > kPrefillRatio * produced) return;
+  if (tainted_ && ++tainted_in_a_row_ <= kMaxTainted) return;
+  tainted_in_a_row_ = 0;
   Bucket& b = buckets_[window_bucket_];
   double& mean = b.rate[speculating_ ? 1 : 0];
   const double rate = static_cast<double>(produced) / seconds;
@@ -64,11 +67,13 @@ void SpeculationSwitch::end_window(int64_t output_tokens, int64_t prompt_tokens,
   b.explore = explored_wins ? config_.min_explore : std::min(config_.max_explore, b.explore * 2);
 }
 
-void SpeculationSwitch::record_step(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running) {
+void SpeculationSwitch::record_step(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running,
+                                    bool one_time_work) {
   if (!window_open_) {
     open_window(output_tokens, prompt_tokens, now_s, running);
     return;
   }
+  tainted_ = tainted_ || one_time_work;
   if (++steps_in_window_ < config_.window_steps) return;
   end_window(output_tokens, prompt_tokens, now_s);
   open_window(output_tokens, prompt_tokens, now_s, running);

@@ -15,7 +15,10 @@
 // doubles up to a bound (a saturated server pays at most one window in
 // max_explore for re-checking that speculation still does not pay); when it
 // wins, the interval resets. Rates are compared only between windows that
-// produced tokens and were not dominated by prompt processing (more prompt
+// produced tokens, did no one-time work (graph captures; after
+// kMaxTainted such windows in a row the next counts anyway, so that a run
+// that keeps capturing still gets measured) and were not dominated by prompt
+// processing (more prompt
 // tokens computed than kPrefillRatio times the outputs: a burst of new
 // requests, whose window would count against whichever mode it fell to).
 //
@@ -44,10 +47,13 @@ class SpeculationSwitch {
   // Whether the current window speculates.
   bool speculating() const { return speculating_; }
   // After every engine step: the engine's output tokens and computed prompt
-  // tokens so far, the wall-clock time in seconds (any monotonic origin) and
-  // the requests running.
-  void record_step(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running);
+  // tokens so far, the wall-clock time in seconds (any monotonic origin), the
+  // requests running, and whether one-time work (a CUDA graph capture) fell
+  // into the step: a window with such work teaches nothing.
+  void record_step(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running,
+                   bool one_time_work = false);
   static constexpr int64_t kPrefillRatio = 4;
+  static constexpr int32_t kMaxTainted = 3;
 
   // Mean output tokens per second of each mode's windows at a batch size (0
   // before any).
@@ -74,6 +80,8 @@ class SpeculationSwitch {
   bool speculating_ = true;  // the first window speculates
   bool window_open_ = false;
   bool exploring_ = false;   // the current window re-checks its bucket's losing mode
+  bool tainted_ = false;     // the current window did one-time work
+  int32_t tainted_in_a_row_ = 0;  // ... and how many windows before it did
   int window_bucket_ = 0;
   int32_t steps_in_window_ = 0;
   int64_t window_tokens_ = 0, window_prompt_tokens_ = 0;

@@ -111,6 +111,20 @@ TEST(SpeculationSwitch, WindowsWithoutOutputsOrMostlyPromptsTeachNothing) {
   EXPECT_GT(sw.speculative_rate(8), 0.0);
   EXPECT_GT(sw.plain_rate(8), 0.0);
   EXPECT_THROW(SpeculationSwitch(SwitchConfig{0, 8, 128, 0.5}), Error);
+  // Windows with a graph capture teach nothing either, unless they keep
+  // coming (kMaxTainted in a row).
+  SpeculationSwitch fresh;
+  for (int i = 0; i < 24 * SpeculationSwitch::kMaxTainted + 1; ++i) {
+    clock += 0.01;
+    fresh.record_step(10 * i, 0, clock, 8, /*one_time_work=*/i % 24 == 5);
+  }
+  EXPECT_EQ(fresh.speculative_rate(8), 0.0);
+  EXPECT_EQ(fresh.plain_rate(8), 0.0);
+  for (int i = 0; i < 24; ++i) {
+    clock += 0.01;
+    fresh.record_step(1000 + 10 * i, 0, clock, 8, i == 5);
+  }
+  EXPECT_GT(fresh.speculative_rate(8), 0.0);
 }
 
 }  // namespace
