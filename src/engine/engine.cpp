@@ -86,7 +86,9 @@ bool needs_host_sampling(const SamplingParams& p) {
 
 Engine::Engine(EngineConfig config) : parts_(build_engine(std::move(config))) {
   sampler_ = std::make_unique<Sampler>(parts_.model->config().vocab_size);
-  if (parts_.config.speculative.enabled()) speculator_ = std::make_unique<Speculator>(parts_.config.speculative, make_proposer());
+  if (parts_.config.speculative.enabled()) {
+    speculator_ = std::make_unique<Speculator>(parts_.config.speculative, make_proposer());
+  }
   if (parts_.kv_tiers) calibrate_kv_tiers();
 }
 

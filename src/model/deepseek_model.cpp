@@ -89,7 +89,8 @@ void DeepseekModel::load_mtp(WeightLoader& load) {
            c.mtp_layers, mtp_layer_, mtp_layer_);
   // DeepSeek-V3 checkpoints give the layer copies of the embedding and the
   // output projection; without them it shares the decoder's.
-  const std::string embd = load.has(p + "nextn.embed_tokens.weight") ? p + "nextn.embed_tokens.weight" : "token_embd.weight";
+  const std::string own_embd = p + "nextn.embed_tokens.weight";
+  const std::string embd = load.has(own_embd) ? own_embd : "token_embd.weight";
   token_embd_ = load.matrix(embd, c.vocab_size, H);
   output_norm_ = load.vector(p + "nextn.shared_head_norm.weight", H);
   if (load.has(p + "nextn.shared_head_head.weight")) {

@@ -95,7 +95,9 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLi
   }
   if (limits.sampled_probs) {
     probs_dev_ = Buffer(backend, static_cast<size_t>(max_rows_) * 4);
-    for (Slot& s : slots_) s.probs_host = static_cast<float*>(backend.allocate_host(static_cast<size_t>(max_rows_) * 4));
+    for (Slot& s : slots_) {
+      s.probs_host = static_cast<float*>(backend.allocate_host(static_cast<size_t>(max_rows_) * 4));
+    }
   }
   if (limits.count_experts) {
     const ModelConfig& c = model.config();
@@ -512,6 +514,10 @@ int ModelRunner::launch(const StepPlan& plan) {
   }
   const Tensor logits = logits_dev_.view(DType::F32, {st.rows, vocab});
   if (graph) {
+    // A graph reads the hidden input or not: a runner's graph steps must all agree.
+    DI_CHECK(graphs_hidden_input_ < 0 || graphs_hidden_input_ == (st.hidden_input ? 1 : 0),
+             "ModelRunner: graph steps with and without a hidden input");
+    graphs_hidden_input_ = st.hidden_input ? 1 : 0;
     const auto key = std::make_tuple(shape.seqs, shape.q, graph_kv_len);
     auto it = graphs_.find(key);
     s.captured = it == graphs_.end();

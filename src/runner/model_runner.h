@@ -240,6 +240,7 @@ class ModelRunner {
   // By (padded batch, tokens per sequence, context bucket).
   std::map<std::tuple<int32_t, int32_t, int32_t>, std::unique_ptr<OpGraph>> graphs_;
   std::vector<int32_t> graph_sizes_;
+  int graphs_hidden_input_ = -1;  // whether captured graphs read a hidden input (-1: none captured)
 };
 
 }  // namespace deepinfer
