@@ -77,6 +77,16 @@ StepPlan plan_for(const std::vector<int32_t>& tokens, int32_t start, std::vector
   return plan;
 }
 
+// Runners of these tests: small steps, hidden states kept for the MTP layer.
+RunnerLimits runner_limits(int32_t max_seqs) {
+  RunnerLimits limits;
+  limits.max_num_batched_tokens = 64;
+  limits.max_num_seqs = max_seqs;
+  limits.max_model_len = 100;
+  limits.hidden_states = true;
+  return limits;
+}
+
 // The decoder's KV layers plus the MTP layer's, one group.
 KvStorage mtp_kv(Backend& backend, LoadedModel& loaded, int32_t pages, KvLayout* layout = nullptr) {
   KvCacheSpec spec = loaded.model().kv_spec(kPage, DType::F32);
@@ -94,11 +104,7 @@ TEST(Mtp, LayerMatchesReference) {
   ASSERT_EQ(loaded->config().mtp_layers, 1);
   auto mtp = loaded->load_mtp_layer(*backend);
   KvStorage kv = mtp_kv(*backend, *loaded, 8);
-  RunnerLimits limits;
-  limits.max_num_batched_tokens = 64;
-  limits.max_num_seqs = 1;
-  limits.max_model_len = 100;
-  limits.hidden_states = true;
+  RunnerLimits limits = runner_limits(1);
   ModelRunner target(loaded->model(), *backend, kv, limits);
   limits.sampled_probs = true;
   ModelRunner layer(*mtp, *backend, kv, limits);
@@ -149,11 +155,7 @@ TEST(Mtp, ProposerDraftsTheLayersArgmax) {
   kc.block_size = kPage;
   kc.enable_prefix_caching = false;
   KvCacheManager manager(layout, 32, kc);
-  RunnerLimits limits;
-  limits.max_num_batched_tokens = 64;
-  limits.max_num_seqs = 4;
-  limits.max_model_len = 100;
-  limits.hidden_states = true;
+  RunnerLimits limits = runner_limits(4);
   ModelRunner target(loaded->model(), *backend, kv, limits);
   MtpProposer mtp(*loaded, *backend, kv, manager, target, limits);
   uint64_t id = 0;
@@ -224,11 +226,7 @@ TEST(Mtp, IncrementalCatchUpsMatchOneShot) {
     return t;
   };
   const std::vector<int32_t> a = full_of(3), b = full_of(2);  // prompts of 40 and 23 tokens
-  RunnerLimits limits;
-  limits.max_num_batched_tokens = 64;
-  limits.max_num_seqs = 2;
-  limits.max_model_len = 100;
-  limits.hidden_states = true;
+  RunnerLimits limits = runner_limits(2);
   // One-shot: the draft after position n - 2 from a fresh cache.
   auto one_shot = [&](const std::vector<int32_t>& seq, int32_t n) {
     KvStorage kv = mtp_kv(*backend, *loaded, 8);
