@@ -66,6 +66,15 @@ int run_serve(int argc, char** argv) {
       ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--keep-alive-timeout", http.keep_alive_timeout_s, "seconds an idle connection is kept")
       ->check(CLI::Range(0.1, 3600.0));
+  std::string role = "both";
+  app.add_option("--role", role,
+                 "both: whole requests; prefill: compute prompts' KV into the shared --kv-cache-dir and answer one "
+                 "token; decode: continue requests from the KV found there (docs/router.md)")
+      ->check(CLI::IsMember({"both", "prefill", "decode"}));
+  double kv_export_timeout = 10;
+  app.add_option("--kv-export-timeout", kv_export_timeout,
+                 "prefill role: seconds to wait for a request's KV to reach the shared directory before answering")
+      ->check(CLI::Range(0.0, 3600.0));
   app.add_option("--max-n", api.limits.max_n, "largest n (samples per prompt)")->check(CLI::Range(1, SamplingParams::kMaxN));
   try {
     app.parse(argc, argv);
@@ -74,6 +83,16 @@ int run_serve(int argc, char** argv) {
   }
   http.io_threads = io_threads;
   EngineConfig config = finish_engine_flags(ef, argv[0]);
+  api.role = role == "prefill" ? server::ServeRole::Prefill
+             : role == "decode" ? server::ServeRole::Decode
+                                : server::ServeRole::Both;
+  api.kv_export_timeout = std::chrono::milliseconds(static_cast<int64_t>(kv_export_timeout * 1000));
+  if (api.role != server::ServeRole::Both && config.kv_cache_dir.empty()) {
+    // The KV moves between the two roles through the shared block directory.
+    log_error("serve: --role {} needs --kv-cache-dir (a directory the prefill and decode engines share; on one node "
+              "a tmpfs such as /dev/shm/...)", role);
+    return 2;
+  }
   if (api.served_model_name.empty()) api.served_model_name = default_served_name(config.model_path);
   raise_file_limit();
 

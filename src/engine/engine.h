@@ -101,6 +101,9 @@ class Engine {
   const Tokenizer& tokenizer() const { return *parts_.tokenizer; }
   const EngineConfig& config() const { return parts_.config; }
   int32_t max_model_len() const { return parts_.max_model_len; }
+  // The KV tiers (null without --kv-offloading-size / --kv-cache-dir); other
+  // threads may use only their thread-safe members (the export fence).
+  const KvTiers* kv_tiers() const { return parts_.kv_tiers.get(); }
   int32_t vocab_size() const;
   const ModelConfig& model_config() const;
 

@@ -50,10 +50,24 @@ ApiServer::ApiServer(AsyncEngine& engine, ApiServerOptions options)
       metrics_({{"model_name", options_.served_model_name}}),
       workers_(options_.request_workers, options_.max_queued_requests) {
   started_at_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (options_.role == ServeRole::Prefill) {
+    export_fence_ = std::make_unique<KvExportFence>(
+        options_.kv_export_timeout, &metrics_.counter("deepinfer:kv_export_total", "", {{"result", "persisted"}}),
+        &metrics_.counter("deepinfer:kv_export_total", "", {{"result", "timeout"}}));
+  }
   render_metrics();  // registers every family so /metrics lists them from the start
 }
 
 ApiServer::~ApiServer() = default;
+
+const char* serve_role_name(ServeRole role) {
+  switch (role) {
+    case ServeRole::Prefill: return "prefill";
+    case ServeRole::Decode: return "decode";
+    case ServeRole::Both: break;
+  }
+  return "both";
+}
 
 void ApiServer::render_kv_tier_metrics(const EngineStats& e) {
   // Only with --kv-offloading-size or --kv-cache-dir.
@@ -262,6 +276,19 @@ void ApiServer::dispatch(const HttpRequest& r, const std::shared_ptr<ResponseCha
     return;
   }
   if (!authorized(r)) throw ApiError(401, "invalid or missing API key", {}, "authentication_error");
+  if (path == "/server_info") {
+    // What a router learns about this backend: its role, model and limits.
+    require(get);
+    const Engine* e = engine_.engine();
+    ojson info = {{"role", serve_role_name(options_.role)}, {"model", options_.served_model_name},
+                  {"version", DEEPINFER_VERSION}, {"ready", engine_.ready()}};
+    if (e) {
+      info["max_model_len"] = e->max_model_len();
+      info["kv_cache_dir"] = e->kv_tiers() != nullptr && e->kv_tiers()->disk_enabled();
+    }
+    send_json(ch, 200, info);
+    return;
+  }
   if (path == "/v1/models") {
     require(get);
     const Engine* e = engine_.engine();
@@ -401,6 +428,8 @@ void ApiServer::generate(Api api, const HttpRequest& r, const std::shared_ptr<Re
   } else {
     prompts.push_back(chat_prompt(req));
   }
+  // A prefill engine computes the prompt and one token; its decode engine the rest.
+  if (options_.role == ServeRole::Prefill) req.params.max_tokens = 1;
   for (const auto& p : prompts) {
     if (p.empty()) bad_param("prompt", "the prompt is empty");
     check_prompt_length(req.params, p.size(), engine->max_model_len());
@@ -419,6 +448,10 @@ void ApiServer::generate(Api api, const HttpRequest& r, const std::shared_ptr<Re
   ctx.metrics.success_length = &metrics_.counter("deepinfer:request_success_total", "", {{"finished_reason", "length"}});
   ctx.metrics.success_abort = &metrics_.counter("deepinfer:request_success_total", "", {{"finished_reason", "abort"}});
   ctx.metrics.rejected = &metrics_.counter("deepinfer:num_requests_rejected_total", "");
+  if (export_fence_ && engine->kv_tiers() && engine->kv_tiers()->disk_enabled()) {
+    ctx.export_fence = export_fence_.get();
+    ctx.export_tiers = engine->kv_tiers();
+  }
   auto job = std::make_shared<GenerationJob>(std::move(ctx), std::move(req), std::move(prompts), std::move(texts), ch);
   // The job lives on the connection's strand, where its engine events arrive.
   ch->post([job, ch, api] {

@@ -8,12 +8,14 @@
 // error body, bugs a logged 500; the server stays up either way.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
 
 #include "engine/async_engine.h"
 #include "server/http_server.h"
+#include "server/kv_export_fence.h"
 #include "server/metrics.h"
 #include "server/protocol.h"
 #include "server/request_workers.h"
@@ -24,12 +26,21 @@ class PromptBuilder;
 
 namespace deepinfer::server {
 
+// What the engine does in a disaggregated deployment (docs/router.md):
+// Prefill computes prompts' KV into the shared --kv-cache-dir and answers
+// one token; Decode continues requests whose prompt KV it finds there; Both
+// serves whole requests.
+enum class ServeRole : uint8_t { Both, Prefill, Decode };
+const char* serve_role_name(ServeRole role);
+
 struct ApiServerOptions {
   std::string served_model_name;  // the name clients send and /v1/models lists
   std::string api_key;            // empty = no authentication
   RequestLimits limits;
   int request_workers = 2;      // threads that parse and tokenise requests
   size_t max_queued_requests = 64;  // waiting for a worker; beyond this, 503
+  ServeRole role = ServeRole::Both;
+  std::chrono::milliseconds kv_export_timeout{10000};  // Prefill: longest wait for the KV to be on disk
 };
 
 class ApiServer {
@@ -62,6 +73,7 @@ class ApiServer {
   std::once_flag prompts_once_;
   std::unique_ptr<PromptBuilder> prompts_;
   int64_t started_at_ = 0;
+  std::unique_ptr<KvExportFence> export_fence_;  // Prefill role only
   // Last: joined first on destruction, while what its tasks use still exists.
   RequestWorkers workers_;
 };

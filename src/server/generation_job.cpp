@@ -5,6 +5,7 @@
 
 #include "core/logging.h"
 #include "engine/prompt_builder.h"
+#include "server/kv_export_fence.h"
 #include "server/metrics.h"
 
 namespace deepinfer::server {
@@ -171,8 +172,21 @@ void GenerationJob::on_all_finished() {
     }
     return;
   }
+  if (ctx_.export_fence && ctx_.export_tiers) {
+    auto self = shared_from_this();
+    ctx_.export_fence->after_persisted(*ctx_.export_tiers, [self](bool persisted) {
+      self->channel_->post([self, persisted] { self->send_result(persisted); });
+    });
+    return;
+  }
+  send_result(std::nullopt);
+}
+
+void GenerationJob::send_result(std::optional<bool> kv_exported) {
   if (!request_.stream) {
-    channel_->send(200, "application/json", dump_json(encoder_->body(samples_)));
+    std::vector<std::pair<std::string, std::string>> headers;
+    if (kv_exported) headers.emplace_back("x-deepinfer-kv-exported", *kv_exported ? "true" : "false");
+    channel_->send(200, "application/json", dump_json(encoder_->body(samples_)), std::move(headers));
     return;
   }
   encoder_->stream_end(events_, samples_);

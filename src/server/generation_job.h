@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "server/response_encoder.h"
 
 namespace deepinfer {
+class KvTiers;
 class Tokenizer;
 }
 
@@ -24,6 +26,7 @@ namespace deepinfer::server {
 
 class Counter;
 class Histogram;
+class KvExportFence;
 
 // What jobs record into /metrics.
 struct JobMetrics {
@@ -44,6 +47,10 @@ struct JobContext {
   ToolCallFormat tool_format = ToolCallFormat::None;
   bool reasoning = false;
   JobMetrics metrics;
+  // `serve --role prefill`: the answer waits until the request's KV is in the
+  // shared directory (both set, or neither).
+  KvExportFence* export_fence = nullptr;
+  const KvTiers* export_tiers = nullptr;
 };
 
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
@@ -67,6 +74,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void record_token_gap(SampleProgress& progress, const EngineEvent& ev);
   void record_finish(const SampleOutput& sample, const EngineEvent& ev);
   void on_all_finished();
+  // The success answer; kv_exported: the export fence's verdict (prefill role).
+  void send_result(std::optional<bool> kv_exported);
   void abort_all();
   void send_error(int status, const std::string& message, const std::string& type);
 

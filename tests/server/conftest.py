@@ -61,17 +61,20 @@ def free_port():
 
 
 class Server:
-    def __init__(self, *extra, model=None):
+    def __init__(self, *extra, model=None, env=None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         model = pathlib.Path(model) if model else ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-        args = [str(binary()), "serve", "--port", str(self.port), "--served-model-name", MODEL_NAME, "--threads", "2"]
+        args = [str(binary()), "serve", "--port", str(self.port), "--served-model-name", MODEL_NAME]
+        if "--threads" not in extra:
+            args += ["--threads", "2"]
         if model.exists():
             args += ["--model", str(model)]
         args += list(extra)
         self.log_path = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"deepinfer-serve-{self.port}.log"
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=None if env is None else {**os.environ, **env})
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:

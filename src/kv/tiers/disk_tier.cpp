@@ -375,6 +375,22 @@ bool DiskKvTier::contains(uint64_t key) const {
   return index_.count(key) != 0;
 }
 
+bool DiskKvTier::discover(uint64_t key) {
+  if (!enabled_) return false;
+  if (contains(key)) return true;
+  std::error_code ec;
+  const std::filesystem::path path = path_of(key);
+  const uint64_t bytes = std::filesystem::file_size(path, ec);  // no lock held: one stat
+  if (ec) return false;
+  std::lock_guard lock(mutex_);
+  if (index_.count(key) != 0) return true;
+  lru_.push_front(key);
+  index_[key] = Entry{bytes, -1, lru_.begin()};  // expiry read when first met, as for indexed files
+  bytes_ += bytes;
+  make_room(0);
+  return index_.count(key) != 0;
+}
+
 void DiskKvTier::remove_expired() {
   if (!enabled_) return;
   // Expiries not known yet (files indexed at start-up) are read from the

@@ -85,6 +85,11 @@ class DiskKvTier {
 
   // Whether the index lists the key (no file access, no verification).
   bool contains(uint64_t key) const;
+  // contains(), or else whether another process sharing the directory has
+  // written the block's file since this one indexed it (one stat; a file
+  // found is indexed). How a decode engine finds the KV a prefill engine
+  // exported (docs/router.md).
+  bool discover(uint64_t key);
 
   // Reads up to max_files indexed files whole (no verification), timed:
   // {bytes read, milliseconds}, {0, 0} when there are none.

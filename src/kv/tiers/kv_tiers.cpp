@@ -142,6 +142,7 @@ bool KvTiers::on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl
   }
   offloads_to_enqueue_.push_back({*slot, block_id, verify});
   ++offloaded_;
+  if (disk_enabled()) persist_accepted_.fetch_add(1);
   return true;
 }
 
@@ -273,6 +274,8 @@ void KvTiers::enqueue(Job job) {
     if (writes_.size() >= options_.max_queued_writes) {
       ++writes_dropped_;
       host_->unpin(job.write_slot);
+      ++persist_done_;
+      persisted_.notify_all();
       return;
     }
     writes_.push_back(std::move(job));
@@ -299,7 +302,7 @@ bool KvTiers::prefetch(uint64_t request, const KvTierQuery& q, int32_t from_bloc
       const KvBlockIdentity id =
           block_identity(q.hashes[static_cast<size_t>(end)], parent_hash(q, end), end, g, q.salt, tokens);
       if (host_->contains(id.key)) continue;
-      if (!disk_->contains(id.key)) {
+      if (!disk_->discover(id.key)) {
         missing = true;
         break;
       }
@@ -385,7 +388,21 @@ void KvTiers::io_loop(bool writer) {
       std::lock_guard lock(mutex_);
       if (!writer) prefetching_[job.request] = true;
     }
+    if (writer) mark_persisted();
   }
+}
+
+void KvTiers::mark_persisted() {
+  {
+    std::lock_guard lock(mutex_);
+    ++persist_done_;
+  }
+  persisted_.notify_all();
+}
+
+bool KvTiers::wait_persisted(uint64_t ticket, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mutex_);
+  return persisted_.wait_for(lock, timeout, [&] { return persist_done_ >= ticket; });
 }
 
 bool KvTiers::is_suspect(uint64_t key) {

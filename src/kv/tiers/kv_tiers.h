@@ -28,6 +28,7 @@
 // now and then).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -121,6 +122,14 @@ class KvTiers final : public KvTierLink {
     cost_.set_compute(tokens, ms_at_zero, context, ms_at_context);
   }
 
+  // The export fence (a prefill engine answers only once a finished
+  // request's KV is in the shared directory). A ticket covers every block
+  // accepted for the disk so far; wait_persisted returns true once each of
+  // them is on disk (written, found there, or given up on: a decode engine
+  // recomputes what it does not find), false at the timeout. Thread-safe.
+  uint64_t persist_ticket() const { return persist_accepted_.load(); }
+  bool wait_persisted(uint64_t ticket, std::chrono::milliseconds timeout) const;
+
   KvTierStats stats() const;
   bool disk_enabled() const { return disk_ && disk_->enabled(); }
   // The tier key of a block of `group` (the prefix-cache hash, told apart by group).
@@ -206,6 +215,15 @@ class KvTiers final : public KvTierLink {
   int64_t writes_dropped_ = 0, prefetches_ = 0, prefetched_blocks_ = 0;
   double prefetch_ms_total_ = 0.0, prefetch_ms_max_ = 0.0;
   std::thread writer_, reader_;
+  // The export fence: blocks accepted for the disk (engine thread) and those
+  // done with (written, dropped or failed). Offloads, their batches and the
+  // writer's queue are all first in, first out, so "done >= ticket" means
+  // every block up to the ticket is done (a write dropped from a full queue
+  // may finish ahead of older ones: the fence may then open one block early).
+  std::atomic<uint64_t> persist_accepted_{0};
+  uint64_t persist_done_ = 0;  // guarded by mutex_
+  mutable std::condition_variable persisted_;
+  void mark_persisted();  // takes mutex_
 };
 
 // Names what a block's bytes depend on: the model file(s) (size and sampled

@@ -445,18 +445,39 @@ const std::unordered_map<std::string, TestFn>& tests() {
     t["lower"] = unary([](const Value& v) { return v.is_string() && py_lower(v.str()) == v.str(); });
     t["upper"] = unary([](const Value& v) { return v.is_string() && py_upper(v.str()) == v.str(); });
     t["escaped"] = unary([](const Value&) { return false; });
-    auto int_of = [](const Value& v) -> int64_t {
-      if (v.is_undefined()) fail_undefined(v);
-      DI_CHECK(v.is_int() || v.is_bool() || v.is_float(), "unsupported operand type for %: '{}'", v.type_name());
-      return v.is_int() ? v.as_int() : static_cast<int64_t>(v.to_double());
+    // Python's `value % divisor`, compared with `want`: integers stay integers (no overflow for -1), and
+    // a float operand takes the float path, so a huge or fractional float never converts to int64.
+    auto remainder_is = [](const Value& v, const Value& divisor, int64_t want) {
+      for (const Value* x : {&v, &divisor}) {
+        if (x->is_undefined()) fail_undefined(*x);
+        DI_CHECK(x->is_int() || x->is_bool() || x->is_float(), "unsupported operand type for %: '{}'",
+                 x->type_name());
+      }
+      if (!v.is_float() && !divisor.is_float()) {
+        const int64_t d = divisor.is_bool() ? static_cast<int64_t>(divisor.as_bool()) : divisor.as_int();
+        const int64_t n = v.is_bool() ? static_cast<int64_t>(v.as_bool()) : v.as_int();
+        DI_CHECK(d != 0, "integer division or modulo by zero");
+        if (d == -1) return want == 0;
+        int64_t m = n % d;
+        if (m != 0 && (m < 0) != (d < 0)) m += d;
+        return m == want;
+      }
+      const double d = divisor.to_double();
+      DI_CHECK(d != 0.0, "float modulo");
+      double m = std::fmod(v.to_double(), d);
+      if (m != 0.0 && (m < 0.0) != (d < 0.0)) m += d;
+      return m == static_cast<double>(want);
     };
-    t["even"] = [int_of](RenderContext&, const Value& v, std::vector<Value>&) { return int_of(v) % 2 == 0; };
-    t["odd"] = [int_of](RenderContext&, const Value& v, std::vector<Value>&) { return int_of(v) % 2 != 0; };
-    t["divisibleby"] = [int_of](RenderContext&, const Value& v, std::vector<Value>& a) {
+    const Value two(static_cast<int64_t>(2));
+    t["even"] = [remainder_is, two](RenderContext&, const Value& v, std::vector<Value>&) {
+      return remainder_is(v, two, 0);
+    };
+    t["odd"] = [remainder_is, two](RenderContext&, const Value& v, std::vector<Value>&) {
+      return remainder_is(v, two, 1);
+    };
+    t["divisibleby"] = [remainder_is](RenderContext&, const Value& v, std::vector<Value>& a) {
       DI_CHECK(a.size() == 1, "divisibleby needs one argument");
-      int64_t d = int_of(a[0]);
-      DI_CHECK(d != 0, "integer division or modulo by zero");
-      return d == -1 || int_of(v) % d == 0;
+      return remainder_is(v, a[0], 0);
     };
     auto cmp = [](const char* op) {
       return [op](RenderContext&, const Value& v, std::vector<Value>& a) {

@@ -72,7 +72,13 @@ Value percent_format(RenderContext& ctx, const std::string& fmt, const Value& ar
     else if (c == 'r') out += v.repr();
     else if (c == 'd' || c == 'i') {
       DI_CHECK(is_numeric(v), "%d format: a real number is required, not {}", v.type_name());
-      out += std::to_string(v.is_float() ? static_cast<int64_t>(v.as_float()) : int_of(v));
+      if (v.is_float()) {
+        // Python prints the float's integer part exactly; casting a huge float to int64 is undefined.
+        DI_CHECK(std::isfinite(v.as_float()), "cannot convert float {} to integer", v.to_string());
+        out += fmt::format("{:.0f}", std::trunc(v.as_float()));
+      } else {
+        out += std::to_string(int_of(v));
+      }
     } else {
       fail("unsupported format character '{}'", c);
     }

@@ -208,3 +208,19 @@ TEST(ChatTemplate, ConcurrentRendersAreIndependent) {
 }
 
 }  // namespace
+
+namespace {
+
+// Found by fuzz_chat_template: a float too large for int64 in `is odd` (and in
+// "%d" formatting) was converted anyway, which is undefined behaviour. Python
+// takes the float path for both.
+TEST(Sandbox, HugeAndFractionalFloatsInParityTestsAndIntegerFormatting) {
+  EXPECT_EQ(render("{{ 77777777777777777777777777777.7 is odd }}"), "False");
+  EXPECT_EQ(render("{{ 3.0 is odd }} {{ 3.5 is odd }} {{ -3 is odd }} {{ 4.0 is even }} {{ -4 is even }}"),
+            "True False True True True");
+  EXPECT_EQ(render("{{ 9 is divisibleby 3 }} {{ 9 is divisibleby(4) }} {{ 7.5 is divisibleby 2.5 }}"), "True False True");
+  EXPECT_EQ(render("{{ '%d' % 1e30 }} {{ '%d' % -2.9 }}"), "1000000000000000019884624838656 -2");
+  expect_error([&] { render("{{ 3 is divisibleby 0 }}"); }, "modulo by zero");
+}
+
+}  // namespace
