@@ -76,7 +76,7 @@ KvTiers::KvTiers(Backend& backend, KvStorage& storage, KvTierOptions options)
   const double host_gb_per_s = cost_.estimate().host_gb_per_s;
   max_inflight_offload_bytes_ = std::max<int64_t>(int64_t{64} << 20, static_cast<int64_t>(host_gb_per_s * 1e9 * 0.02));
   // Pending offloads keep their blocks out of the pool: at most half of it.
-  max_pending_offloads_ = std::max<size_t>(64, static_cast<size_t>(storage_.num_pages()) / 2);
+  options_.max_pending_offloads = std::max<size_t>(64, static_cast<size_t>(storage_.num_pages()) / 2);
   if (disk_enabled()) {
     // The disk side of the decision before the first request: a timed read
     // of a few of the files already there (through the page cache as it is).
@@ -131,7 +131,7 @@ bool KvTiers::on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl
   const bool verify = disk_ && disk_->contains(key);
   if (verify && !is_suspect(key)) return false;
   const int64_t ttl = ttl_s > 0 ? ttl_s : options_.default_ttl_s;
-  if (offloads_to_enqueue_.size() >= max_pending_offloads_) {
+  if (offloads_to_enqueue_.size() >= options_.max_pending_offloads) {
     ++offload_skipped_;
     return false;
   }

@@ -66,6 +66,8 @@ struct KvTierOptions {
   // Blocks one block index of a sequence stores in the tiers (the tier groups):
   // the bytes a hit of one block index loads, for the cost model.
   int32_t groups_per_block_index = 1;
+  // Registered blocks waiting for the copy stream at most (beyond, not offloaded).
+  size_t max_pending_offloads = 64;
 };
 
 struct KvTierStats {
@@ -196,7 +198,6 @@ class KvTiers final : public KvTierLink {
   std::deque<Offload> offloads_to_enqueue_;
   int64_t inflight_offload_bytes_ = 0;
   int64_t max_inflight_offload_bytes_ = int64_t{64} << 20;
-  size_t max_pending_offloads_ = 64;
   std::deque<OffloadBatch> offload_batches_;
   std::vector<int32_t> released_blocks_;
   std::map<std::pair<int32_t, int32_t>, int32_t> acquired_;  // (block index, group) -> pinned host slot

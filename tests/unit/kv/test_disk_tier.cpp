@@ -278,5 +278,21 @@ TEST_F(DiskTierTest, ABlockWrittenByAnotherProcessIsFoundWithoutARestart) {
   EXPECT_TRUE(reader.contains(9));
 }
 
+TEST_F(DiskTierTest, DiscoverFindsAnotherProcesssBlockByItsFileOnly) {
+  // How a decode engine's prefetch learns of the blocks a prefill engine exported.
+  Block a = make_block(11, 0, true, 0, 512);
+  DiskKvTier reader(options());
+  DiskKvTier writer(options());
+  EXPECT_FALSE(reader.discover(11));
+  ASSERT_TRUE(writer.put(id_of(a), a.payload, std::chrono::seconds(0)));
+  EXPECT_FALSE(reader.contains(11));
+  EXPECT_TRUE(reader.discover(11));
+  EXPECT_TRUE(reader.contains(11));  // indexed now
+  EXPECT_FALSE(reader.discover(12));
+  bool hit = false;
+  EXPECT_EQ(read_back(reader, a, &hit), a.payload);
+  EXPECT_TRUE(hit);
+}
+
 }  // namespace
 }  // namespace deepinfer
