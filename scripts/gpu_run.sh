@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,kvtiers,decode_ab,pdl,moe,kernels,mtp,spec,structured,sweep,eval,profile,peer_llamacpp
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,kvtiers,disagg,decode_ab,pdl,moe,kernels,mtp,spec,structured,sweep,eval,profile,peer_llamacpp
 #                                   (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
@@ -243,6 +243,17 @@ if has kvtiers; then
     --model /tmp/deepinfer_e2e/llama8b --out "$OUT" --ctx "${KVT_CTX:-32768}" ${KVT_ARGS:-} > "$OUT/kv_tiers_stdout.log" 2>&1
   echo "gpu_kv_tiers: exit code $?" >> "$REPORT"
   cat "$OUT/kv_tiers.md" >> "$REPORT" 2>/dev/null || tail -30 "$OUT/kv_tiers_stdout.log" >> "$REPORT"
+fi
+if has disagg; then
+  # Prefill/decode disaggregation on the one GPU (scripts/gpu_disagg.py): KV
+  # handoff through a tmpfs directory, TTFT and decode ITL under a
+  # prefill-heavy load, colocated vs disaggregated, on the 8B shape.
+  echo -e "\n## Disaggregation\n" >> "$REPORT"
+  make_llama8b
+  timeout "${DIS_TIMEOUT:-540}" python3 scripts/gpu_disagg.py --deepinfer "$BIN/deepinfer" \
+    --model /tmp/deepinfer_e2e/llama8b --out "$OUT" ${DIS_ARGS:-} > "$OUT/disagg_stdout.log" 2>&1
+  echo "gpu_disagg: exit code $?" >> "$REPORT"
+  cat "$OUT/disagg.md" >> "$REPORT" 2>/dev/null || tail -30 "$OUT/disagg_stdout.log" >> "$REPORT"
 fi
 if has mtp; then
   # Speculative decoding with DeepSeek-V3's MTP layer on CUDA: the new ops

@@ -58,10 +58,13 @@ struct HttpCall::Impl {
   bool finished = false;
   char chunk[16384];
 
-  // Runs the io_context until the operation just started has completed.
+  // Runs the io_context until the operation just started has completed. A
+  // cancel() that came between two operations is noticed here: its posted
+  // close ran before (or failed) this operation.
   void run() {
     ioc.restart();
     ioc.run();
+    if (cancelled.load()) throw CallError(CallFailure::Cancelled, "cancelled");
   }
   [[noreturn]] void raise(CallFailure kind, const std::string& what, const beast::error_code& ec) {
     if (cancelled.load()) throw CallError(CallFailure::Cancelled, "cancelled");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "core/logging.h"
@@ -86,9 +87,14 @@ void RouterServer::handle(server::HttpRequest&& r, std::shared_ptr<ResponseChann
       }
       std::string body = std::move(r.body());
       server::HttpRequest::header_type headers = r.base();
-      std::thread([this, path, body = std::move(body), headers = std::move(headers), ch]() mutable {
-        proxy(path, std::move(body), std::move(headers), ch);
-      }).detach();
+      try {
+        std::thread([this, path, body = std::move(body), headers = std::move(headers), ch]() mutable {
+          proxy(path, std::move(body), std::move(headers), ch);
+        }).detach();
+      } catch (const std::system_error&) {
+        in_flight_.fetch_sub(1);  // no thread: the request is refused, not lost track of
+        throw ApiError(503, "the router cannot start another request now; retry later");
+      }
       return;
     }
     answer_admin(r, path, ch);

@@ -140,7 +140,19 @@ def model_config_seeds():
             yield f"gguf_{arch}_{c}", gguf_file(kvs, [("token_embd.weight", (8, 4), 0), ("blk.0.attn_norm.weight", (8,), 128)])
 
 
+def router_request_seeds():
+    # The server's request seeds with the first byte picking the router's path.
+    for name, content in server_request_seeds():
+        yield "router_" + name, content
+    conv = [{"role": "system", "content": "s" * 300}, {"role": "user", "content": "q"}]
+    yield "chat_long_system", "\x00" + json.dumps({"model": "m", "messages": conv, "stream": True})
+    yield "messages_system_blocks", "\x03" + json.dumps({"system": [{"type": "text", "text": "x" * 200}],
+                                                         "messages": conv[1:], "max_tokens": 3})
+    yield "completion_token_ids", "\x01" + json.dumps({"prompt": list(range(500)), "stream_options": {}})
+
+
 TARGETS = {
+    "router_request": router_request_seeds,
     "safetensors": safetensors_seeds,
     "tokenizer_json": tokenizer_json_seeds,
     "server_request": server_request_seeds,
