@@ -157,6 +157,12 @@ def loaded_run(url, vocab, a, rng):
             "long_prompts": len(prefills), "errors": errors[:3]}
 
 
+def save(out, result):
+    """Partial results survive a timeout."""
+    with open(os.path.join(out, "disagg.json"), "w") as f:
+        json.dump(result, f, indent=2)
+
+
 def device_copy_gbs():
     try:
         import torch
@@ -222,6 +228,7 @@ def main():
         colo_ttft = [complete(colo.url, p, 1) for p in prompts]
         result["colocated_ttft_s"] = statistics.median(colo_ttft)
         result["colocated_load"] = loaded_run(colo.url, vocab, a, random.Random(5))
+        save(a.out, result)
         colo.stop()
         procs.remove(colo)
         # Disaggregated: a prefill and a decode engine on the same GPU, a router in front.
@@ -254,13 +261,13 @@ def main():
             "decode_disk_read_gbs": read_bytes / onload_s / 1e9 if onload_s > 0 else None,
             "kv_export": {k: v for k, v in pre.metrics().items() if "kv_export" in k},
         })
+        save(a.out, result)
         result["disaggregated_load"] = loaded_run(router.url, vocab, a, random.Random(5))
     finally:
         for p in procs:
             p.stop()
         shutil.rmtree(kv_dir, ignore_errors=True)
-    with open(os.path.join(a.out, "disagg.json"), "w") as f:
-        json.dump(result, f, indent=2)
+    save(a.out, result)
 
     def g(x, f="{:.1f}"):
         return "n/a" if x is None else f.format(x)
