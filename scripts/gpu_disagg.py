@@ -141,7 +141,7 @@ def loaded_run(url, vocab, a, rng):
                for _ in range(a.streams)]
     for t in streams:
         t.start()
-    time.sleep(2.0)  # the streams are decoding
+    time.sleep(0.5)  # the streams are decoding
     prefills = []
     stop = time.time() + a.load_seconds
     while time.time() < stop and any(t.is_alive() for t in streams):
@@ -198,7 +198,7 @@ def main():
     ap.add_argument("--prompts", type=int, default=6)
     ap.add_argument("--prompt", type=int, default=4096)
     ap.add_argument("--streams", type=int, default=16)
-    ap.add_argument("--gen", type=int, default=512)
+    ap.add_argument("--gen", type=int, default=3000)
     ap.add_argument("--interval", type=float, default=1.0)
     ap.add_argument("--load-seconds", type=float, default=20)
     ap.add_argument("--mem", default="0.42", help="--gpu-memory-utilization of each engine")
@@ -233,9 +233,12 @@ def main():
         procs.remove(colo)
         # Disaggregated: a prefill and a decode engine on the same GPU, a router in front.
         tiers = ["--kv-cache-dir", kv_dir, "--kv-offloading-size", "8"]
+        # --gpu-memory-utilization counts the whole device's memory, the other
+        # engine's included: the second engine gets twice the first's share.
         pre = Proc(common + ["--role", "prefill"] + tiers, "/ready", log)
         procs.append(pre)
-        dec = Proc(common + ["--role", "decode"] + tiers, "/ready", log)
+        second = common[:-1] + [str(min(0.95, 2 * float(a.mem)))] if a.device == "cuda" else common
+        dec = Proc(second + ["--role", "decode"] + tiers, "/ready", log)
         procs.append(dec)
         router = Proc([a.deepinfer, "router", "--backend", pre.url, "--backend", dec.url, "--health-interval", "0.5"],
                       "/health", log)
