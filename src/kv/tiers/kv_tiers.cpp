@@ -87,8 +87,12 @@ KvTiers::KvTiers(Backend& backend, KvStorage& storage, KvTierOptions options)
                std::min<int64_t>(16, disk_->stats().files));
     }
   }
-  writer_ = std::thread([this] { io_loop(true); });
-  reader_ = std::thread([this] { io_loop(false); });
+  // Several writers: each block file is checksummed and written whole, and
+  // one thread alone makes the export of a long prompt (a prefill engine's
+  // answer waits for it) slower than the host link.
+  constexpr int kWriters = 4;
+  for (int i = 0; i < kWriters; ++i) writers_.emplace_back([this, i] { io_loop(true, i == 0); });
+  reader_ = std::thread([this] { io_loop(false, false); });
 }
 
 void KvTiers::calibrate_host() {
@@ -120,7 +124,7 @@ KvTiers::~KvTiers() {
     stop_ = true;
   }
   wake_.notify_all();
-  writer_.join();
+  for (std::thread& w : writers_) w.join();
   reader_.join();
 }
 
@@ -140,9 +144,9 @@ bool KvTiers::on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl
     ++offload_skipped_;
     return false;
   }
-  offloads_to_enqueue_.push_back({*slot, block_id, verify});
+  const uint64_t seq = disk_enabled() ? persist_accepted_.fetch_add(1) + 1 : 0;
+  offloads_to_enqueue_.push_back({*slot, block_id, verify, seq});
   ++offloaded_;
-  if (disk_enabled()) persist_accepted_.fetch_add(1);
   return true;
 }
 
@@ -265,21 +269,23 @@ void KvTiers::finish_offload(const Offload& o) {
   Job job;
   job.write_slot = o.slot;
   job.verify_existing = o.verify_existing;
+  job.persist_seq = o.persist_seq;
   enqueue(std::move(job));
 }
 
 void KvTiers::enqueue(Job job) {
+  uint64_t dropped_seq = 0;
   {
     std::lock_guard lock(mutex_);
-    if (writes_.size() >= options_.max_queued_writes) {
+    if (writes_.size() < options_.max_queued_writes) {
+      writes_.push_back(std::move(job));
+    } else {
       ++writes_dropped_;
       host_->unpin(job.write_slot);
-      ++persist_done_;
-      persisted_.notify_all();
-      return;
+      dropped_seq = job.persist_seq;
     }
-    writes_.push_back(std::move(job));
   }
+  if (dropped_seq != 0) mark_persisted(dropped_seq);  // dropped: done with, as far as the fence goes
   wake_.notify_all();
 }
 
@@ -350,20 +356,20 @@ bool KvTiers::prefetch_done(uint64_t request) {
   return true;
 }
 
-void KvTiers::io_loop(bool writer) {
+void KvTiers::io_loop(bool writer, bool sweeper) {
   std::deque<Job>& queue = writer ? writes_ : prefetch_jobs_;
   // The writer also sweeps expired block files: at start and every ten minutes.
   constexpr auto kSweepInterval = std::chrono::minutes(10);
   auto next_sweep = std::chrono::steady_clock::now();
   for (;;) {
-    if (writer && disk_enabled() && std::chrono::steady_clock::now() >= next_sweep) {
+    if (sweeper && disk_enabled() && std::chrono::steady_clock::now() >= next_sweep) {
       disk_->remove_expired();
       next_sweep = std::chrono::steady_clock::now() + kSweepInterval;
     }
     Job job;
     {
       std::unique_lock lock(mutex_);
-      if (writer) {
+      if (sweeper) {
         wake_.wait_until(lock, next_sweep, [&] { return stop_ || !queue.empty(); });
       } else {
         wake_.wait(lock, [&] { return stop_ || !queue.empty(); });
@@ -388,14 +394,18 @@ void KvTiers::io_loop(bool writer) {
       std::lock_guard lock(mutex_);
       if (!writer) prefetching_[job.request] = true;
     }
-    if (writer) mark_persisted();
+    if (writer && job.persist_seq != 0) mark_persisted(job.persist_seq);
   }
 }
 
-void KvTiers::mark_persisted() {
+void KvTiers::mark_persisted(uint64_t seq) {
   {
     std::lock_guard lock(mutex_);
-    ++persist_done_;
+    persisted_ahead_.insert(seq);
+    while (!persisted_ahead_.empty() && *persisted_ahead_.begin() == persist_done_ + 1) {
+      persisted_ahead_.erase(persisted_ahead_.begin());
+      ++persist_done_;
+    }
   }
   persisted_.notify_all();
 }

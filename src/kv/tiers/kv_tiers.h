@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -149,6 +150,7 @@ class KvTiers final : public KvTierLink {
     int32_t slot;
     int32_t block;
     bool verify_existing = false;  // the disk lists the key: check the file before writing
+    uint64_t persist_seq = 0;      // the export fence's number for it (0: not headed for the disk)
   };
   struct OffloadBatch {
     std::unique_ptr<DeviceEvent> done;
@@ -164,6 +166,7 @@ class KvTiers final : public KvTierLink {
     // A disk write of a pinned host slot, or a prefetch of a request's blocks.
     int32_t write_slot = -1;
     bool verify_existing = false;  // the disk lists the key: check its file, write only if damaged
+    uint64_t persist_seq = 0;
     uint64_t request = 0;
     std::string salt;
     std::vector<PrefetchItem> items;
@@ -172,9 +175,10 @@ class KvTiers final : public KvTierLink {
   void calibrate_host();
   void enqueue_offloads();
   void finish_offload(const Offload& o);
-  // The writer thread takes write jobs, the reader thread prefetch jobs (so a
-  // backlog of writes never delays a waiting request's reads).
-  void io_loop(bool writer);
+  // Writer threads take write jobs, the reader thread prefetch jobs (so a
+  // backlog of writes never delays a waiting request's reads). Writer 0 also
+  // sweeps expired files.
+  void io_loop(bool writer, bool sweeper);
   void write_to_disk(int32_t slot, bool verify_existing);
   bool is_suspect(uint64_t key);
   void run_prefetch(Job& job);
@@ -215,16 +219,17 @@ class KvTiers final : public KvTierLink {
   bool stop_ = false;
   int64_t writes_dropped_ = 0, prefetches_ = 0, prefetched_blocks_ = 0;
   double prefetch_ms_total_ = 0.0, prefetch_ms_max_ = 0.0;
-  std::thread writer_, reader_;
-  // The export fence: blocks accepted for the disk (engine thread) and those
-  // done with (written, dropped or failed). Offloads, their batches and the
-  // writer's queue are all first in, first out, so "done >= ticket" means
-  // every block up to the ticket is done (a write dropped from a full queue
-  // may finish ahead of older ones: the fence may then open one block early).
+  std::vector<std::thread> writers_;
+  std::thread reader_;
+  // The export fence: blocks accepted for the disk are numbered 1, 2, ...
+  // (engine thread); a number is done once its block is written, found
+  // there, dropped or failed, in whatever order the writers finish.
+  // persist_done_ is the largest n with 1..n all done.
   std::atomic<uint64_t> persist_accepted_{0};
-  uint64_t persist_done_ = 0;  // guarded by mutex_
+  uint64_t persist_done_ = 0;             // guarded by mutex_
+  std::set<uint64_t> persisted_ahead_;    // done numbers above persist_done_ (guarded by mutex_)
   mutable std::condition_variable persisted_;
-  void mark_persisted();  // takes mutex_
+  void mark_persisted(uint64_t seq);  // takes mutex_
 };
 
 // Names what a block's bytes depend on: the model file(s) (size and sampled

@@ -425,6 +425,43 @@ TEST_F(KvTiersTest, ABlockMakesTheRoundTripThroughHostAndDisk) {
   EXPECT_FALSE(tiers.prefetch(43, query, 0));
 }
 
+TEST_F(KvTiersTest, TheExportFenceOpensOnceEveryAcceptedBlockIsOnDiskAndAnotherProcessFindsThem) {
+  // A prefill engine (`serve --role prefill`) answers after wait_persisted;
+  // the decode engine, another process on the same directory, must then
+  // find every block by prefetch without a restart.
+  const int32_t n_blocks = 6;
+  const auto prompt = iota_tokens(16 * n_blocks + 1);
+  const auto hashes = PrefixCache::compute_block_hashes(prompt, 16, "");
+  const KvTierQuery query{hashes, prompt, "", 16, kGroup0};
+  KvStorage decode_kv(*backend_, spec_, 8);
+  KvTiers decode(*backend_, decode_kv, options(true));  // started before the blocks exist
+  KvStorage kv(*backend_, spec_, 8);
+  KvTiers prefill(*backend_, kv, options(true));
+  EXPECT_TRUE(prefill.wait_persisted(prefill.persist_ticket(), std::chrono::milliseconds(0))) << "nothing accepted yet";
+  std::vector<std::vector<uint8_t>> expected;
+  for (int32_t b = 0; b < n_blocks; ++b) {
+    fill_block(kv, b, static_cast<uint8_t>(11 * b + 1));
+    expected.push_back(block_bytes(kv, b));
+    const auto tokens = std::span(prompt).subspan(static_cast<size_t>(b) * 16, 16);
+    ASSERT_TRUE(prefill.on_registered({0, b, hashes[b], b ? hashes[b - 1] : BlockHash{}, "", tokens}, b, 0));
+  }
+  const uint64_t ticket = prefill.persist_ticket();
+  EXPECT_EQ(ticket, static_cast<uint64_t>(n_blocks));
+  EXPECT_FALSE(prefill.wait_persisted(ticket, std::chrono::milliseconds(20))) << "not even copied to the host yet";
+  prefill.step_launched(1);
+  prefill.step_completed(1);
+  ASSERT_TRUE(prefill.wait_persisted(ticket, std::chrono::seconds(20)));
+  EXPECT_EQ(prefill.stats().disk.stored, n_blocks);
+
+  ASSERT_TRUE(decode.prefetch(7, query, 0));
+  for (int i = 0; i < 5000 && !decode.prefetch_done(7); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(decode.acquire(query, 0, n_blocks), n_blocks);
+  for (int32_t b = 0; b < n_blocks; ++b) decode.load(b, 0, b);
+  decode.release();
+  decode.device_idle();
+  for (int32_t b = 0; b < n_blocks; ++b) EXPECT_EQ(block_bytes(decode_kv, b), expected[static_cast<size_t>(b)]) << b;
+}
+
 TEST_F(KvTiersTest, AnotherFingerprintReadsNothing) {
   const auto prompt = iota_tokens(16 + 1);
   const auto hashes = PrefixCache::compute_block_hashes(prompt, 16);
