@@ -158,11 +158,6 @@ void build_kv_tiers(EngineParts& p) {
   o.disk_bytes = c.kv_cache_dir_bytes;
   o.default_ttl_s = c.kv_cache_ttl_s;
   o.groups_per_block_index = static_cast<int32_t>(p.kv_manager->tier_groups().size());
-  // Room for every block one full step registers: a long prompt's blocks are
-  // then all offered to the tiers (what a decode engine reading them needs).
-  o.max_pending_offloads = std::max<size_t>(
-      o.max_pending_offloads, static_cast<size_t>(c.max_num_batched_tokens / std::max(1, spec.page_size) + 1) *
-                                  static_cast<size_t>(o.groups_per_block_index));
   o.fingerprint = c.kv_cache_dir.empty() ? layout_text : kv_cache_fingerprint(c.model_path, layout_text);
   p.kv_tiers = std::make_unique<KvTiers>(*p.backend, *p.kv, std::move(o));
   p.kv_manager->set_tier_link(p.kv_tiers.get());

@@ -76,7 +76,8 @@ KvTiers::KvTiers(Backend& backend, KvStorage& storage, KvTierOptions options)
   const double host_gb_per_s = cost_.estimate().host_gb_per_s;
   max_inflight_offload_bytes_ = std::max<int64_t>(int64_t{64} << 20, static_cast<int64_t>(host_gb_per_s * 1e9 * 0.02));
   // Pending offloads keep their blocks out of the pool: at most half of it.
-  options_.max_pending_offloads = std::max<size_t>(64, static_cast<size_t>(storage_.num_pages()) / 2);
+  options_.max_pending_offloads =
+      std::max<size_t>(options_.max_pending_offloads, static_cast<size_t>(storage_.num_pages()) / 2);
   if (disk_enabled()) {
     // The disk side of the decision before the first request: a timed read
     // of a few of the files already there (through the page cache as it is).

@@ -67,7 +67,8 @@ struct KvTierOptions {
   // Blocks one block index of a sequence stores in the tiers (the tier groups):
   // the bytes a hit of one block index loads, for the cost model.
   int32_t groups_per_block_index = 1;
-  // Registered blocks waiting for the copy stream at most (beyond, not offloaded).
+  // Registered blocks waiting for the copy stream at most (beyond, not
+  // offloaded): this many, or half the device's pages when that is more.
   size_t max_pending_offloads = 64;
 };
 
