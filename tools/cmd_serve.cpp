@@ -83,9 +83,7 @@ int run_serve(int argc, char** argv) {
   }
   http.io_threads = io_threads;
   EngineConfig config = finish_engine_flags(ef, argv[0]);
-  api.role = role == "prefill" ? server::ServeRole::Prefill
-             : role == "decode" ? server::ServeRole::Decode
-                                : server::ServeRole::Both;
+  api.role = server::parse_serve_role(role).value_or(server::ServeRole::Both);  // checked by IsMember
   api.kv_export_timeout = std::chrono::milliseconds(static_cast<int64_t>(kv_export_timeout * 1000));
   if (api.role != server::ServeRole::Both && config.kv_cache_dir.empty()) {
     // The KV moves between the two roles through the shared block directory.

@@ -6,15 +6,6 @@
 
 namespace deepinfer::router {
 
-const char* backend_role_name(BackendRole role) {
-  switch (role) {
-    case BackendRole::Prefill: return "prefill";
-    case BackendRole::Decode: return "decode";
-    case BackendRole::Both: break;
-  }
-  return "both";
-}
-
 BackendPool::BackendPool(std::vector<Url> urls, Options options) : options_(std::move(options)) {
   for (Url& u : urls) {
     auto slot = std::make_unique<Slot>();
@@ -55,15 +46,14 @@ void BackendPool::check(size_t i) {
   if (!options_.api_key.empty()) headers.emplace_back("Authorization", "Bearer " + options_.api_key);
   const auto answer = simple_request(s.url, "GET", "/server_info", "", headers, options_.timeout);
   bool ok = false;
-  BackendRole role = BackendRole::Both;
+  server::ServeRole role = server::ServeRole::Both;
   std::string model;
   int64_t max_len = 0;
   std::string why = "no answer";
   if (answer && answer->status == 200) {
     try {
       const auto info = nlohmann::json::parse(answer->body);
-      const std::string r = info.value("role", "both");
-      role = r == "prefill" ? BackendRole::Prefill : r == "decode" ? BackendRole::Decode : BackendRole::Both;
+      role = server::parse_serve_role(info.value("role", "both")).value_or(server::ServeRole::Both);
       model = info.value("model", "");
       max_len = info.value("max_model_len", int64_t{0});
       ok = info.value("ready", false);
@@ -79,7 +69,7 @@ void BackendPool::check(size_t i) {
     std::lock_guard lock(mutex_);
     if (ok) {
       if (!s.known || s.role != role || s.model != model) {
-        log_info("router: backend {} is {} for model '{}' (max-model-len {})", s.url.str(), backend_role_name(role),
+        log_info("router: backend {} is {} for model '{}' (max-model-len {})", s.url.str(), server::serve_role_name(role),
                  model, max_len);
       }
       recovered = s.was_down;

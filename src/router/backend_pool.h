@@ -20,16 +20,14 @@
 #include <vector>
 
 #include "router/http_client.h"
+#include "server/serve_role.h"
 
 namespace deepinfer::router {
-
-enum class BackendRole : uint8_t { Both, Prefill, Decode };
-const char* backend_role_name(BackendRole role);
 
 struct BackendState {
   size_t index = 0;
   Url url;
-  BackendRole role = BackendRole::Both;
+  server::ServeRole role = server::ServeRole::Both;
   std::string model;
   int64_t max_model_len = 0;
   bool known = false;     // answered /server_info at least once
@@ -74,7 +72,7 @@ class BackendPool {
     Url url;
     std::atomic<int64_t> load{0};
     // Guarded by the pool's mutex.
-    BackendRole role = BackendRole::Both;
+    server::ServeRole role = server::ServeRole::Both;
     std::string model;
     int64_t max_model_len = 0;
     bool known = false, healthy = false, draining = false, was_down = false;

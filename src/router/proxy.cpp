@@ -105,7 +105,7 @@ void RouterServer::proxy(std::string path, std::string body, server::HttpRequest
   server::Counter& finished_cancel = metrics_.counter("deepinfer_router:requests_total", "", {{"result", "cancelled"}});
   try {
     const Headers headers = forward_headers(client_headers, pool_.options().api_key);
-    if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/responses" || path == "/v1/messages") {
+    if (is_generation_path(path)) {
       const RoutedRequest r = read_routed_request(path, body);
       call->api = r.api;
       proxy_generation(r, path, headers, *call);
@@ -203,18 +203,18 @@ void RouterServer::proxy_generation(const RoutedRequest& r, const std::string& p
     if (!b.known || !serves(b)) continue;
     known = true;
     if (!b.usable()) continue;
-    prefill |= b.role == BackendRole::Prefill;
-    decode |= b.role == BackendRole::Decode;
-    whole |= b.role == BackendRole::Both;
+    prefill |= b.role == server::ServeRole::Prefill;
+    decode |= b.role == server::ServeRole::Decode;
+    whole |= b.role == server::ServeRole::Both;
   }
   if (!known && !r.model.empty()) {
     throw ApiError(404, "The model `" + r.model + "` does not exist.", "model", "not_found_error");
   }
   const bool disaggregate = prefill && decode;
-  const BackendRole whole_role = whole ? BackendRole::Both : BackendRole::Decode;
+  const server::ServeRole whole_role = whole ? server::ServeRole::Both : server::ServeRole::Decode;
 
   // Candidates of a role (for prefill, of the pool whose context fits), minus the tried ones.
-  auto picker = [&](BackendRole role, bool by_length) -> Picker {
+  auto picker = [&](server::ServeRole role, bool by_length) -> Picker {
     return [&, role, by_length](const std::set<size_t>& tried) -> std::optional<size_t> {
       const auto now = pool_.snapshot();
       int64_t pool_len = -1;
@@ -239,8 +239,8 @@ void RouterServer::proxy_generation(const RoutedRequest& r, const std::string& p
         c.push_back({b.index, b.load});
       }
       if (c.empty()) return std::nullopt;
-      Router& router = role == BackendRole::Prefill ? prefill_router_
-                       : role == BackendRole::Decode && disaggregate ? decode_router_
+      Router& router = role == server::ServeRole::Prefill ? prefill_router_
+                       : role == server::ServeRole::Decode && disaggregate ? decode_router_
                                                                       : whole_router_;
       const RoutingChoice choice = router.choose(c, chunks);
       routed_chunks.inc(static_cast<double>(chunks.size()));
@@ -260,7 +260,7 @@ void RouterServer::proxy_generation(const RoutedRequest& r, const std::string& p
   metrics_.counter("deepinfer_router:disaggregated_requests_total", "").inc();
   const auto prefill_start = std::chrono::steady_clock::now();
   {
-    StartedCall p = start_somewhere(pool_, picker(BackendRole::Prefill, true), path, prefill_body(r), headers, call,
+    StartedCall p = start_somewhere(pool_, picker(server::ServeRole::Prefill, true), path, prefill_body(r), headers, call,
                                 options_.max_retries, options_.timeouts, retries);
     if (p.head.status != 200) {
       // The prefill engine refused the request (too long, a bad field): the
@@ -276,7 +276,7 @@ void RouterServer::proxy_generation(const RoutedRequest& r, const std::string& p
   }
   metrics_.histogram("deepinfer_router:prefill_seconds", "", kSecondsBuckets)
       .observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - prefill_start).count());
-  StartedCall d = start_somewhere(pool_, picker(BackendRole::Decode, false), path, server::dump_json(r.body), headers,
+  StartedCall d = start_somewhere(pool_, picker(server::ServeRole::Decode, false), path, server::dump_json(r.body), headers,
                               call, options_.max_retries, options_.timeouts, retries);
   forward_answer(d, call, true);
 }

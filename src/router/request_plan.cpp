@@ -17,6 +17,10 @@ void append_field(const nlohmann::ordered_json& body, const char* name, std::str
 
 }  // namespace
 
+bool is_generation_path(std::string_view p) {
+  return p == "/v1/chat/completions" || p == "/v1/completions" || p == "/v1/responses" || p == "/v1/messages";
+}
+
 RoutedRequest read_routed_request(std::string_view path, std::string_view body) {
   RoutedRequest r;
   r.api = path == "/v1/completions" ? server::Api::Completion

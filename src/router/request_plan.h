@@ -21,6 +21,9 @@ struct RoutedRequest {
   nlohmann::ordered_json body;
 };
 
+// Whether `path` is one of the generation endpoints the router plans for.
+bool is_generation_path(std::string_view path);
+
 // path: the request's path (/v1/chat/completions, /v1/completions,
 // /v1/responses, /v1/messages). Throws server::ApiError(400) on a body that
 // is not a JSON object.

@@ -32,10 +32,6 @@ void send_error(const std::shared_ptr<ResponseChannel>& ch, Api api, int status,
   ch->send(status, "application/json", server::dump_json(server::error_body(api, status, message, type, "")));
 }
 
-bool is_generation_path(std::string_view p) {
-  return p == "/v1/chat/completions" || p == "/v1/completions" || p == "/v1/responses" || p == "/v1/messages";
-}
-
 bool is_proxied_path(std::string_view p) {
   return is_generation_path(p) || p == "/v1/messages/count_tokens" || p == "/tokenize" || p == "/detokenize";
 }
@@ -134,7 +130,7 @@ void RouterServer::answer_admin(const server::HttpRequest& r, std::string_view p
   if (path == "/router/backends" && get) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const BackendState& b : snapshot) {
-      list.push_back({{"url", b.url.str()}, {"role", backend_role_name(b.role)}, {"model", b.model},
+      list.push_back({{"url", b.url.str()}, {"role", server::serve_role_name(b.role)}, {"model", b.model},
                       {"max_model_len", b.max_model_len}, {"healthy", b.healthy}, {"draining", b.draining},
                       {"in_flight", b.load}});
     }
@@ -161,7 +157,7 @@ std::string RouterServer::render_metrics() {
   out += "# TYPE deepinfer_router:backend_up gauge\n# TYPE deepinfer_router:backend_in_flight gauge\n";
   for (const BackendState& b : pool_.snapshot()) {
     const std::string labels = fmt::format("backend=\"{}\",role=\"{}\"", server::escape_label_value(b.url.str()),
-                                           backend_role_name(b.role));
+                                           server::serve_role_name(b.role));
     out += fmt::format("deepinfer_router:backend_up{{{}}} {}\n", labels, b.usable() ? 1 : 0);
     out += fmt::format("deepinfer_router:backend_in_flight{{{}}} {}\n", labels, b.load);
   }

@@ -60,15 +60,6 @@ ApiServer::ApiServer(AsyncEngine& engine, ApiServerOptions options)
 
 ApiServer::~ApiServer() = default;
 
-const char* serve_role_name(ServeRole role) {
-  switch (role) {
-    case ServeRole::Prefill: return "prefill";
-    case ServeRole::Decode: return "decode";
-    case ServeRole::Both: break;
-  }
-  return "both";
-}
-
 void ApiServer::render_kv_tier_metrics(const EngineStats& e) {
   // Only with --kv-offloading-size or --kv-cache-dir.
   MetricsRegistry& m = metrics_;

@@ -19,19 +19,13 @@
 #include "server/metrics.h"
 #include "server/protocol.h"
 #include "server/request_workers.h"
+#include "server/serve_role.h"
 
 namespace deepinfer {
 class PromptBuilder;
 }
 
 namespace deepinfer::server {
-
-// What the engine does in a disaggregated deployment (docs/router.md):
-// Prefill computes prompts' KV into the shared --kv-cache-dir and answers
-// one token; Decode continues requests whose prompt KV it finds there; Both
-// serves whole requests.
-enum class ServeRole : uint8_t { Both, Prefill, Decode };
-const char* serve_role_name(ServeRole role);
 
 struct ApiServerOptions {
   std::string served_model_name;  // the name clients send and /v1/models lists
