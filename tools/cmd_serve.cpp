@@ -68,12 +68,23 @@ int run_serve(int argc, char** argv) {
       ->check(CLI::Range(0.1, 3600.0));
   std::string role = "both";
   app.add_option("--role", role,
-                 "both: whole requests; prefill: compute prompts' KV into the shared --kv-cache-dir and answer one "
-                 "token; decode: continue requests from the KV found there (docs/router.md)")
+                 "both: whole requests; prefill: compute prompts' KV, hand it over (--kv-transport) and answer one "
+                 "token; decode: continue requests from the KV handed over (docs/router.md)")
       ->check(CLI::IsMember({"both", "prefill", "decode"}));
+  std::string kv_transport = "directory";
+  app.add_option("--kv-transport", kv_transport,
+                 "how KV moves from prefill to decode engines: directory (block files in the shared --kv-cache-dir; "
+                 "across nodes a shared file system) or shared (one node: the prefill engine's shared pool, device "
+                 "memory over CUDA IPC, or shared host memory on the CPU)")
+      ->check(CLI::IsMember({"directory", "shared"}));
+  double kv_transport_gib = 4;
+  app.add_option("--kv-transport-size", kv_transport_gib,
+                 "prefill role with --kv-transport shared: GiB of the pool finished requests' KV waits in for its "
+                 "decode engine (least recently used reused first)")
+      ->check(CLI::Range(0.001, 1024.0));
   double kv_export_timeout = 10;
   app.add_option("--kv-export-timeout", kv_export_timeout,
-                 "prefill role: seconds to wait for a request's KV to reach the shared directory before answering")
+                 "prefill role: seconds to wait for a request's KV to be handed over before answering")
       ->check(CLI::Range(0.0, 3600.0));
   app.add_option("--max-n", api.limits.max_n, "largest n (samples per prompt)")->check(CLI::Range(1, SamplingParams::kMaxN));
   try {
@@ -85,10 +96,16 @@ int run_serve(int argc, char** argv) {
   EngineConfig config = finish_engine_flags(ef, argv[0]);
   api.role = server::parse_serve_role(role).value_or(server::ServeRole::Both);  // checked by IsMember
   api.kv_export_timeout = std::chrono::milliseconds(static_cast<int64_t>(kv_export_timeout * 1000));
-  if (api.role != server::ServeRole::Both && config.kv_cache_dir.empty()) {
+  if (kv_transport == "shared") {
+    // The prefill engine's tier below the device is the pool decode engines read.
+    if (api.role == server::ServeRole::Prefill) {
+      config.kv_shared_pool_bytes = static_cast<uint64_t>(kv_transport_gib * 1073741824.0);
+    }
+    if (api.role == server::ServeRole::Decode) config.kv_import_shared = true;
+  } else if (api.role != server::ServeRole::Both && config.kv_cache_dir.empty()) {
     // The KV moves between the two roles through the shared block directory.
     log_error("serve: --role {} needs --kv-cache-dir (a directory the prefill and decode engines share; on one node "
-              "a tmpfs such as /dev/shm/...)", role);
+              "a tmpfs such as /dev/shm/...) or --kv-transport shared", role);
     return 2;
   }
   if (api.served_model_name.empty()) api.served_model_name = default_served_name(config.model_path);

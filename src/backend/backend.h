@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -256,6 +258,21 @@ class Backend {
   // Host memory the device copies to and from without staging (pinned on CUDA).
   virtual void* allocate_host(size_t bytes);
   virtual void deallocate_host(void* ptr);
+  // Device memory another process on the same node can map (CUDA IPC): the
+  // exporting process keeps it and frees it with free_shared_device(); the
+  // handle is the bytes the other process passes to open_shared_device().
+  // Backends without device memory of their own (the CPU) share host memory
+  // instead and return nullopt.
+  struct SharedDeviceMemory {
+    void* ptr = nullptr;
+    std::vector<std::byte> handle;
+  };
+  virtual std::optional<SharedDeviceMemory> allocate_shared_device(size_t bytes);
+  virtual void free_shared_device(void* ptr);
+  // Maps another process's shared device memory (nullptr: not possible here,
+  // logged); close_shared_device() unmaps it.
+  virtual void* open_shared_device(std::span<const std::byte> handle);
+  virtual void close_shared_device(void* ptr);
   // copy() that does not wait for a device-to-host copy to land: the host
   // data is valid once an event recorded after it has completed. dst or src
   // on the host must come from allocate_host.

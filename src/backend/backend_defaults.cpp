@@ -43,6 +43,11 @@ void* Backend::allocate_host(size_t bytes) {
 
 void Backend::deallocate_host(void* ptr) { std::free(ptr); }
 
+std::optional<Backend::SharedDeviceMemory> Backend::allocate_shared_device(size_t) { return std::nullopt; }
+void Backend::free_shared_device(void*) {}
+void* Backend::open_shared_device(std::span<const std::byte>) { return nullptr; }
+void Backend::close_shared_device(void*) {}
+
 void Backend::copy_rows_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
                               size_t rows) {
   for (size_t r = 0; r < rows; ++r) {

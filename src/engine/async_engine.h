@@ -81,6 +81,10 @@ class AsyncEngine {
   // from any thread); null until loaded.
   const Engine* engine() const { return loaded_.load() ? engine_.get() : nullptr; }
 
+  // Engine::attach_kv_peer once loaded (a decode engine told where a
+  // request's KV is); false before.
+  bool attach_kv_peer(std::string_view pool_name) { return loaded_.load() && engine_->attach_kv_peer(pool_name); }
+
   SubmitResult submit(std::vector<EngineSubmission> group);
   // Stops a request; its KV is freed before the next step and its sink gets a
   // final Abort output. Unknown or finished ids are ignored.

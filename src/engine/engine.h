@@ -104,6 +104,11 @@ class Engine {
   // The KV tiers (null without --kv-offloading-size / --kv-cache-dir); other
   // threads may use only their thread-safe members (the export fence).
   const KvTiers* kv_tiers() const { return parts_.kv_tiers.get(); }
+  // Lets the KV tiers load from another engine's shared pool (KvTiers::attach_peer;
+  // thread-safe). False without tiers that import.
+  bool attach_kv_peer(std::string_view pool_name) {
+    return parts_.kv_tiers != nullptr && parts_.kv_tiers->attach_peer(pool_name);
+  }
   int32_t vocab_size() const;
   const ModelConfig& model_config() const;
 

@@ -142,8 +142,9 @@ void build_kv_cache(EngineParts& p) {
 
 void build_kv_tiers(EngineParts& p) {
   const EngineConfig& c = p.config;
-  if (c.kv_offloading_bytes == 0 && c.kv_cache_dir.empty()) return;
-  DI_CHECK(c.enable_prefix_caching, "--kv-offloading-size and --kv-cache-dir need prefix caching "
+  const bool shared = c.kv_shared_pool_bytes > 0 || c.kv_import_shared;
+  if (c.kv_offloading_bytes == 0 && c.kv_cache_dir.empty() && !shared) return;
+  DI_CHECK(c.enable_prefix_caching, "--kv-offloading-size, --kv-cache-dir and --kv-transport need prefix caching "
                                     "(drop --no-enable-prefix-caching)");
   DI_CHECK(c.kv_cache_ttl_s >= 0, "--kv-cache-ttl must not be negative, got {}", c.kv_cache_ttl_s);
   const KvCacheSpec& spec = p.kv->spec();
@@ -158,7 +159,11 @@ void build_kv_tiers(EngineParts& p) {
   o.disk_bytes = c.kv_cache_dir_bytes;
   o.default_ttl_s = c.kv_cache_ttl_s;
   o.groups_per_block_index = static_cast<int32_t>(p.kv_manager->tier_groups().size());
-  o.fingerprint = c.kv_cache_dir.empty() ? layout_text : kv_cache_fingerprint(c.model_path, layout_text);
+  o.shared_pool_bytes = c.kv_shared_pool_bytes;
+  o.import_shared = c.kv_import_shared;
+  // Blocks other processes read name the weights too.
+  o.fingerprint =
+      c.kv_cache_dir.empty() && !shared ? layout_text : kv_cache_fingerprint(c.model_path, layout_text);
   p.kv_tiers = std::make_unique<KvTiers>(*p.backend, *p.kv, std::move(o));
   p.kv_manager->set_tier_link(p.kv_tiers.get());
 }

@@ -47,6 +47,12 @@ struct EngineConfig {
   std::string kv_cache_dir;
   uint64_t kv_cache_dir_bytes = uint64_t{64} << 30;
   int64_t kv_cache_ttl_s = 7 * 86400;
+  // KV handed between engines on one node through shared memory
+  // (`serve --kv-transport shared`, kv/tiers/shared_pool.h): a prefill engine
+  // exports through a pool of kv_shared_pool_bytes; a decode engine imports
+  // from the pools its requests name.
+  uint64_t kv_shared_pool_bytes = 0;
+  bool kv_import_shared = false;
   std::optional<StepCostModel> cost_model;  // from `deepinfer bench --fit-cost-model`
   double step_time_budget_s = 0.25;
   bool batch_invariant = false;  // DEEPINFER_BATCH_INVARIANT=1

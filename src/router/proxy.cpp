@@ -259,6 +259,7 @@ void RouterServer::proxy_generation(const RoutedRequest& r, const std::string& p
 
   metrics_.counter("deepinfer_router:disaggregated_requests_total", "").inc();
   const auto prefill_start = std::chrono::steady_clock::now();
+  Headers decode_headers = headers;
   {
     StartedCall p = start_somewhere(pool_, picker(server::ServeRole::Prefill, true), path, prefill_body(r), headers, call,
                                 options_.max_retries, options_.timeouts, retries);
@@ -273,11 +274,17 @@ void RouterServer::proxy_generation(const RoutedRequest& r, const std::string& p
       return boost::beast::iequals(h.first, "x-deepinfer-kv-exported") && h.second == "true";
     });
     metrics_.counter("deepinfer_router:kv_handoffs_total", "", {{"kv_exported", exported ? "true" : "false"}}).inc();
+    // A prefill engine exporting through a shared pool names it: the decode
+    // engine maps that pool to load from (a client's own header of that name
+    // was not forwarded).
+    for (const auto& [name, value] : p.head.headers) {
+      if (boost::beast::iequals(name, "x-deepinfer-kv-source")) decode_headers.emplace_back(name, value);
+    }
   }
   metrics_.histogram("deepinfer_router:prefill_seconds", "", kSecondsBuckets)
       .observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - prefill_start).count());
-  StartedCall d = start_somewhere(pool_, picker(server::ServeRole::Decode, false), path, server::dump_json(r.body), headers,
-                              call, options_.max_retries, options_.timeouts, retries);
+  StartedCall d = start_somewhere(pool_, picker(server::ServeRole::Decode, false), path, server::dump_json(r.body),
+                                  decode_headers, call, options_.max_retries, options_.timeouts, retries);
   forward_answer(d, call, true);
 }
 

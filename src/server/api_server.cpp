@@ -61,7 +61,7 @@ ApiServer::ApiServer(AsyncEngine& engine, ApiServerOptions options)
 ApiServer::~ApiServer() = default;
 
 void ApiServer::render_kv_tier_metrics(const EngineStats& e) {
-  // Only with --kv-offloading-size or --kv-cache-dir.
+  // Only with --kv-offloading-size, --kv-cache-dir or --kv-transport shared.
   MetricsRegistry& m = metrics_;
   const KvTierStats& t = e.tiers;
   // One series per tier, host then disk.
@@ -93,6 +93,11 @@ void ApiServer::render_kv_tier_metrics(const EngineStats& e) {
   m.counter("deepinfer:kv_tier_onloads_total", "Prefixes read from disk into host memory.")
       .set(static_cast<double>(t.prefetches));
   m.gauge("deepinfer:kv_tier_onload_seconds_max", "Longest read of one prefix from disk.").set(t.prefetch_ms_max / 1e3);
+  m.counter("deepinfer:kv_peer_loaded_blocks_total",
+            "Blocks loaded from other engines' shared pools (--kv-transport shared).")
+      .set(static_cast<double>(t.peer_loaded_blocks));
+  m.gauge("deepinfer:kv_peer_pools", "Other engines' shared KV pools this engine has mapped.")
+      .set(static_cast<double>(t.peers));
 }
 
 std::string ApiServer::render_metrics() {
@@ -276,6 +281,10 @@ void ApiServer::dispatch(const HttpRequest& r, const std::shared_ptr<ResponseCha
     if (e) {
       info["max_model_len"] = e->max_model_len();
       info["kv_cache_dir"] = e->kv_tiers() != nullptr && e->kv_tiers()->disk_enabled();
+      // The shared pool a prefill engine hands KV over in (--kv-transport shared).
+      if (e->kv_tiers() != nullptr && !e->kv_tiers()->shared_pool_name().empty()) {
+        info["kv_shared_pool"] = e->kv_tiers()->shared_pool_name();
+      }
     }
     send_json(ch, 200, info);
     return;
@@ -439,7 +448,14 @@ void ApiServer::generate(Api api, const HttpRequest& r, const std::shared_ptr<Re
   ctx.metrics.success_length = &metrics_.counter("deepinfer:request_success_total", "", {{"finished_reason", "length"}});
   ctx.metrics.success_abort = &metrics_.counter("deepinfer:request_success_total", "", {{"finished_reason", "abort"}});
   ctx.metrics.rejected = &metrics_.counter("deepinfer:num_requests_rejected_total", "");
-  if (export_fence_ && engine->kv_tiers() && engine->kv_tiers()->disk_enabled()) {
+  if (options_.role != ServeRole::Prefill) {
+    // A decode engine told (by the router) which prefill engine's shared pool
+    // holds the prompt's KV maps it before the request looks for its blocks.
+    if (auto it = r.find("x-deepinfer-kv-source"); it != r.end()) {
+      engine_.attach_kv_peer(std::string_view(it->value().data(), it->value().size()));
+    }
+  }
+  if (export_fence_ && engine->kv_tiers() && engine->kv_tiers()->exports()) {
     ctx.export_fence = export_fence_.get();
     ctx.export_tiers = engine->kv_tiers();
   }

@@ -185,7 +185,13 @@ void GenerationJob::on_all_finished() {
 void GenerationJob::send_result(std::optional<bool> kv_exported) {
   if (!request_.stream) {
     std::vector<std::pair<std::string, std::string>> headers;
-    if (kv_exported) headers.emplace_back("x-deepinfer-kv-exported", *kv_exported ? "true" : "false");
+    if (kv_exported) {
+      headers.emplace_back("x-deepinfer-kv-exported", *kv_exported ? "true" : "false");
+      // Where a decode engine finds the KV when it is not in a shared directory.
+      if (std::string pool = ctx_.export_tiers->shared_pool_name(); !pool.empty()) {
+        headers.emplace_back("x-deepinfer-kv-source", std::move(pool));
+      }
+    }
     channel_->send(200, "application/json", dump_json(encoder_->body(samples_)), std::move(headers));
     return;
   }

@@ -227,3 +227,54 @@ def test_killed_backend_loses_no_request_that_had_not_started(cluster):
         assert any(not b["healthy"] for b in router.backends())
     finally:
         router.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_pair(cluster):
+    """A prefill and a decode engine handing KV over through the prefill
+    engine's shared pool (--kv-transport shared): no directory at all."""
+    started = []
+    try:
+        common = ["--kv-transport", "shared", "--threads", "1"]
+        prefill = Server("--role", "prefill", *common, "--kv-transport-size", "0.25", env=INVARIANT)
+        started.append(prefill)
+        decode = Server("--role", "decode", *common, env=INVARIANT)
+        started.append(decode)
+        router = Router([prefill, decode], "--health-interval", "0.2")
+        wait_for(lambda: all(b["healthy"] for b in router.backends()), timeout=20)
+        yield {"reference": cluster["reference"], "prefill": prefill, "decode": decode, "router": router}
+        router.stop()
+    finally:
+        for s in started:
+            s.stop()
+
+
+def test_shared_pool_handoff_gives_the_outputs_of_one_engine(shared_pair):
+    router, reference = shared_pair["router"], shared_pair["reference"]
+    info = httpx.get(shared_pair["prefill"].url + "/server_info", timeout=5).json()
+    assert info["kv_shared_pool"].startswith("deepinfer-kv-") and info["kv_cache_dir"] is False
+    pool = pathlib.Path("/dev/shm") / info["kv_shared_pool"]
+    assert pool.exists()
+    for prompt in PROMPTS:
+        assert chat(router.url, prompt) == chat(reference.url, prompt), prompt
+        assert chat_stream(router.url, prompt) == chat(reference.url, prompt), prompt
+    assert router.metric("deepinfer_router:kv_handoffs_total", kv_exported="true") >= 2 * len(PROMPTS)
+    decode = shared_pair["decode"]
+    assert decode.metric("deepinfer:kv_peer_pools") == 1
+    # The prompts' KV came out of the prefill engine's pool: at least one
+    # 16-token block per prompt.
+    assert decode.metric("deepinfer:kv_peer_loaded_blocks_total") >= len(PROMPTS)
+    assert decode.metric("deepinfer:kv_tier_hit_tokens_total") >= 16 * len(PROMPTS)
+    # A client naming a pool that is not one is ignored; the request runs.
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": PROMPTS[0]}], "max_tokens": 8,
+            "temperature": 0}
+    for bogus in ["../../etc/passwd", "deepinfer-kv-1-1", "x" * 500]:
+        r = httpx.post(decode.url + "/v1/chat/completions", json=body, headers={"x-deepinfer-kv-source": bogus},
+                       timeout=120)
+        assert r.status_code == 200, r.text
+    assert decode.metric("deepinfer:kv_peer_pools") == 1
+    # The prefill engine removes its pool when it ends.
+    proc = shared_pair["prefill"].proc
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert not pool.exists()

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "backend/cuda/cuda_expert_counts.h"
@@ -190,6 +191,50 @@ void* CudaBackend::allocate(size_t bytes) {
 void CudaBackend::deallocate(void* ptr) {
   // Pending work may still read the memory; cudaFree waits for the device.
   cudaFree(ptr);
+}
+
+std::optional<Backend::SharedDeviceMemory> CudaBackend::allocate_shared_device(size_t bytes) {
+  // A plain cudaMalloc allocation: the legacy IPC handle maps exactly it.
+  void* p = nullptr;
+  check_cuda(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc(shared KV pool)");
+  cudaIpcMemHandle_t handle{};
+  if (const cudaError_t e = cudaIpcGetMemHandle(&handle, p); e != cudaSuccess) {
+    cudaFree(p);
+    fail("CUDA backend: cudaIpcGetMemHandle failed: {}", cudaGetErrorString(e));
+  }
+  SharedDeviceMemory m;
+  m.ptr = p;
+  const auto* bytes_of = reinterpret_cast<const std::byte*>(&handle);
+  m.handle.assign(bytes_of, bytes_of + sizeof handle);
+  return m;
+}
+
+void CudaBackend::free_shared_device(void* ptr) {
+  if (ptr == nullptr) return;
+  cudaDeviceSynchronize();  // copies into it on other streams of this process
+  cudaFree(ptr);
+}
+
+void* CudaBackend::open_shared_device(std::span<const std::byte> handle) {
+  cudaIpcMemHandle_t h{};
+  if (handle.size() != sizeof h) {
+    log_error("CUDA backend: a shared-memory handle of {} bytes (want {})", handle.size(), sizeof h);
+    return nullptr;
+  }
+  std::memcpy(&h, handle.data(), sizeof h);
+  void* p = nullptr;
+  if (const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
+    cudaGetLastError();
+    log_error("CUDA backend: cudaIpcOpenMemHandle failed: {}", cudaGetErrorString(e));
+    return nullptr;
+  }
+  return p;
+}
+
+void CudaBackend::close_shared_device(void* ptr) {
+  if (ptr == nullptr) return;
+  cudaDeviceSynchronize();  // copies out of it may still be running
+  cudaIpcCloseMemHandle(ptr);
 }
 
 void* CudaBackend::scratch(size_t bytes) {

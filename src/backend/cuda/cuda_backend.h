@@ -44,6 +44,10 @@ class CudaBackend final : public Backend {
   // Asynchronous steps (cuda_stream.cpp).
   void* allocate_host(size_t bytes) override;
   void deallocate_host(void* ptr) override;
+  std::optional<SharedDeviceMemory> allocate_shared_device(size_t bytes) override;
+  void free_shared_device(void* ptr) override;
+  void* open_shared_device(std::span<const std::byte> handle) override;
+  void close_shared_device(void* ptr) override;
   void copy_async(Tensor dst, const Tensor& src) override;
   void copy_rows_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
                        size_t rows) override;

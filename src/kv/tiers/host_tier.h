@@ -28,55 +28,35 @@
 #include <vector>
 
 #include "kv/tiers/disk_tier.h"
+#include "kv/tiers/kv_slot_pool.h"
 
 namespace deepinfer {
 
 class Backend;
 
-struct HostKvTierStats {
-  int64_t hits = 0, misses = 0;
-  int64_t stored = 0;       // slots published
-  int64_t evictions = 0;    // published slots reused for other blocks
-  int64_t expirations = 0;  // slots dropped past their time to live
-  int64_t full = 0;         // reserve() calls refused because every slot was pinned
-  int64_t blocks = 0, capacity_blocks = 0;
-};
-
-class HostKvTier {
+class HostKvTier final : public KvSlotPool {
  public:
   // capacity_blocks slots of block_bytes each, from backend.allocate_host().
   HostKvTier(Backend& backend, size_t block_bytes, int64_t capacity_blocks);
-  ~HostKvTier();
+  ~HostKvTier() override;
   HostKvTier(const HostKvTier&) = delete;
   HostKvTier& operator=(const HostKvTier&) = delete;
 
-  size_t block_bytes() const { return block_bytes_; }
-  int64_t capacity_blocks() const { return static_cast<int64_t>(slots_.size()); }
+  size_t block_bytes() const override { return block_bytes_; }
+  int64_t capacity_blocks() const override { return static_cast<int64_t>(slots_.size()); }
 
-  // A pinned slot for a new block, not visible to lookups until publish();
-  // nothing when the key is already present (published or being filled) or
-  // when every slot is pinned. expires_at: Unix seconds, 0 = never.
-  std::optional<int32_t> reserve(const KvBlockIdentity& id, int64_t expires_at);
-  // The slot's payload, writable while reserved, readable while pinned.
-  std::span<std::byte> payload(int32_t slot);
-  // The reserved slot now holds its block: lookups may find it. Unpins it.
-  void publish(int32_t slot);
-  // Drops a reserved slot that could not be filled. Unpins it.
-  void abandon(int32_t slot);
-
-  // The published slot holding exactly this block (content verified), pinned
-  // until unpin(); -1 on a miss (an expired slot is dropped).
-  int32_t find_and_pin(const KvBlockIdentity& id);
-  void pin(int32_t slot);
-  void unpin(int32_t slot);
-
-  // Whether a slot is published or being filled for the key (no verification).
-  bool contains(uint64_t key) const;
-  // The identity a published, pinned slot holds (for writing it to disk).
-  KvBlockIdentity identity(int32_t slot) const;
-  int64_t expires_at(int32_t slot) const;
-
-  HostKvTierStats stats() const;
+  // KvSlotPool (see there).
+  std::optional<int32_t> reserve(const KvBlockIdentity& id, int64_t expires_at) override;
+  std::span<std::byte> payload(int32_t slot) override;
+  void publish(int32_t slot) override;
+  void abandon(int32_t slot) override;
+  int32_t find_and_pin(const KvBlockIdentity& id) override;
+  void pin(int32_t slot) override;
+  void unpin(int32_t slot) override;
+  bool contains(uint64_t key) const override;
+  KvBlockIdentity identity(int32_t slot) const override;
+  int64_t expires_at(int32_t slot) const override;
+  HostKvTierStats stats() const override;
   void set_clock_for_testing(std::chrono::system_clock::time_point (*now)()) { now_ = now; }
 
  private:

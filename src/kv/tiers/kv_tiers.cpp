@@ -55,12 +55,23 @@ KvTiers::KvTiers(Backend& backend, KvStorage& storage, KvTierOptions options)
       cost_(static_cast<int64_t>(storage.bytes_per_block()) * std::max(options_.groups_per_block_index, 1),
             storage.page_size()) {
   const size_t block_bytes = storage_.bytes_per_block();
-  const uint64_t host_bytes = options_.host_bytes > 0 ? options_.host_bytes : kDefaultStagingBytes;
+  const uint64_t host_bytes = options_.shared_pool_bytes > 0 ? options_.shared_pool_bytes
+                              : options_.host_bytes > 0      ? options_.host_bytes
+                                                             : kDefaultStagingBytes;
   const auto host_blocks = static_cast<int64_t>(std::max<uint64_t>(host_bytes / block_bytes, 2 * storage.layout().num_groups()));
-  host_ = std::make_unique<HostKvTier>(backend_, block_bytes, host_blocks);
-  log_info("kv tiers: host tier of {} blocks ({:.1f} MiB{})", host_blocks,
-           static_cast<double>(host_blocks) * static_cast<double>(block_bytes) / 1048576.0,
-           options_.host_bytes > 0 ? "" : ", staging for the disk tier");
+  if (options_.shared_pool_bytes > 0) {
+    auto pool = SharedKvPool::create(
+        backend_, SharedKvPool::Options{options_.fingerprint, block_bytes, host_blocks, storage.page_size()});
+    DI_CHECK(!pool->payload_on_device() || options_.dir.empty(),
+             "kv tiers: a shared pool in device memory cannot feed a disk tier (drop --kv-cache-dir)");
+    shared_pool_ = pool.get();
+    host_ = std::move(pool);
+  } else {
+    host_ = std::make_shared<HostKvTier>(backend_, block_bytes, host_blocks);
+    log_info("kv tiers: host tier of {} blocks ({:.1f} MiB{})", host_blocks,
+             static_cast<double>(host_blocks) * static_cast<double>(block_bytes) / 1048576.0,
+             options_.host_bytes > 0 ? "" : ", staging for the disk tier");
+  }
   if (!options_.dir.empty()) {
     disk_ = std::make_unique<DiskKvTier>(
         DiskKvTier::Options{options_.dir, options_.fingerprint, options_.disk_bytes});
@@ -145,7 +156,7 @@ bool KvTiers::on_registered(const KvBlockRef& ref, int32_t block_id, int64_t ttl
     ++offload_skipped_;
     return false;
   }
-  const uint64_t seq = disk_enabled() ? persist_accepted_.fetch_add(1) + 1 : 0;
+  const uint64_t seq = exports() ? persist_accepted_.fetch_add(1) + 1 : 0;
   offloads_to_enqueue_.push_back({*slot, block_id, verify, seq});
   ++offloaded_;
   return true;
@@ -175,10 +186,47 @@ void KvTiers::enqueue_offloads() {
   offload_batches_.push_back({copy_stream_->record(), std::move(items), bytes});
 }
 
+std::vector<std::shared_ptr<KvSlotPool>> KvTiers::peer_pools() {
+  std::lock_guard lock(peers_mutex_);
+  // An engine that has ended took its pool's device memory with it.
+  std::erase_if(peers_, [](const std::shared_ptr<SharedKvPool>& p) {
+    if (p->creator_alive()) return false;
+    log_info("kv tiers: the engine of shared pool {} has ended; letting it go", p->name());
+    return true;
+  });
+  return {peers_.begin(), peers_.end()};
+}
+
+bool KvTiers::attach_peer(std::string_view name) {
+  if (!options_.import_shared) return false;
+  std::lock_guard lock(peers_mutex_);
+  for (const auto& p : peers_) {
+    if (p->name() == name) return true;
+  }
+  constexpr size_t kMaxPeers = 16;
+  if (peers_.size() >= kMaxPeers) {
+    log_warn("kv tiers: already {} shared pools attached; not attaching {}", kMaxPeers, name.substr(0, 64));
+    return false;
+  }
+  std::shared_ptr<SharedKvPool> pool = SharedKvPool::attach(
+      backend_, name, SharedKvPool::Options{options_.fingerprint, storage_.bytes_per_block(), 0, storage_.page_size()});
+  if (!pool) return false;
+  peers_.push_back(std::move(pool));
+  return true;
+}
+
+std::string KvTiers::shared_pool_name() const { return shared_pool_ ? shared_pool_->name() : std::string(); }
+
 int32_t KvTiers::acquire(const KvTierQuery& q, int32_t from, int32_t to) {
   DI_CHECK(acquired_.empty(), "kv tiers: acquire() while an earlier one is not released");
   const auto bs = static_cast<size_t>(q.block_size);
+  // The host tier first, then other engines' shared pools.
+  std::vector<std::shared_ptr<KvSlotPool>> pools = {host_};
+  if (options_.import_shared) {
+    for (auto& p : peer_pools()) pools.push_back(std::move(p));
+  }
   int32_t n = 0;
+  bool from_peer = false;
   for (int32_t i = from; i < to; ++i) {
     const auto tokens = q.tokens.subspan(static_cast<size_t>(i) * bs, bs);
     bool all = true;
@@ -186,17 +234,22 @@ int32_t KvTiers::acquire(const KvTierQuery& q, int32_t from, int32_t to) {
       const int32_t g = q.groups[k];
       const KvBlockIdentity id =
           block_identity(q.hashes[static_cast<size_t>(i)], parent_hash(q, i), i, g, q.salt, tokens);
-      const int32_t slot = host_->find_and_pin(id);
-      if (slot < 0) {
-        all = false;
-      } else {
-        acquired_[{i, g}] = slot;
+      all = false;
+      for (size_t p = 0; p < pools.size() && !all; ++p) {
+        const int32_t slot = pools[p]->find_and_pin(id);
+        if (slot >= 0) {
+          acquired_[{i, g}] = {pools[p], slot};
+          from_peer = from_peer || p > 0;
+          all = true;
+        }
       }
     }
     if (!all) break;
     ++n;
   }
-  if (n > 0 && !cost_.worth_loading(KvTierKind::Host, from, from + n)) {
+  // Blocks another engine computed for this one to continue from are loaded
+  // whatever the cost model says: that engine's answer already waited for them.
+  if (n > 0 && !from_peer && !cost_.worth_loading(KvTierKind::Host, from, from + n)) {
     ++skipped_as_slower_;
     release();
     return 0;
@@ -207,14 +260,16 @@ int32_t KvTiers::acquire(const KvTierQuery& q, int32_t from, int32_t to) {
 void KvTiers::load(int32_t index, int32_t group, int32_t block_id) {
   auto it = acquired_.find({index, group});
   DI_CHECK(it != acquired_.end(), "kv tiers: block {} of group {} was not acquired", index, group);
-  storage_.load_block(block_id, host_->payload(it->second).data());
-  loads_.push_back({it->second});
+  auto& [pool, slot] = it->second;
+  storage_.load_block(block_id, pool->payload(slot).data());
+  if (pool != host_) ++peer_loaded_;
+  loads_.push_back({std::move(pool), slot});
   acquired_.erase(it);
   ++loaded_;
 }
 
 void KvTiers::release() {
-  for (const auto& [where, slot] : acquired_) host_->unpin(slot);
+  for (const auto& [where, held] : acquired_) held.first->unpin(held.second);
   acquired_.clear();
 }
 
@@ -228,7 +283,7 @@ void KvTiers::step_launched(uint64_t step) {
 
 void KvTiers::step_completed(uint64_t step) {
   while (!loads_.empty() && loads_.front().tagged && loads_.front().step <= step) {
-    host_->unpin(loads_.front().slot);
+    loads_.front().pool->unpin(loads_.front().slot);
     loads_.pop_front();
   }
   while (!offload_batches_.empty() && offload_batches_.front().done->ready()) {
@@ -250,7 +305,7 @@ void KvTiers::device_idle() {
     inflight_offload_bytes_ = 0;
   }
   copy_stream_->synchronize();
-  for (const Load& l : loads_) host_->unpin(l.slot);
+  for (const Load& l : loads_) l.pool->unpin(l.slot);
   loads_.clear();
   for (const OffloadBatch& b : offload_batches_) {
     for (const Offload& o : b.items) finish_offload(o);
@@ -263,6 +318,7 @@ void KvTiers::finish_offload(const Offload& o) {
   released_blocks_.push_back(o.block);
   if (!disk_enabled()) {
     host_->publish(o.slot);
+    if (o.persist_seq != 0) mark_persisted(o.persist_seq);  // in the shared pool: exported
     return;
   }
   host_->pin(o.slot);  // held for the disk write
@@ -489,6 +545,11 @@ KvTierStats KvTiers::stats() const {
   s.loaded_blocks = loaded_;
   s.loaded_bytes = loaded_ * static_cast<int64_t>(host_->block_bytes());
   s.skipped_as_slower = skipped_as_slower_;
+  s.peer_loaded_blocks = peer_loaded_;
+  {
+    std::lock_guard lock(peers_mutex_);
+    s.peers = static_cast<int64_t>(peers_.size());
+  }
   s.cost = cost_.estimate();
   std::lock_guard lock(mutex_);
   s.writes_dropped = writes_dropped_;

@@ -22,6 +22,12 @@
 // prefetch_done) while the others run, then is admitted with its blocks in
 // host memory. Writes have a thread of their own.
 //
+// Between engines (a prefill engine handing KV to a decode engine on the same
+// node, `serve --kv-transport shared`): the exporting engine's tier below the
+// device is a SharedKvPool (kv/tiers/shared_pool.h) other processes read; an
+// importing engine attaches to such pools (attach_peer) and loads from them as
+// from its own host tier, device to device where the pool is device memory.
+//
 // A tier is used only where loading beats recomputing (tier_cost_model.h):
 // the engine times prefill steps at start-up (set_compute_cost), the tiers
 // measure their own bandwidth, and a tier that loses is skipped (re-probed
@@ -39,6 +45,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -47,6 +54,7 @@
 #include "kv/kv_tier_link.h"
 #include "kv/tiers/disk_tier.h"
 #include "kv/tiers/host_tier.h"
+#include "kv/tiers/shared_pool.h"
 #include "kv/tiers/tier_cost_model.h"
 
 namespace deepinfer {
@@ -70,6 +78,11 @@ struct KvTierOptions {
   // Registered blocks waiting for the copy stream at most (beyond, not
   // offloaded): this many, or half the device's pages when that is more.
   size_t max_pending_offloads = 64;
+  // Bytes of a SharedKvPool that replaces the host tier and that other
+  // engines on the node read (0: a process-local host tier).
+  uint64_t shared_pool_bytes = 0;
+  // Whether attach_peer() may map other engines' pools.
+  bool import_shared = false;
 };
 
 struct KvTierStats {
@@ -84,6 +97,8 @@ struct KvTierStats {
   int64_t prefetches = 0;        // requests whose prefix was read from disk
   int64_t prefetched_blocks = 0;
   double prefetch_ms_total = 0.0, prefetch_ms_max = 0.0;
+  int64_t peer_loaded_blocks = 0;  // of loaded_blocks, those read from other engines' shared pools
+  int64_t peers = 0;               // shared pools attached
   int64_t skipped_as_slower = 0;  // lookups not made because recomputing was judged faster
   TierCostEstimate cost;
 };
@@ -134,6 +149,17 @@ class KvTiers final : public KvTierLink {
   uint64_t persist_ticket() const { return persist_accepted_.load(); }
   bool wait_persisted(uint64_t ticket, std::chrono::milliseconds timeout) const;
 
+  // The shared pool this engine exports its blocks through ("" when none).
+  std::string shared_pool_name() const;
+  // Whether finished requests' KV leaves this engine (a disk tier or a shared
+  // pool): what the export fence waits for.
+  bool exports() const { return disk_enabled() || shared_pool_ != nullptr; }
+  // Maps another engine's shared pool (by the name it answered with) so that
+  // acquire() finds its blocks. Thread-safe; a name already attached is kept,
+  // one that cannot be attached is refused (logged, false). At most 16 pools;
+  // the pools of engines that have ended are let go.
+  bool attach_peer(std::string_view name);
+
   KvTierStats stats() const;
   bool disk_enabled() const { return disk_ && disk_->enabled(); }
   // The tier key of a block of `group` (the prefix-cache hash, told apart by group).
@@ -143,6 +169,7 @@ class KvTiers final : public KvTierLink {
   // A load (host -> device) on the op stream: its slot is unpinned once
   // the step launched after it completes.
   struct Load {
+    std::shared_ptr<KvSlotPool> pool;
     int32_t slot;
     uint64_t step = 0;
     bool tagged = false;
@@ -188,7 +215,10 @@ class KvTiers final : public KvTierLink {
   Backend& backend_;
   KvStorage& storage_;
   KvTierOptions options_;
-  std::unique_ptr<HostKvTier> host_;
+  // The tier right below the device: process-local host memory, or the
+  // shared pool this engine exports through (then shared_pool_ points to it).
+  std::shared_ptr<KvSlotPool> host_;
+  SharedKvPool* shared_pool_ = nullptr;
   std::unique_ptr<DiskKvTier> disk_;
   TierCostModel cost_;
 
@@ -205,7 +235,13 @@ class KvTiers final : public KvTierLink {
   int64_t max_inflight_offload_bytes_ = int64_t{64} << 20;
   std::deque<OffloadBatch> offload_batches_;
   std::vector<int32_t> released_blocks_;
-  std::map<std::pair<int32_t, int32_t>, int32_t> acquired_;  // (block index, group) -> pinned host slot
+  // (block index, group) -> the pool and its pinned slot.
+  std::map<std::pair<int32_t, int32_t>, std::pair<std::shared_ptr<KvSlotPool>, int32_t>> acquired_;
+  int64_t peer_loaded_ = 0;
+  // Other engines' pools (attach_peer), looked in after the host tier.
+  std::vector<std::shared_ptr<KvSlotPool>> peer_pools();
+  mutable std::mutex peers_mutex_;
+  std::vector<std::shared_ptr<SharedKvPool>> peers_;
   int64_t offloaded_ = 0, offload_skipped_ = 0, loaded_ = 0, skipped_as_slower_ = 0;
 
   // Shared with the I/O thread.
