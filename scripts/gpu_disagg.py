@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Prefill/decode disaggregation on one GPU (docs/router.md, docs/benchmarks.md
 "Router and disaggregation"). Two `deepinfer serve` processes share the GPU,
-one --role prefill and one --role decode, with a KV block directory on a
-tmpfs between them, behind `deepinfer router`; against one colocated engine.
+one --role prefill and one --role decode, behind `deepinfer router`, against
+one colocated engine; the KV moves between them by each --transport in turn:
+directory (block files on a tmpfs) and shared (the prefill engine's shared
+pool in device memory, mapped by the decode engine over CUDA IPC).
 
   1. Handoff: N prompts of P random tokens (max_tokens 1), each once through
      the colocated engine and once through the router. The KV bytes of a
      prompt over the time disaggregation adds to its time to first token is
      the handoff's effective bandwidth, beside the device's own copy
-     bandwidth (measured here with torch when it is installed) and the
-     decode engine's own disk-tier read rate.
+     bandwidth (measured here with torch when it is installed); and the
+     decode engine's own load rate into its pages (device time of its
+     sampled load batches, deepinfer:kv_load_timed_*).
   2. Decode latency under prefill-heavy load: S streams (short prompts,
      G output tokens each) decode while a new P-token prompt arrives every
      --interval seconds. Inter-token latency p50/p99 of the streams, measured
@@ -91,13 +94,16 @@ def metric_sum(m, name, **labels):
                if k.split("{", 1)[0] == name and all(f'{a}="{b}"' in k for a, b in labels.items()))
 
 
-def complete(url, ids, max_tokens=1):
+def complete(url, ids, max_tokens=1, text=None):
+    """Seconds one greedy completion takes; its text is appended to `text` when given."""
     body = json.dumps({"model": "m", "prompt": ids, "max_tokens": max_tokens, "temperature": 0,
                        "ignore_eos": True}).encode()
     req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
     t0 = time.perf_counter()
     with urllib.request.urlopen(req, timeout=600) as r:
-        json.loads(r.read())
+        answer = json.loads(r.read())
+    if text is not None:
+        text.append(answer["choices"][0]["text"])
     return time.perf_counter() - t0
 
 
@@ -190,6 +196,70 @@ def device_copy_gbs():
         return None, None
 
 
+def disaggregated(a, common, transport, kv_dir, prompts, vocab, rng, procs, log):
+    """A prefill and a decode engine on the same GPU, a router in front: the
+    handoff's cost in time to first token, then decode latency under load."""
+    r = {}
+    if transport == "shared":
+        pre_flags = ["--kv-transport", "shared", "--kv-transport-size", a.pool_gib]
+        dec_flags = ["--kv-transport", "shared"]
+    else:
+        pre_flags = dec_flags = ["--kv-cache-dir", kv_dir, "--kv-offloading-size", "8"]
+    # --gpu-memory-utilization counts the whole device's memory, the other
+    # engine's included: the second engine gets twice the first's share (and
+    # the prefill engine's pool, allocated after its own share, on top).
+    pre = Proc(common + ["--role", "prefill"] + pre_flags, "/ready", log)
+    procs.append(pre)
+    share = 2 * float(a.mem) + (float(a.pool_gib) / 141.0 if transport == "shared" else 0.0)
+    second = common[:-1] + [str(min(0.95, share))] if a.device == "cuda" else common
+    dec = Proc(second + ["--role", "decode"] + dec_flags, "/ready", log)
+    procs.append(dec)
+    router = Proc([a.deepinfer, "router", "--backend", pre.url, "--backend", dec.url, "--health-interval", "0.5"],
+                  "/health", log)
+    procs.append(router)
+    try:
+        complete(router.url, prompts[0][:256], 1)
+        before = dec.metrics()
+        fresh = [[rng.randrange(3, vocab) for _ in range(a.prompt)] for _ in range(a.prompts)]
+        dis_ttft = [complete(router.url, p, 1) for p in fresh]
+        after = dec.metrics()
+
+        def delta(name, **labels):
+            return metric_sum(after, name, **labels) - metric_sum(before, name, **labels)
+        loaded_tokens = delta("deepinfer:kv_tier_hit_tokens_total")
+        # Bytes loaded into the decode engine's pages (from its host tier or a peer pool).
+        loaded_bytes = delta("deepinfer:kv_tier_read_bytes_total", tier="host")
+        timed_bytes = delta("deepinfer:kv_load_timed_bytes_total")
+        timed_s = delta("deepinfer:kv_load_timed_seconds_total")
+        onload_s = delta("deepinfer:kv_tier_onload_seconds_total")
+        disk_bytes = delta("deepinfer:kv_tier_read_bytes_total", tier="disk")
+        bytes_per_prompt = loaded_bytes / max(1, a.prompts)
+        extra_s = statistics.median(dis_ttft) - a.colocated_ttft_s
+        r.update({
+            "disaggregated_ttft_s": statistics.median(dis_ttft),
+            "handoff_loaded_tokens_per_prompt": loaded_tokens / a.prompts,
+            "handoff_bytes_per_prompt": bytes_per_prompt,
+            "handoff_added_s": extra_s,
+            "handoff_effective_gbs": bytes_per_prompt / extra_s / 1e9 if extra_s > 0 else None,
+            "decode_load_gbs": timed_bytes / timed_s / 1e9 if timed_s > 0 else None,
+            "decode_load_timed_bytes": timed_bytes,
+            "decode_disk_read_gbs": disk_bytes / onload_s / 1e9 if onload_s > 0 else None,
+            "peer_loaded_blocks": delta("deepinfer:kv_peer_loaded_blocks_total"),
+            "kv_export": {k: v for k, v in pre.metrics().items() if "kv_export" in k},
+        })
+        texts = []
+        for p in a.check_prompts:
+            complete(router.url, p, 8, texts)
+        r["outputs_equal_colocated_prefix_hit"] = sum(x == y for x, y in zip(texts, a.check_texts))
+        r["outputs_checked"] = len(a.check_texts)
+        r["disaggregated_load"] = loaded_run(router.url, vocab, a, random.Random(5))
+    finally:
+        for p in (router, dec, pre):
+            p.stop()
+            procs.remove(p)
+    return r
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--deepinfer", required=True)
@@ -204,6 +274,8 @@ def main():
     ap.add_argument("--load-seconds", type=float, default=20)
     ap.add_argument("--mem", default="0.42", help="--gpu-memory-utilization of each engine")
     ap.add_argument("--extra", default="", help="more serve flags for every engine")
+    ap.add_argument("--transport", default="shared,directory", help="comma-separated: shared, directory")
+    ap.add_argument("--pool-gib", default="6", help="--kv-transport-size of the prefill engine (shared)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     log = os.path.join(a.out, "disagg.log")
@@ -220,6 +292,8 @@ def main():
     result = {"prompt_tokens": a.prompt, "kv_dir": base, "device_copy_gbs": d2d, "host_to_device_gbs": h2d}
     rng = random.Random(3)
     prompts = [[rng.randrange(3, vocab) for _ in range(a.prompt)] for _ in range(a.prompts)]
+    check_prompts = [[rng.randrange(3, vocab) for _ in range(a.prompt)] for _ in range(3)]
+    a.check_prompts, a.check_texts = check_prompts, []
     procs = []
     try:
         # Colocated: one engine does both.
@@ -228,45 +302,21 @@ def main():
         complete(colo.url, prompts[0][:256], 1)  # warm-up
         colo_ttft = [complete(colo.url, p, 1) for p in prompts]
         result["colocated_ttft_s"] = statistics.median(colo_ttft)
+        a.colocated_ttft_s = result["colocated_ttft_s"]
+        # The outputs a handoff must reproduce: a prompt's second run on the
+        # colocated engine loads all its full blocks from the prefix cache and
+        # computes the rest, exactly what a decode engine does with KV handed
+        # over (same kernels, same bytes), so the tokens must be the same.
+        for p in check_prompts:
+            complete(colo.url, p, 8)
+            complete(colo.url, p, 8, a.check_texts)
         result["colocated_load"] = loaded_run(colo.url, vocab, a, random.Random(5))
         save(a.out, result)
         colo.stop()
         procs.remove(colo)
-        # Disaggregated: a prefill and a decode engine on the same GPU, a router in front.
-        tiers = ["--kv-cache-dir", kv_dir, "--kv-offloading-size", "8"]
-        # --gpu-memory-utilization counts the whole device's memory, the other
-        # engine's included: the second engine gets twice the first's share.
-        pre = Proc(common + ["--role", "prefill"] + tiers, "/ready", log)
-        procs.append(pre)
-        second = common[:-1] + [str(min(0.95, 2 * float(a.mem)))] if a.device == "cuda" else common
-        dec = Proc(second + ["--role", "decode"] + tiers, "/ready", log)
-        procs.append(dec)
-        router = Proc([a.deepinfer, "router", "--backend", pre.url, "--backend", dec.url, "--health-interval", "0.5"],
-                      "/health", log)
-        procs.append(router)
-        complete(router.url, prompts[0][:256], 1)
-        before = dec.metrics()
-        fresh = [[rng.randrange(3, vocab) for _ in range(a.prompt)] for _ in range(a.prompts)]
-        dis_ttft = [complete(router.url, p, 1) for p in fresh]
-        after = dec.metrics()
-        loaded_tokens = metric_sum(after, "deepinfer:kv_tier_hit_tokens_total") - metric_sum(before, "deepinfer:kv_tier_hit_tokens_total")
-        read_bytes = metric_sum(after, "deepinfer:kv_tier_read_bytes_total", tier="disk") - \
-            metric_sum(before, "deepinfer:kv_tier_read_bytes_total", tier="disk")
-        onload_s = metric_sum(after, "deepinfer:kv_tier_onload_seconds_total") - \
-            metric_sum(before, "deepinfer:kv_tier_onload_seconds_total")
-        bytes_per_prompt = read_bytes / max(1, a.prompts)
-        extra_s = statistics.median(dis_ttft) - result["colocated_ttft_s"]
-        result.update({
-            "disaggregated_ttft_s": statistics.median(dis_ttft),
-            "handoff_loaded_tokens_per_prompt": loaded_tokens / a.prompts,
-            "handoff_bytes_per_prompt": bytes_per_prompt,
-            "handoff_added_s": extra_s,
-            "handoff_effective_gbs": bytes_per_prompt / extra_s / 1e9 if extra_s > 0 else None,
-            "decode_disk_read_gbs": read_bytes / onload_s / 1e9 if onload_s > 0 else None,
-            "kv_export": {k: v for k, v in pre.metrics().items() if "kv_export" in k},
-        })
-        save(a.out, result)
-        result["disaggregated_load"] = loaded_run(router.url, vocab, a, random.Random(5))
+        for transport in a.transport.split(","):
+            result[transport] = disaggregated(a, common, transport, kv_dir, prompts, vocab, rng, procs, log)
+            save(a.out, result)
     finally:
         for p in procs:
             p.stop()
@@ -275,19 +325,30 @@ def main():
 
     def g(x, f="{:.1f}"):
         return "n/a" if x is None else f.format(x)
+    transports = [t for t in a.transport.split(",") if t in result]
     lines = [
-        f"- prompt {a.prompt} tokens; KV handoff directory on {base}; engines at --gpu-memory-utilization {a.mem}",
+        f"- prompt {a.prompt} tokens; engines at --gpu-memory-utilization {a.mem}; directory transport on {base}",
         f"- device copy {g(d2d)} GB/s, pinned host-to-device {g(h2d)} GB/s (torch, same GPU)",
-        f"- TTFT colocated {result['colocated_ttft_s'] * 1e3:.0f} ms, disaggregated {result['disaggregated_ttft_s'] * 1e3:.0f} ms "
-        f"(+{result['handoff_added_s'] * 1e3:.0f} ms for {result['handoff_bytes_per_prompt'] / 2**20:.0f} MiB of KV: "
-        f"{g(result['handoff_effective_gbs'], '{:.2f}')} GB/s effective; the decode engine's reads "
-        f"{g(result['decode_disk_read_gbs'], '{:.2f}')} GB/s; {result['handoff_loaded_tokens_per_prompt']:.0f} prompt tokens loaded per request)",
+        f"- TTFT colocated {result['colocated_ttft_s'] * 1e3:.0f} ms",
+    ]
+    for t in transports:
+        r = result[t]
+        lines.append(
+            f"- {t}: TTFT {r['disaggregated_ttft_s'] * 1e3:.0f} ms (+{r['handoff_added_s'] * 1e3:.0f} ms for "
+            f"{r['handoff_bytes_per_prompt'] / 2**20:.0f} MiB of KV: {g(r['handoff_effective_gbs'], '{:.2f}')} GB/s "
+            f"end to end); the decode engine's loads into its pages {g(r['decode_load_gbs'], '{:.1f}')} GB/s "
+            f"(device time); {r['handoff_loaded_tokens_per_prompt']:.0f} prompt tokens loaded per request; "
+            f"8-token greedy outputs equal to the colocated engine's prefix-hit run: "
+            f"{r['outputs_equal_colocated_prefix_hit']}/{r['outputs_checked']}"
+            + (f"; disk reads {g(r['decode_disk_read_gbs'], '{:.2f}')} GB/s" if r.get('decode_disk_read_gbs') else ""))
+    lines += [
         "",
         f"| {a.streams} streams × {a.gen} tokens, a {a.prompt}-token prompt every {a.interval} s | ITL p50 | ITL p99 | p99.9 | max | mean | long prompts |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name in ("colocated", "disaggregated"):
-        r = result[f"{name}_load"]
+    rows = [("colocated", result["colocated_load"])] + [(f"disaggregated ({t})", result[t]["disaggregated_load"])
+                                                         for t in transports]
+    for name, r in rows:
         lines.append(f"| {name} | {r['itl_p50_ms']:.1f} ms | {r['itl_p99_ms']:.1f} ms | {r['itl_p999_ms']:.1f} ms | "
                      f"{r['itl_max_ms']:.1f} ms | {r['itl_mean_ms']:.1f} ms | "
                      f"{r['long_prompts']}{' errors: ' + str(r['errors']) if r['errors'] else ''} |")

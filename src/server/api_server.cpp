@@ -98,6 +98,10 @@ void ApiServer::render_kv_tier_metrics(const EngineStats& e) {
       .set(static_cast<double>(t.peer_loaded_blocks));
   m.gauge("deepinfer:kv_peer_pools", "Other engines' shared KV pools this engine has mapped.")
       .set(static_cast<double>(t.peers));
+  m.counter("deepinfer:kv_load_timed_bytes_total", "Bytes of the sampled loads into device pages (timed on the device).")
+      .set(static_cast<double>(t.timed_load_bytes));
+  m.counter("deepinfer:kv_load_timed_seconds_total", "Device time of the sampled loads into device pages.")
+      .set(t.timed_load_ms / 1e3);
 }
 
 std::string ApiServer::render_metrics() {

@@ -261,7 +261,20 @@ void KvTiers::load(int32_t index, int32_t group, int32_t block_id) {
   auto it = acquired_.find({index, group});
   DI_CHECK(it != acquired_.end(), "kv tiers: block {} of group {} was not acquired", index, group);
   auto& [pool, slot] = it->second;
+  if (load_timing_ == LoadTiming::Idle) {
+    if (!load_start_) {
+      load_start_ = backend_.create_event();
+      load_end_ = backend_.create_event();
+    }
+    load_start_->record();
+    load_timing_ = LoadTiming::Recording;
+    load_timing_bytes_ = 0;
+  }
   storage_.load_block(block_id, pool->payload(slot).data());
+  if (load_timing_ == LoadTiming::Recording) {
+    load_end_->record();
+    load_timing_bytes_ += static_cast<int64_t>(storage_.bytes_per_block());
+  }
   if (pool != host_) ++peer_loaded_;
   loads_.push_back({std::move(pool), slot});
   acquired_.erase(it);
@@ -274,6 +287,10 @@ void KvTiers::release() {
 }
 
 void KvTiers::step_launched(uint64_t step) {
+  if (load_timing_ == LoadTiming::Recording) {
+    load_timing_ = LoadTiming::Measuring;
+    load_timing_step_ = step;
+  }
   for (auto it = loads_.rbegin(); it != loads_.rend() && !it->tagged; ++it) {
     it->step = step;
     it->tagged = true;
@@ -282,6 +299,11 @@ void KvTiers::step_launched(uint64_t step) {
 }
 
 void KvTiers::step_completed(uint64_t step) {
+  if (load_timing_ == LoadTiming::Measuring && load_timing_step_ <= step) {
+    timed_load_ms_ += load_end_->elapsed_ms_since(*load_start_);
+    timed_load_bytes_ += load_timing_bytes_;
+    load_timing_ = LoadTiming::Idle;
+  }
   while (!loads_.empty() && loads_.front().tagged && loads_.front().step <= step) {
     loads_.front().pool->unpin(loads_.front().slot);
     loads_.pop_front();
@@ -295,6 +317,12 @@ void KvTiers::step_completed(uint64_t step) {
 }
 
 void KvTiers::device_idle() {
+  if (load_timing_ != LoadTiming::Idle) {
+    load_end_->synchronize();
+    timed_load_ms_ += load_end_->elapsed_ms_since(*load_start_);
+    timed_load_bytes_ += load_timing_bytes_;
+    load_timing_ = LoadTiming::Idle;
+  }
   while (!offloads_to_enqueue_.empty()) {
     enqueue_offloads();
     copy_stream_->synchronize();
@@ -546,6 +574,8 @@ KvTierStats KvTiers::stats() const {
   s.loaded_bytes = loaded_ * static_cast<int64_t>(host_->block_bytes());
   s.skipped_as_slower = skipped_as_slower_;
   s.peer_loaded_blocks = peer_loaded_;
+  s.timed_load_bytes = timed_load_bytes_;
+  s.timed_load_ms = timed_load_ms_;
   {
     std::lock_guard lock(peers_mutex_);
     s.peers = static_cast<int64_t>(peers_.size());

@@ -99,6 +99,10 @@ struct KvTierStats {
   double prefetch_ms_total = 0.0, prefetch_ms_max = 0.0;
   int64_t peer_loaded_blocks = 0;  // of loaded_blocks, those read from other engines' shared pools
   int64_t peers = 0;               // shared pools attached
+  // Device time of loads into device pages, sampled (one batch of a step's
+  // loads at a time): their bandwidth is timed_load_bytes / timed_load_ms.
+  int64_t timed_load_bytes = 0;
+  double timed_load_ms = 0.0;
   int64_t skipped_as_slower = 0;  // lookups not made because recomputing was judged faster
   TierCostEstimate cost;
 };
@@ -238,6 +242,14 @@ class KvTiers final : public KvTierLink {
   // (block index, group) -> the pool and its pinned slot.
   std::map<std::pair<int32_t, int32_t>, std::pair<std::shared_ptr<KvSlotPool>, int32_t>> acquired_;
   int64_t peer_loaded_ = 0;
+  // Timing of one batch of loads at a time (events around its copies on the
+  // op stream); a batch enqueued while the previous is still measured is not timed.
+  enum class LoadTiming : uint8_t { Idle, Recording, Measuring };
+  LoadTiming load_timing_ = LoadTiming::Idle;
+  std::unique_ptr<DeviceEvent> load_start_, load_end_;
+  uint64_t load_timing_step_ = 0;
+  int64_t load_timing_bytes_ = 0, timed_load_bytes_ = 0;
+  double timed_load_ms_ = 0.0;
   // Other engines' pools (attach_peer), looked in after the host tier.
   std::vector<std::shared_ptr<KvSlotPool>> peer_pools();
   mutable std::mutex peers_mutex_;

@@ -274,6 +274,8 @@ TEST_F(SharedKvTiersTest, ThePrefillSideExportsThroughItsPoolAndTheDecodeSideLoa
   for (int32_t b = 0; b < n_blocks; ++b) EXPECT_EQ(block_bytes(decode_kv, 7 - b), expected[static_cast<size_t>(b)]) << b;
   EXPECT_EQ(decode.stats().peer_loaded_blocks, n_blocks);
   EXPECT_EQ(decode.stats().loaded_blocks, n_blocks);
+  EXPECT_EQ(decode.stats().timed_load_bytes, n_blocks * static_cast<int64_t>(decode_kv.bytes_per_block()))
+      << "the batch of loads was timed";
   // Another salt finds nothing there.
   const auto other = PrefixCache::compute_block_hashes(prompt, 16, "other");
   EXPECT_EQ(decode.acquire({other, prompt, "other", 16, groups}, 0, n_blocks), 0);
