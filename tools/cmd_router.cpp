@@ -14,6 +14,7 @@
 #include "command.h"
 #include "core/logging.h"
 #include "router/backend_pool.h"
+#include "router/etcd.h"
 #include "router/router_server.h"
 #include "server/http_server.h"
 
@@ -32,7 +33,11 @@ int run_router(int argc, char** argv) {
   int io_threads = 2;
   app.add_option("--host", http.host, "address to listen on");
   app.add_option("--port", http.port, "port to listen on (0 = any free port)");
-  app.add_option("--backend", backends, "a backend's URL, http://host:port (repeat for each)")->required();
+  app.add_option("--backend", backends, "a backend's URL, http://host:port (repeat for each)");
+  std::string etcd;
+  app.add_option("--etcd", etcd,
+                 "find the backends in etcd (http://host:2379), where `serve --etcd` registers them; listed again "
+                 "every --health-interval");
   app.add_option("--policy", policy, "cache_aware (prefix affinity within a load budget), least_load or round_robin")
       ->check(CLI::IsMember({"cache_aware", "least_load", "round_robin"}));
   app.add_option("--balance-abs", opts.balance_abs,
@@ -59,9 +64,23 @@ int run_router(int argc, char** argv) {
   http.body_limit = uint64_t{64} << 20;
   opts.policy = router::parse_routing_policy(policy);
   pool_opts.interval = std::chrono::milliseconds(static_cast<int64_t>(health_interval * 1000));
+  if (backends.empty() && etcd.empty()) {
+    log_error("router: give the backends (--backend URL ...) or where to find them (--etcd URL)");
+    return 2;
+  }
   std::vector<router::Url> urls;
+  std::shared_ptr<router::EtcdClient> etcd_client;
   try {
     for (const std::string& b : backends) urls.push_back(router::parse_url(b));
+    if (!etcd.empty()) {
+      etcd_client = std::make_shared<router::EtcdClient>(router::parse_url(etcd), std::chrono::milliseconds(2000));
+      // Static backends stay members whatever etcd lists.
+      pool_opts.discover = [etcd_client, backends]() -> std::optional<std::vector<std::string>> {
+        auto urls = router::list_etcd_backends(*etcd_client);
+        if (urls) urls->insert(urls->end(), backends.begin(), backends.end());
+        return urls;
+      };
+    }
   } catch (const Error& e) {
     log_error("router: {}", e.what());
     return 2;
@@ -80,8 +99,8 @@ int run_router(int argc, char** argv) {
     router_server.handle(std::move(r), std::move(ch));
   });
   server.start();
-  log_info("router: listening on http://{}:{} over {} backend(s), policy {}", http.host, server.port(), backends.size(),
-           policy);
+  log_info("router: listening on http://{}:{} over {} backend(s){}, policy {}", http.host, server.port(), pool.size(),
+           etcd.empty() ? "" : " found in etcd " + etcd, policy);
   for (;;) {
     const int sig = sigwaitinfo(&signals, nullptr);
     if (sig == SIGTERM || sig == SIGINT) break;

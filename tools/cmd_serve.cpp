@@ -5,16 +5,21 @@
 // and exit 0.
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "engine/async_engine.h"
 #include "engine_flags.h"
+#include "router/etcd.h"
 #include "server/api_server.h"
 #include "server/http_server.h"
 
@@ -34,6 +39,14 @@ std::string default_served_name(const std::string& model_path) {
   std::filesystem::path p(model_path);
   if (p.has_filename() && p.extension() == ".gguf") return p.stem().string();
   return p.filename().empty() ? p.parent_path().filename().string() : p.filename().string();
+}
+
+// The host part of the URL other machines reach this engine at.
+std::string advertised_host(const std::string& listen_host) {
+  if (listen_host != "0.0.0.0" && listen_host != "::" && !listen_host.empty()) return listen_host;
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) == 0 && name[0] != '\0') return name;
+  return "127.0.0.1";
 }
 
 int run_serve(int argc, char** argv) {
@@ -82,6 +95,12 @@ int run_serve(int argc, char** argv) {
                  "prefill role with --kv-transport shared: GiB of the pool finished requests' KV waits in for its "
                  "decode engine (least recently used reused first)")
       ->check(CLI::Range(0.001, 1024.0));
+  std::string etcd, advertise_url;
+  app.add_option("--etcd", etcd,
+                 "register this engine in etcd (http://host:2379) for `deepinfer router --etcd` to find");
+  app.add_option("--advertise-url", advertise_url,
+                 "with --etcd: the URL routers reach this engine at (default http://HOST:PORT, the machine's "
+                 "name when listening on every address)");
   double kv_export_timeout = 10;
   app.add_option("--kv-export-timeout", kv_export_timeout,
                  "prefill role: seconds to wait for a request's KV to be handed over before answering")
@@ -126,6 +145,21 @@ int run_serve(int argc, char** argv) {
   });
   server.start();
   log_info("serve: listening on http://{}:{} (model '{}' loading)", http.host, server.port(), api.served_model_name);
+  std::unique_ptr<router::EtcdRegistration> registration;
+  if (!etcd.empty()) {
+    if (advertise_url.empty()) advertise_url = fmt::format("http://{}:{}", advertised_host(http.host), server.port());
+    try {
+      const nlohmann::json record = {{"url", router::parse_url(advertise_url).str()},
+                                     {"role", server::serve_role_name(api.role)},
+                                     {"model", api.served_model_name}};
+      registration = std::make_unique<router::EtcdRegistration>(router::parse_url(etcd),
+                                                                router::parse_url(advertise_url).str(), record.dump());
+    } catch (const Error& e) {
+      log_error("serve: --etcd/--advertise-url: {}", e.what());
+      server.stop();
+      return 2;
+    }
+  }
 
   bool announced = false;
   for (;;) {
@@ -148,6 +182,7 @@ int run_serve(int argc, char** argv) {
       return 1;
     }
   }
+  registration.reset();  // routers stop sending new requests here first
   server.stop_accepting();
   const size_t aborted = engine.drain(std::chrono::duration<double>(shutdown_timeout));
   // Let the last responses reach their clients.

@@ -2,22 +2,31 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
+#include "core/error.h"
 #include "core/logging.h"
 
 namespace deepinfer::router {
 
-BackendPool::BackendPool(std::vector<Url> urls, Options options) : options_(std::move(options)) {
+BackendPool::BackendPool(std::vector<Url> urls, Options options)
+    : options_(std::move(options)), slots_(std::make_unique<std::unique_ptr<Slot>[]>(kMaxBackends)) {
+  DI_CHECK(urls.size() <= kMaxBackends, "router: at most {} backends", kMaxBackends);
   for (Url& u : urls) {
     auto slot = std::make_unique<Slot>();
     slot->url = std::move(u);
-    slots_.push_back(std::move(slot));
+    slots_[count_.load()] = std::move(slot);
+    count_.fetch_add(1);
   }
 }
 
 BackendPool::~BackendPool() { stop(); }
 
 void BackendPool::start() {
-  for (size_t i = 0; i < slots_.size(); ++i) check(i);
+  if (options_.discover) {
+    if (auto urls = options_.discover()) update_members(*urls);
+  }
+  for (size_t i = 0; i < size(); ++i) check(i);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -36,7 +45,48 @@ void BackendPool::loop() {
       std::unique_lock lock(mutex_);
       if (wake_.wait_for(lock, options_.interval, [&] { return stop_; })) return;
     }
-    for (size_t i = 0; i < slots_.size(); ++i) check(i);
+    if (options_.discover) {
+      if (auto urls = options_.discover()) update_members(*urls);
+    }
+    for (size_t i = 0; i < size(); ++i) check(i);
+  }
+}
+
+void BackendPool::update_members(const std::vector<std::string>& urls) {
+  std::vector<Url> named;
+  for (const std::string& u : urls) {
+    try {
+      named.push_back(parse_url(u));
+    } catch (const std::exception& e) {
+      log_debug("router: discovery named '{}', not a backend URL: {}", u.substr(0, 200), e.what());
+    }
+  }
+  std::lock_guard lock(mutex_);
+  const size_t n = count_.load();
+  for (size_t i = 0; i < n; ++i) {
+    Slot& s = *slots_[i];
+    const bool listed = std::any_of(named.begin(), named.end(), [&](const Url& u) { return u.str() == s.url.str(); });
+    if (listed != s.listed) log_info("router: backend {} {} the pool", s.url.str(), listed ? "rejoins" : "leaves");
+    if (!listed && s.listed) {
+      s.healthy = false;
+      s.was_down = true;  // its cache is unknown when it comes back
+    }
+    s.listed = listed;
+  }
+  for (const Url& u : named) {
+    const size_t now = count_.load();
+    bool have = false;
+    for (size_t i = 0; i < now && !have; ++i) have = slots_[i]->url.str() == u.str();
+    if (have) continue;
+    if (now >= kMaxBackends) {
+      log_warn("router: already {} backends; {} not added", kMaxBackends, u.str());
+      break;
+    }
+    auto slot = std::make_unique<Slot>();
+    slot->url = u;
+    slots_[now] = std::move(slot);
+    count_.fetch_add(1);
+    log_info("router: backend {} joins the pool", u.str());
   }
 }
 
@@ -93,21 +143,24 @@ void BackendPool::check(size_t i) {
 std::vector<BackendState> BackendPool::snapshot() const {
   std::lock_guard lock(mutex_);
   std::vector<BackendState> out;
-  out.reserve(slots_.size());
-  for (size_t i = 0; i < slots_.size(); ++i) {
+  const size_t n = count_.load();
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
     const Slot& s = *slots_[i];
-    out.push_back({i, s.url, s.role, s.model, s.max_model_len, s.known, s.healthy, s.draining, s.load.load()});
+    if (!s.listed) continue;
+    out.push_back({i, s.url, s.role, s.model, s.max_model_len, s.known, s.healthy, s.draining, s.listed, s.load.load()});
   }
   return out;
 }
 
 std::optional<size_t> BackendPool::find(const std::string& url) const {
-  for (size_t i = 0; i < slots_.size(); ++i) {
+  const size_t n = count_.load();
+  for (size_t i = 0; i < n; ++i) {
     if (slots_[i]->url.str() == url) return i;
   }
   try {
     const std::string normal = parse_url(url).str();
-    for (size_t i = 0; i < slots_.size(); ++i) {
+    for (size_t i = 0; i < n; ++i) {
       if (slots_[i]->url.str() == normal) return i;
     }
   } catch (const std::exception&) {

@@ -5,6 +5,11 @@
 // requests until it does again. The router also reports failed calls, which
 // take a backend out at once instead of at the next check. A backend that
 // comes back is announced (its prefix cache is empty now).
+//
+// Membership: the --backend list, or a discovery function (etcd, router/etcd.h)
+// the health thread calls every interval: backends it names for the first
+// time join, those it no longer names leave (they take no new requests; their
+// slot and index stay, and come back if the backend does). Indices are stable.
 #pragma once
 
 #include <atomic>
@@ -33,8 +38,9 @@ struct BackendState {
   bool known = false;     // answered /server_info at least once
   bool healthy = false;   // answered ready at the last check, and no call failed since
   bool draining = false;  // taken out by an operator (/router/drain)
+  bool listed = true;     // named by the backend list or the discovery
   int64_t load = 0;       // requests this router has in flight on it
-  bool usable() const { return known && healthy && !draining; }
+  bool usable() const { return listed && known && healthy && !draining; }
 };
 
 class BackendPool {
@@ -43,7 +49,11 @@ class BackendPool {
     std::chrono::milliseconds interval{1000};
     std::chrono::milliseconds timeout{2000};
     std::string api_key;  // sent to the backends (Authorization: Bearer)
+    // The backends' URLs now, asked every interval (nothing: no answer, keep
+    // the members as they are). Unset: the members are the constructor's.
+    std::function<std::optional<std::vector<std::string>>()> discover;
   };
+  static constexpr size_t kMaxBackends = 1024;
   BackendPool(std::vector<Url> urls, Options options);
   ~BackendPool();
   BackendPool(const BackendPool&) = delete;
@@ -56,9 +66,11 @@ class BackendPool {
   void start();
   void stop();
 
-  size_t size() const { return slots_.size(); }
+  size_t size() const { return count_.load(); }
+  // Every listed backend.
   std::vector<BackendState> snapshot() const;
   std::optional<size_t> find(const std::string& url) const;
+  const Url& url_of(size_t i) const { return slots_[i]->url; }  // fixed once the slot exists
 
   void acquire(size_t i) { slots_[i]->load.fetch_add(1); }
   void release(size_t i) { slots_[i]->load.fetch_sub(1); }
@@ -75,13 +87,18 @@ class BackendPool {
     server::ServeRole role = server::ServeRole::Both;
     std::string model;
     int64_t max_model_len = 0;
-    bool known = false, healthy = false, draining = false, was_down = false;
+    bool known = false, healthy = false, draining = false, was_down = false, listed = true;
   };
   void check(size_t i);
   void loop();
+  // Applies a discovery answer: joins, leaves, returns.
+  void update_members(const std::vector<std::string>& urls);
 
   Options options_;
-  std::vector<std::unique_ptr<Slot>> slots_;
+  // A fixed array: a slot is written before count_ grows past it, so readers
+  // index it without the lock.
+  std::unique_ptr<std::unique_ptr<Slot>[]> slots_;
+  std::atomic<size_t> count_{0};
   std::function<void(size_t)> on_recovered_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;

@@ -62,7 +62,7 @@ StartedCall start_somewhere(BackendPool& pool, const Picker& pick, const std::st
     if (!b) break;
     tried.insert(*b);
     if (attempt > 0) retries.inc();
-    const Url url = pool.snapshot()[*b].url;
+    const Url url = pool.url_of(*b);
     auto http_call = std::make_shared<HttpCall>(url, timeouts);
     call.set_current(http_call);
     pool.acquire(*b);
@@ -207,9 +207,12 @@ void RouterServer::proxy_generation(const RoutedRequest& r, const std::string& p
     decode |= b.role == server::ServeRole::Decode;
     whole |= b.role == server::ServeRole::Both;
   }
-  if (!known && !r.model.empty()) {
+  const bool any_up = std::any_of(snapshot.begin(), snapshot.end(), [](const BackendState& b) { return b.usable(); });
+  if (!known && !r.model.empty() && any_up) {
     throw ApiError(404, "The model `" + r.model + "` does not exist.", "model", "not_found_error");
   }
+  // With no backend up at all the router cannot tell which models exist.
+  if (!any_up) throw ApiError(503, "no backend is up");
   const bool disaggregate = prefill && decode;
   const server::ServeRole whole_role = whole ? server::ServeRole::Both : server::ServeRole::Decode;
 

@@ -10,6 +10,7 @@ another process gives exactly the tokens a cold run gives.
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -30,7 +31,7 @@ PROMPTS = [
 
 
 class Router:
-    def __init__(self, backends, *extra):
+    def __init__(self, backends, *extra, need_backend=True):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [str(binary()), "router", "--port", str(self.port)]
@@ -40,14 +41,15 @@ class Router:
         self.log_path = pathlib.Path(tempfile.gettempdir()) / f"deepinfer-router-{self.port}.log"
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
-        ok = wait_for(lambda: self._healthy(), timeout=30)
+        # /health answers 200 only with a backend up; /router/backends once listening.
+        ok = wait_for(lambda: self._healthy("/health" if need_backend else "/router/backends"), timeout=30)
         assert ok, self.log_path.read_text()
 
-    def _healthy(self):
+    def _healthy(self, path):
         if self.proc.poll() is not None:
             raise RuntimeError(f"router exited: {self.log_path.read_text()}")
         try:
-            return httpx.get(self.url + "/health", timeout=1).status_code == 200
+            return httpx.get(self.url + path, timeout=1).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -278,3 +280,74 @@ def test_shared_pool_handoff_gives_the_outputs_of_one_engine(shared_pair):
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
     assert not pool.exists()
+
+
+class Etcd:
+    """A throwaway etcd (Debian's etcd-server, installed by build.sh)."""
+
+    def __init__(self):
+        exe = shutil.which("etcd")
+        if exe is None:
+            pytest.fail("etcd is not installed (build.sh installs Debian's etcd-server)")
+        self.port, peer = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.dir = tempfile.mkdtemp(prefix="deepinfer-etcd-")
+        self.log = open(os.path.join(self.dir, "etcd.log"), "w")
+        self.proc = subprocess.Popen(
+            [exe, "--data-dir", os.path.join(self.dir, "data"), "--listen-client-urls", self.url,
+             "--advertise-client-urls", self.url, "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-cluster", f"default=http://127.0.0.1:{peer}"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        assert wait_for(self._up, timeout=30), open(os.path.join(self.dir, "etcd.log")).read()
+
+    def _up(self):
+        try:
+            return httpx.post(self.url + "/v3/kv/range", json={"key": "AA=="}, timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def test_backends_found_in_etcd_join_and_leave(cluster):
+    """serve --etcd registers under a lease; router --etcd lists the key
+    prefix every health interval: engines join when they start, leave when
+    they stop (lease revoked) or die (lease expired)."""
+    etcd = Etcd()
+    started = []
+    router = None
+    try:
+        router = Router([], "--etcd", etcd.url, "--health-interval", "0.2", need_backend=False)
+        assert router.backends() == []
+        first = Server("--etcd", etcd.url, "--threads", "1", env=INVARIANT)
+        started.append(first)
+        assert wait_for(lambda: [b["url"] for b in router.backends() if b["healthy"]] == [first.url], timeout=15)
+        prompt = PROMPTS[1]
+        assert chat(router.url, prompt) == chat(cluster["reference"].url, prompt)
+        second = Server("--etcd", etcd.url, "--threads", "1", env=INVARIANT)
+        started.append(second)
+        assert wait_for(lambda: sorted(b["url"] for b in router.backends() if b["healthy"]) ==
+                        sorted([first.url, second.url]), timeout=15)
+        # A clean stop revokes the lease: gone at the next listing.
+        first.proc.send_signal(signal.SIGTERM)
+        first.proc.wait(timeout=60)
+        assert wait_for(lambda: [b["url"] for b in router.backends()] == [second.url], timeout=10)
+        assert chat(router.url, prompt) == chat(cluster["reference"].url, prompt)
+        # A crash lets the lease (10 s) expire.
+        second.proc.kill()
+        second.proc.wait()
+        assert wait_for(lambda: router.backends() == [], timeout=30)
+        r = httpx.post(router.url + "/v1/chat/completions", timeout=30,
+                       json={"model": MODEL_NAME, "messages": [{"role": "user", "content": prompt}], "max_tokens": 4})
+        assert r.status_code == 503, r.text
+    finally:
+        if router:
+            router.stop()
+        for s in started:
+            s.stop()
+        etcd.stop()
