@@ -283,6 +283,16 @@ class Backend {
   // host tier).
   virtual void copy_rows_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
                                size_t rows);
+  // copy_rows_async for several blocks at once (the same row layout each):
+  // KV blocks loaded from another engine's device memory, in one launch
+  // where the backend can (one copy call per block costs more in launches
+  // than in bytes). The default copies block by block.
+  struct BlockCopy {
+    void* dst;
+    const void* src;
+  };
+  virtual void copy_blocks_async(std::span<const BlockCopy> blocks, size_t dst_pitch, size_t src_pitch, size_t width,
+                                 size_t rows);
   // A point in the backend's op stream.
   virtual std::unique_ptr<DeviceEvent> create_event();
   // A queue of copies alongside the ops (the default copies at once, in order).

@@ -55,6 +55,11 @@ void Backend::copy_rows_async(void* dst, size_t dst_pitch, const void* src, size
   }
 }
 
+void Backend::copy_blocks_async(std::span<const BlockCopy> blocks, size_t dst_pitch, size_t src_pitch, size_t width,
+                                size_t rows) {
+  for (const BlockCopy& b : blocks) copy_rows_async(b.dst, dst_pitch, b.src, src_pitch, width, rows);
+}
+
 std::unique_ptr<DeviceEvent> Backend::create_event() { return std::make_unique<HostEvent>(); }
 
 namespace {

@@ -75,6 +75,16 @@ void KvStorage::load_block(int32_t block, const void* host) {
   backend_.copy_rows_async(base, part_bytes(), host, page_bytes(), page_bytes(), num_parts());
 }
 
+void KvStorage::load_blocks(std::span<const std::pair<int32_t, const void*>> blocks) {
+  std::vector<Backend::BlockCopy> copies;
+  copies.reserve(blocks.size());
+  for (const auto& [block, src] : blocks) {
+    DI_CHECK(block >= 0 && block < num_pages_, "KV storage: block {} out of range", block);
+    copies.push_back({static_cast<char*>(buffer_.data()) + static_cast<size_t>(block) * page_bytes(), src});
+  }
+  backend_.copy_blocks_async(copies, part_bytes(), page_bytes(), page_bytes(), num_parts());
+}
+
 KvCacheLayer KvStorage::slot_view(int32_t index) const {
   const size_t tensors = spec_.latent_v_dim > 0 ? 1 : 2;
   // One slot's K (or V) bytes.

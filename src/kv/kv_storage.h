@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -60,6 +62,9 @@ class KvStorage {
   // save_block on a copy stream (the caller orders it after the step writing the block).
   void save_block(int32_t block, void* host, CopyStream& stream) const;
   void load_block(int32_t block, const void* host);
+  // load_block for several blocks at once (Backend::copy_blocks_async): from
+  // device memory (another engine's shared pool) in one launch.
+  void load_blocks(std::span<const std::pair<int32_t, const void*>> blocks);
 
  private:
   KvCacheLayer slot_view(int32_t slot) const;

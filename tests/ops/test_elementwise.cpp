@@ -2,6 +2,8 @@
 // against double-precision references, on contiguous and strided views.
 #include <fmt/format.h>
 
+#include <cstring>
+
 #include "op_test_util.h"
 #include "ops/ops.h"
 
@@ -197,6 +199,34 @@ TEST_P(ElementwiseTest, ZeroRowsAtPosition) {
   DeviceTensor dx = zeros(backend(), DType::F32, {3, 4});
   DeviceTensor short_positions = upload_i32(backend(), {0, 1});
   EXPECT_THROW(ops::zero_rows_at_position(backend(), dx.t, short_positions.t, 0), Error);
+}
+
+// copy_blocks_async: rows of several blocks between device addresses, as a
+// decode engine loads KV blocks from a prefill engine's shared pool (one
+// launch on CUDA; more blocks than one launch takes, to cross its limit).
+TEST_P(ElementwiseTest, CopyBlocksMovesEveryRowOfEveryBlock) {
+  constexpr int64_t kBlocks = 300, kRows = 6, kWidth = 96, kSrcPitch = kRows * kWidth, kDstPitch = 500 * kWidth;
+  std::vector<int32_t> src_host(static_cast<size_t>(kBlocks * kSrcPitch / 4));
+  for (size_t i = 0; i < src_host.size(); ++i) src_host[i] = static_cast<int32_t>(i * 7 + 3);
+  DeviceTensor src = upload_i32(backend(), src_host);
+  // The destination: kRows rows kDstPitch apart; block b lands at offset (b * 3 % 500) * kWidth.
+  DeviceTensor dst = zeros(backend(), DType::I32, {kRows * kDstPitch / 4});
+  std::vector<Backend::BlockCopy> copies;
+  for (int64_t b = 0; b < kBlocks; ++b) {
+    copies.push_back({static_cast<char*>(dst.t.data()) + (b * 3 % 500) * kWidth,
+                      static_cast<const char*>(src.t.data()) + b * kSrcPitch});
+  }
+  backend().copy_blocks_async(copies, kDstPitch, kWidth, kWidth, kRows);
+  backend().synchronize();
+  const std::vector<uint8_t> got = download_bytes(backend(), dst.t);
+  const auto* want = reinterpret_cast<const uint8_t*>(src_host.data());
+  for (int64_t b = 0; b < kBlocks; ++b) {
+    for (int64_t r = 0; r < kRows; ++r) {
+      const uint8_t* from = want + b * kSrcPitch + r * kWidth;
+      const uint8_t* to = got.data() + r * kDstPitch + (b * 3 % 500) * kWidth;
+      ASSERT_EQ(std::memcmp(from, to, kWidth), 0) << "block " << b << " row " << r;
+    }
+  }
 }
 
 }  // namespace

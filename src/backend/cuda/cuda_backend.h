@@ -49,6 +49,8 @@ class CudaBackend final : public Backend {
   void* open_shared_device(std::span<const std::byte> handle) override;
   void close_shared_device(void* ptr) override;
   void copy_async(Tensor dst, const Tensor& src) override;
+  void copy_blocks_async(std::span<const BlockCopy> blocks, size_t dst_pitch, size_t src_pitch, size_t width,
+                         size_t rows) override;
   void copy_rows_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
                        size_t rows) override;
   std::unique_ptr<CopyStream> create_copy_stream() override;

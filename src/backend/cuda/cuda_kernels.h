@@ -6,6 +6,7 @@
 // next synchronisation.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace deepinfer::cuda {
@@ -113,6 +114,19 @@ struct GemvBatch {
   int64_t count = 1;
   int64_t x_stride = 0, w_stride = 0, out_stride = 0;
 };
+// Copies KV blocks between device addresses (cuda_copy_blocks.cu): block i's
+// `rows` rows of `width` bytes from src[i] (src_pitch apart) to dst[i]
+// (dst_pitch apart); width, pitches and addresses multiples of 16. The
+// addresses travel in the launch's parameters (no device-side list to
+// allocate or fill), so at most kCopyBlocksPerLaunch blocks per launch.
+inline constexpr size_t kCopyBlocksPerLaunch = 240;
+struct CopyBlocksArgs {
+  void* dst[kCopyBlocksPerLaunch];
+  const void* src[kCopyBlocksPerLaunch];
+};
+void launch_copy_blocks(const CopyBlocksArgs& args, int n, size_t dst_pitch, size_t src_pitch, size_t width,
+                        size_t rows, Stream stream);
+
 // config.warps_per_row <= 0 = gemv_config(m, k).
 void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride, int64_t m,
                  int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride, Stream stream,

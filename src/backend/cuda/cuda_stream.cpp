@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_kernels.h"
 #include "core/error.h"
 
 namespace deepinfer::cuda {
@@ -91,6 +92,39 @@ void CudaBackend::copy_rows_async(void* dst, size_t dst_pitch, const void* src, 
   check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault,
                           static_cast<cudaStream_t>(stream_)),
         "cudaMemcpy2DAsync");
+}
+
+void CudaBackend::copy_blocks_async(std::span<const BlockCopy> blocks, size_t dst_pitch, size_t src_pitch,
+                                    size_t width, size_t rows) {
+  if (blocks.empty() || width == 0 || rows == 0) return;
+  // The kernel moves 16-byte words between device addresses (this device's,
+  // or another process's mapped here); anything else takes the copy engines.
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  auto on_device = [](const void* p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice;
+  };
+  bool kernel = width % 16 == 0 && dst_pitch % 16 == 0 && src_pitch % 16 == 0 && rows <= 65535;
+  for (size_t i = 0; i < blocks.size() && kernel; ++i) kernel = aligned(blocks[i].dst) && aligned(blocks[i].src);
+  kernel = kernel && on_device(blocks.front().src) && on_device(blocks.front().dst);
+  if (!kernel) {
+    Backend::copy_blocks_async(blocks, dst_pitch, src_pitch, width, rows);
+    return;
+  }
+  for (size_t at = 0; at < blocks.size(); at += kCopyBlocksPerLaunch) {
+    const size_t n = std::min(kCopyBlocksPerLaunch, blocks.size() - at);
+    CopyBlocksArgs args{};
+    for (size_t i = 0; i < n; ++i) {
+      args.dst[i] = blocks[at + i].dst;
+      args.src[i] = blocks[at + i].src;
+    }
+    launch_copy_blocks(args, static_cast<int>(n), dst_pitch, src_pitch, width, rows, stream_);
+    check(cudaGetLastError(), "copy_blocks kernel launch");
+  }
 }
 
 namespace {

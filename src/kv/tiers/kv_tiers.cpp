@@ -261,19 +261,15 @@ void KvTiers::load(int32_t index, int32_t group, int32_t block_id) {
   auto it = acquired_.find({index, group});
   DI_CHECK(it != acquired_.end(), "kv tiers: block {} of group {} was not acquired", index, group);
   auto& [pool, slot] = it->second;
-  if (load_timing_ == LoadTiming::Idle) {
-    if (!load_start_) {
-      load_start_ = backend_.create_event();
-      load_end_ = backend_.create_event();
+  if (pool->payload_on_device()) {
+    device_loads_.emplace_back(block_id, pool->payload(slot).data());
+  } else {
+    begin_timed_load();
+    storage_.load_block(block_id, pool->payload(slot).data());
+    if (load_timing_ == LoadTiming::Recording) {
+      load_end_->record();
+      load_timing_bytes_ += static_cast<int64_t>(storage_.bytes_per_block());
     }
-    load_start_->record();
-    load_timing_ = LoadTiming::Recording;
-    load_timing_bytes_ = 0;
-  }
-  storage_.load_block(block_id, pool->payload(slot).data());
-  if (load_timing_ == LoadTiming::Recording) {
-    load_end_->record();
-    load_timing_bytes_ += static_cast<int64_t>(storage_.bytes_per_block());
   }
   if (pool != host_) ++peer_loaded_;
   loads_.push_back({std::move(pool), slot});
@@ -281,12 +277,37 @@ void KvTiers::load(int32_t index, int32_t group, int32_t block_id) {
   ++loaded_;
 }
 
+void KvTiers::begin_timed_load() {
+  if (load_timing_ != LoadTiming::Idle) return;
+  if (!load_start_) {
+    load_start_ = backend_.create_event();
+    load_end_ = backend_.create_event();
+  }
+  load_start_->record();
+  load_timing_ = LoadTiming::Recording;
+  load_timing_bytes_ = 0;
+}
+
+void KvTiers::flush_device_loads() {
+  if (device_loads_.empty()) return;
+  begin_timed_load();
+  storage_.load_blocks(device_loads_);
+  if (load_timing_ == LoadTiming::Recording) {
+    load_end_->record();
+    load_timing_bytes_ += static_cast<int64_t>(device_loads_.size() * storage_.bytes_per_block());
+  }
+  device_loads_.clear();
+}
+
 void KvTiers::release() {
+  flush_device_loads();
   for (const auto& [where, held] : acquired_) held.first->unpin(held.second);
   acquired_.clear();
 }
 
 void KvTiers::step_launched(uint64_t step) {
+  // Enqueued after the step, they would land after it read the pages.
+  DI_CHECK(device_loads_.empty(), "kv tiers: loads from a shared pool were not ended by release() before the step");
   if (load_timing_ == LoadTiming::Recording) {
     load_timing_ = LoadTiming::Measuring;
     load_timing_step_ = step;
@@ -317,6 +338,7 @@ void KvTiers::step_completed(uint64_t step) {
 }
 
 void KvTiers::device_idle() {
+  flush_device_loads();
   if (load_timing_ != LoadTiming::Idle) {
     load_end_->synchronize();
     timed_load_ms_ += load_end_->elapsed_ms_since(*load_start_);

@@ -242,6 +242,12 @@ class KvTiers final : public KvTierLink {
   // (block index, group) -> the pool and its pinned slot.
   std::map<std::pair<int32_t, int32_t>, std::pair<std::shared_ptr<KvSlotPool>, int32_t>> acquired_;
   int64_t peer_loaded_ = 0;
+  // Loads from device memory (a peer's shared pool), enqueued together by
+  // flush_device_loads() (at release(), before the step that reads them).
+  std::vector<std::pair<int32_t, const void*>> device_loads_;
+  void flush_device_loads();
+  // The load timing's start event, recorded before the first copy of a batch.
+  void begin_timed_load();
   // Timing of one batch of loads at a time (events around its copies on the
   // op stream); a batch enqueued while the previous is still measured is not timed.
   enum class LoadTiming : uint8_t { Idle, Recording, Measuring };
