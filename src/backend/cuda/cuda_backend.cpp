@@ -195,6 +195,8 @@ void CudaBackend::deallocate(void* ptr) {
 
 std::optional<Backend::SharedDeviceMemory> CudaBackend::allocate_shared_device(size_t bytes) {
   // A plain cudaMalloc allocation: the legacy IPC handle maps exactly it.
+  // (These four may run on threads other than the engine's: the device is set.)
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   void* p = nullptr;
   check_cuda(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc(shared KV pool)");
   cudaIpcMemHandle_t handle{};
@@ -211,6 +213,7 @@ std::optional<Backend::SharedDeviceMemory> CudaBackend::allocate_shared_device(s
 
 void CudaBackend::free_shared_device(void* ptr) {
   if (ptr == nullptr) return;
+  cudaSetDevice(device_);
   cudaDeviceSynchronize();  // copies into it on other streams of this process
   cudaFree(ptr);
 }
@@ -222,6 +225,7 @@ void* CudaBackend::open_shared_device(std::span<const std::byte> handle) {
     return nullptr;
   }
   std::memcpy(&h, handle.data(), sizeof h);
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   void* p = nullptr;
   if (const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
     cudaGetLastError();
@@ -233,6 +237,7 @@ void* CudaBackend::open_shared_device(std::span<const std::byte> handle) {
 
 void CudaBackend::close_shared_device(void* ptr) {
   if (ptr == nullptr) return;
+  cudaSetDevice(device_);
   cudaDeviceSynchronize();  // copies out of it may still be running
   cudaIpcCloseMemHandle(ptr);
 }
