@@ -115,6 +115,10 @@ int run_serve(int argc, char** argv) {
   EngineConfig config = finish_engine_flags(ef, argv[0]);
   api.role = server::parse_serve_role(role).value_or(server::ServeRole::Both);  // checked by IsMember
   api.kv_export_timeout = std::chrono::milliseconds(static_cast<int64_t>(kv_export_timeout * 1000));
+  if (kv_transport == "shared" && api.role == server::ServeRole::Both) {
+    log_warn("serve: --kv-transport shared moves KV between --role prefill and --role decode engines; "
+             "with --role both it does nothing");
+  }
   if (kv_transport == "shared") {
     // The prefill engine's tier below the device is the pool decode engines read.
     if (api.role == server::ServeRole::Prefill) {
