@@ -9,6 +9,7 @@
 #include "server/api_error.h"
 #include "server/generation_job.h"
 #include "server/json_fields.h"
+#include "server/kv_tier_metrics.h"
 #include "tokenizer/jinja/render_context.h"
 #include "tokenizer/tokenizer.h"
 
@@ -60,50 +61,6 @@ ApiServer::ApiServer(AsyncEngine& engine, ApiServerOptions options)
 
 ApiServer::~ApiServer() = default;
 
-void ApiServer::render_kv_tier_metrics(const EngineStats& e) {
-  // Only with --kv-offloading-size, --kv-cache-dir or --kv-transport shared.
-  MetricsRegistry& m = metrics_;
-  const KvTierStats& t = e.tiers;
-  // One series per tier, host then disk.
-  auto per_tier = [&](const char* name, const char* help, int64_t host, int64_t disk) {
-    m.counter(name, help, {{"tier", "host"}}).set(static_cast<double>(host));
-    m.counter(name, help, {{"tier", "disk"}}).set(static_cast<double>(disk));
-  };
-  m.counter("deepinfer:kv_tier_hit_tokens_total", "Prompt tokens loaded from the KV tiers instead of computed.")
-      .set(static_cast<double>(e.tier_hit_tokens));
-  per_tier("deepinfer:kv_tier_hits_total", "Blocks found in a KV tier.", t.host.hits, t.disk.hits);
-  per_tier("deepinfer:kv_tier_read_bytes_total", "Bytes loaded from a KV tier.", t.loaded_bytes, t.disk.bytes_read);
-  per_tier("deepinfer:kv_tier_stored_blocks_total", "Blocks stored in a KV tier.", t.host.stored, t.disk.stored);
-  per_tier("deepinfer:kv_tier_evictions_total", "Blocks evicted from a KV tier for room.", t.host.evictions,
-           t.disk.evictions);
-  per_tier("deepinfer:kv_tier_expirations_total", "Blocks dropped past their time to live.", t.host.expirations,
-           t.disk.expirations);
-  m.counter("deepinfer:kv_tier_written_bytes_total", "Bytes written to a KV tier.", {{"tier", "disk"}})
-      .set(static_cast<double>(t.disk.bytes_written));
-  m.counter("deepinfer:kv_tier_rejected_blocks_total", "Block files removed as damaged or not matching.")
-      .set(static_cast<double>(t.disk.rejected));
-  m.counter("deepinfer:kv_tier_write_errors_total", "Block writes that failed (full disk, vanished directory).")
-      .set(static_cast<double>(t.disk.write_errors));
-  m.gauge("deepinfer:kv_tier_host_blocks", "Blocks the host KV tier holds now.")
-      .set(static_cast<double>(t.host.blocks));
-  m.gauge("deepinfer:kv_tier_disk_blocks", "Blocks the disk KV tier holds now.")
-      .set(static_cast<double>(t.disk.files));
-  m.counter("deepinfer:kv_tier_onload_seconds_total", "Time spent reading prefixes from disk into host memory.")
-      .set(t.prefetch_ms_total / 1e3);
-  m.counter("deepinfer:kv_tier_onloads_total", "Prefixes read from disk into host memory.")
-      .set(static_cast<double>(t.prefetches));
-  m.gauge("deepinfer:kv_tier_onload_seconds_max", "Longest read of one prefix from disk.").set(t.prefetch_ms_max / 1e3);
-  m.counter("deepinfer:kv_peer_loaded_blocks_total",
-            "Blocks loaded from other engines' shared pools (--kv-transport shared).")
-      .set(static_cast<double>(t.peer_loaded_blocks));
-  m.gauge("deepinfer:kv_peer_pools", "Other engines' shared KV pools this engine has mapped.")
-      .set(static_cast<double>(t.peers));
-  m.counter("deepinfer:kv_load_timed_bytes_total", "Bytes of the sampled loads into device pages (timed on the device).")
-      .set(static_cast<double>(t.timed_load_bytes));
-  m.counter("deepinfer:kv_load_timed_seconds_total", "Device time of the sampled loads into device pages.")
-      .set(t.timed_load_ms / 1e3);
-}
-
 std::string ApiServer::render_metrics() {
   const AsyncEngineStats s = engine_.stats();
   MetricsRegistry& m = metrics_;
@@ -139,7 +96,7 @@ std::string ApiServer::render_metrics() {
   m.counter("deepinfer:structured_output_mask_seconds_total",
             "Host time spent filling grammar token masks (overlapped with the device's forward).")
       .set(s.engine.grammar_mask_ms / 1e3);
-  if (s.engine.kv_tiers) render_kv_tier_metrics(s.engine);
+  if (s.engine.kv_tiers) render_kv_tier_metrics(metrics_, s.engine);
   if (s.engine.eplb) {
     // Only with --eplb-ep-size: a model without the statistics has no moe_lb to report.
     m.gauge("deepinfer:moe_lb", "MoE load balance over the EPLB window: max rank load / mean rank load for the "

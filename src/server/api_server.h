@@ -47,7 +47,6 @@ class ApiServer {
   std::string render_metrics();
 
  private:
-  void render_kv_tier_metrics(const EngineStats& engine);
   struct Route;
   // Routes one request and answers every failure with an error body.
   void handle_now(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);

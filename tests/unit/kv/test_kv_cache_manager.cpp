@@ -8,15 +8,13 @@
 #include "core/error.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_layout.h"
+#include "kv_test_util.h"
 
 namespace deepinfer {
 namespace {
 
-std::vector<int32_t> iota_tokens(int32_t n, int32_t from = 100) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), from);
-  return t;
-}
+using kv_test::iota_tokens;
+
 
 // Gemma 3 270M's pattern: every sixth layer full, the others windowed.
 std::vector<int32_t> gemma3_windows(int32_t window) {

@@ -19,19 +19,18 @@
 #include "kv/tiers/host_tier.h"
 #include "kv/tiers/kv_tiers.h"
 #include "kv/tiers/tier_cost_model.h"
+#include "kv_test_util.h"
 
 namespace deepinfer {
 namespace {
 
 namespace fs = std::filesystem;
+using kv_test::block_bytes;
+using kv_test::fill_block;
+using kv_test::iota_tokens;
 
 const std::vector<int32_t> kGroup0 = {0};
 
-std::vector<int32_t> iota_tokens(int32_t n, int32_t from = 100) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), from);
-  return t;
-}
 
 // ---------------------------------------------------------------- host tier
 
@@ -338,30 +337,6 @@ class KvTiersTest : public ::testing::Test {
     o.fingerprint = "test model";
     return o;
   }
-  // Every byte of a block's pages, K and V of each layer, set from `seed`.
-  static void fill_block(KvStorage& kv, int32_t block, uint8_t seed) {
-    for (int32_t l = 0; l < kv.spec().n_layers; ++l) {
-      const KvCacheLayer layer = kv.layer(l);
-      for (const Tensor* t : {&layer.k, &layer.v}) {
-        const Tensor page = t->slice_rows(block, 1);
-        auto* p = static_cast<uint8_t*>(page.data());
-        for (size_t i = 0; i < page.nbytes(); ++i) p[i] = static_cast<uint8_t>(seed + i * 3 + l);
-      }
-    }
-  }
-  static std::vector<uint8_t> block_bytes(const KvStorage& kv, int32_t block) {
-    std::vector<uint8_t> out;
-    for (int32_t l = 0; l < kv.spec().n_layers; ++l) {
-      const KvCacheLayer layer = kv.layer(l);
-      for (const Tensor* t : {&layer.k, &layer.v}) {
-        const Tensor page = t->slice_rows(block, 1);
-        const auto* p = static_cast<const uint8_t*>(page.data());
-        out.insert(out.end(), p, p + page.nbytes());
-      }
-    }
-    return out;
-  }
-
   fs::path dir_;
   std::unique_ptr<Backend> backend_;
   KvCacheSpec spec_;

@@ -20,15 +20,15 @@
 #include "kv/prefix_cache.h"
 #include "kv/tiers/kv_tiers.h"
 #include "kv/tiers/shared_pool.h"
+#include "kv_test_util.h"
 
 namespace deepinfer {
 namespace {
 
-std::vector<int32_t> iota_tokens(int32_t n, int32_t from = 100) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), from);
-  return t;
-}
+using kv_test::block_bytes;
+using kv_test::fill_block;
+using kv_test::iota_tokens;
+
 
 SharedKvPool::Options pool_options(int64_t capacity = 4) {
   return SharedKvPool::Options{"model A; kv f32 page 16", 64, capacity, 16};
@@ -196,28 +196,6 @@ class SharedKvTiersTest : public ::testing::Test {
     KvTierOptions o;
     o.fingerprint = "test model";
     return o;
-  }
-  static void fill_block(KvStorage& kv, int32_t block, uint8_t seed) {
-    for (int32_t l = 0; l < kv.spec().n_layers; ++l) {
-      const KvCacheLayer layer = kv.layer(l);
-      for (const Tensor* t : {&layer.k, &layer.v}) {
-        const Tensor page = t->slice_rows(block, 1);
-        auto* p = static_cast<uint8_t*>(page.data());
-        for (size_t i = 0; i < page.nbytes(); ++i) p[i] = static_cast<uint8_t>(seed + i * 5 + l);
-      }
-    }
-  }
-  static std::vector<uint8_t> block_bytes(const KvStorage& kv, int32_t block) {
-    std::vector<uint8_t> out;
-    for (int32_t l = 0; l < kv.spec().n_layers; ++l) {
-      const KvCacheLayer layer = kv.layer(l);
-      for (const Tensor* t : {&layer.k, &layer.v}) {
-        const Tensor page = t->slice_rows(block, 1);
-        const auto* p = static_cast<const uint8_t*>(page.data());
-        out.insert(out.end(), p, p + page.nbytes());
-      }
-    }
-    return out;
   }
   std::unique_ptr<Backend> backend_;
   KvCacheSpec spec_;
