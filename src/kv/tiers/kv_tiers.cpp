@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "kv/kv_storage.h"
+#include "kv/tiers/tier_block_identity.h"
 
 namespace deepinfer {
 
@@ -33,20 +34,6 @@ uint64_t KvTiers::tier_key(BlockHash hash, int32_t group) {
   return hash.value ^ (static_cast<uint64_t>(group) * 0x9e37'79b9'7f4a'7c15ULL);
 }
 
-namespace {
-
-// Block `index` of `group` as the tiers name it: its key, and its parent's
-// key (later blocks) or the salt (block 0) for the content check.
-KvBlockIdentity block_identity(BlockHash hash, BlockHash parent, int32_t index, int32_t group, std::string_view salt,
-                               std::span<const int32_t> tokens) {
-  return {KvTiers::tier_key(hash, group), index == 0 ? 0 : KvTiers::tier_key(parent, group), index == 0, salt, tokens};
-}
-
-BlockHash parent_hash(const KvTierQuery& q, int32_t index) {
-  return index == 0 ? BlockHash{} : q.hashes[static_cast<size_t>(index - 1)];
-}
-
-}  // namespace
 
 KvTiers::KvTiers(Backend& backend, KvStorage& storage, KvTierOptions options)
     : backend_(backend),
@@ -125,6 +112,7 @@ void KvTiers::calibrate_host() {
 }
 
 KvTiers::~KvTiers() {
+  remote_.reset();  // its last fetches finish (empty) into the host tier first
   try {
     backend_.synchronize();
     device_idle();
@@ -216,6 +204,8 @@ bool KvTiers::attach_peer(std::string_view name) {
 }
 
 std::string KvTiers::shared_pool_name() const { return shared_pool_ ? shared_pool_->name() : std::string(); }
+
+std::string KvTiers::export_source() const { return shared_pool_ ? shared_pool_->name() : export_source_; }
 
 int32_t KvTiers::acquire(const KvTierQuery& q, int32_t from, int32_t to) {
   DI_CHECK(acquired_.empty(), "kv tiers: acquire() while an earlier one is not released");
@@ -603,6 +593,11 @@ KvTierStats KvTiers::stats() const {
     s.peers = static_cast<int64_t>(peers_.size());
   }
   s.cost = cost_.estimate();
+  if (remote_) {
+    s.remote_enabled = true;
+    s.remote = remote_->stats();
+  }
+  s.remote_refused_sources = remote_refused_sources_.load();
   std::lock_guard lock(mutex_);
   s.writes_dropped = writes_dropped_;
   s.prefetches = prefetches_;

@@ -28,6 +28,12 @@
 // importing engine attaches to such pools (attach_peer) and loads from them as
 // from its own host tier, device to device where the pool is device memory.
 //
+// Across nodes (`serve --kv-transport ucx`): the exporting engine serves its
+// host tier to others over UCX (kv/transport/ucx_kv_server.h, owned by the
+// engine; set_export_source names it); an importing engine fetches a new
+// request's prefix from the engine its request names (prefetch_remote) into
+// its own host tier, as it reads one from disk, and loads it from there.
+//
 // A tier is used only where loading beats recomputing (tier_cost_model.h):
 // the engine times prefill steps at start-up (set_compute_cost), the tiers
 // measure their own bandwidth, and a tier that loses is skipped (re-probed
@@ -56,6 +62,7 @@
 #include "kv/tiers/host_tier.h"
 #include "kv/tiers/shared_pool.h"
 #include "kv/tiers/tier_cost_model.h"
+#include "kv/transport/remote_kv_fetcher.h"
 
 namespace deepinfer {
 
@@ -104,6 +111,9 @@ struct KvTierStats {
   int64_t timed_load_bytes = 0;
   double timed_load_ms = 0.0;
   int64_t skipped_as_slower = 0;  // lookups not made because recomputing was judged faster
+  RemoteKvFetchStats remote;      // fetches from other nodes' engines (prefetch_remote)
+  bool remote_enabled = false;
+  int64_t remote_refused_sources = 0;  // requests naming a source not in the allowed hosts
   TierCostEstimate cost;
 };
 
@@ -155,9 +165,29 @@ class KvTiers final : public KvTierLink {
 
   // The shared pool this engine exports its blocks through ("" when none).
   std::string shared_pool_name() const;
-  // Whether finished requests' KV leaves this engine (a disk tier or a shared
-  // pool): what the export fence waits for.
-  bool exports() const { return disk_enabled() || shared_pool_ != nullptr; }
+  // Where decode engines find this engine's blocks: the shared pool's name,
+  // or the transport address set_export_source() gave ("" when neither).
+  std::string export_source() const;
+  // Whether finished requests' KV leaves this engine (a disk tier, a shared
+  // pool or a transport): what the export fence waits for.
+  bool exports() const { return disk_enabled() || shared_pool_ != nullptr || !export_source_.empty(); }
+  // Cross-node export: the host tier is served at `address` (ucx://host:port)
+  // by a transport server that reads export_pool(). Call before requests.
+  void set_export_source(std::string address) { export_source_ = std::move(address); }
+  std::shared_ptr<KvSlotPool> export_pool() const { return host_; }
+  const std::string& fingerprint() const { return options_.fingerprint; }
+
+  // Cross-node import: prefetch_remote fetches through `fetcher`, from
+  // engines on the allowed hosts only (the blocks become every request's
+  // prefix cache: a source must be trusted). Call before requests.
+  void set_remote_fetcher(std::unique_ptr<RemoteKvFetcher> fetcher, std::vector<std::string> allowed_hosts);
+  bool fetches_remote() const { return remote_ != nullptr; }
+  // Starts fetching the prompt's blocks from block from_block on that the
+  // host tier lacks from `source` (ucx://host:port) into host memory; like
+  // prefetch(), prefetch_done() tells when it has finished. False when
+  // nothing is fetched (a bad or untrusted source, nothing missing, no room,
+  // or recomputing judged faster).
+  bool prefetch_remote(uint64_t request, const KvTierQuery& query, int32_t from_block, std::string_view source);
   // Maps another engine's shared pool (by the name it answered with) so that
   // acquire() finds its blocks. Thread-safe; a name already attached is kept,
   // one that cannot be attached is refused (logged, false). At most 16 pools;
@@ -214,6 +244,9 @@ class KvTiers final : public KvTierLink {
   void write_to_disk(int32_t slot, bool verify_existing);
   bool is_suspect(uint64_t key);
   void run_prefetch(Job& job);
+  // A remote fetch has ended with the first `received` of `slots` filled.
+  void finish_remote_fetch(uint64_t request, const std::vector<int32_t>& slots, size_t received,
+                           std::chrono::steady_clock::time_point start);
   void enqueue(Job job);
 
   Backend& backend_;
@@ -272,6 +305,9 @@ class KvTiers final : public KvTierLink {
   // if damaged (else a damaged file would only be found one run at a time).
   std::unordered_set<uint64_t> suspect_;
   bool stop_ = false;
+  std::string export_source_;
+  std::vector<std::string> remote_allowed_hosts_;
+  std::atomic<int64_t> remote_refused_sources_{0};
   int64_t writes_dropped_ = 0, prefetches_ = 0, prefetched_blocks_ = 0;
   double prefetch_ms_total_ = 0.0, prefetch_ms_max_ = 0.0;
   std::vector<std::thread> writers_;
@@ -285,6 +321,9 @@ class KvTiers final : public KvTierLink {
   std::set<uint64_t> persisted_ahead_;    // done numbers above persist_done_ (guarded by mutex_)
   mutable std::condition_variable persisted_;
   void mark_persisted(uint64_t seq);  // takes mutex_
+  // Declared last: destroyed first, completing its fetches while the slots
+  // and counters they finish into still exist.
+  std::unique_ptr<RemoteKvFetcher> remote_;
 };
 
 // Names what a block's bytes depend on: the model file(s) (size and sampled

@@ -18,8 +18,20 @@ void TierCostModel::record_transfer(KvTierKind tier, int64_t bytes, double ms) {
   if (bytes <= 0 || ms <= 0.0) return;
   const double gb_per_s = static_cast<double>(bytes) / (ms * 1e6);
   std::lock_guard lock(mutex_);
-  double& bw = tier == KvTierKind::Host ? e_.host_gb_per_s : e_.disk_gb_per_s;
+  double& bw = bandwidth(tier);
   bw = blend(bw, gb_per_s);
+}
+
+double& TierCostModel::bandwidth(KvTierKind tier) {
+  switch (tier) {
+    case KvTierKind::Host:
+      return e_.host_gb_per_s;
+    case KvTierKind::Disk:
+      return e_.disk_gb_per_s;
+    case KvTierKind::Network:
+      break;
+  }
+  return e_.network_gb_per_s;
 }
 
 double TierCostModel::recompute_ms_locked(int64_t begin, int64_t end) const {
@@ -35,7 +47,7 @@ double TierCostModel::recompute_ms(int64_t begin, int64_t end) const {
 bool TierCostModel::worth_loading(KvTierKind tier, int32_t from, int32_t to) {
   if (to <= from) return false;
   std::lock_guard lock(mutex_);
-  const double bw = tier == KvTierKind::Host ? e_.host_gb_per_s : e_.disk_gb_per_s;
+  const double bw = bandwidth(tier);
   if (bw <= 0.0 || e_.compute_ms_per_token <= 0.0) return true;
   const double load_ms = static_cast<double>(to - from) * static_cast<double>(bytes_per_block_) / (bw * 1e6);
   const double recompute = recompute_ms_locked(int64_t{from} * block_size_, int64_t{to} * block_size_);

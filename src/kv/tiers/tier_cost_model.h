@@ -6,7 +6,8 @@
 // t(c) = c0 + c1 * c per token at context c, so recomputing positions
 // [a, b) costs c0 (b - a) + c1 (b^2 - a^2) / 2. Loading: n blocks cost
 // n * bytes_per_block / bandwidth, the bandwidth of each tier measured (the
-// host tier's round trip at start-up, the disk's reads as they happen).
+// host tier's round trip at start-up, the disk's reads and the network's
+// fetches as they happen).
 // Until both sides are known the tier is tried. A tier judged slower is
 // still tried every kProbeInterval-th time, so a stale estimate (a cold disk
 // cache, a busy file system) can recover.
@@ -17,13 +18,15 @@
 
 namespace deepinfer {
 
-enum class KvTierKind : uint8_t { Host = 0, Disk = 1 };
+// Network: another engine's host tier over the KV transport (kv/transport).
+enum class KvTierKind : uint8_t { Host = 0, Disk = 1, Network = 2 };
 
 struct TierCostEstimate {
   double compute_ms_per_token = 0.0;      // c0; 0 = not measured yet
   double compute_ms_per_token_ctx = 0.0;  // c1: extra per token per token of context
   double host_gb_per_s = 0.0;
   double disk_gb_per_s = 0.0;
+  double network_gb_per_s = 0.0;  // whole fetches, their round trips included
 };
 
 class TierCostModel {
@@ -53,7 +56,8 @@ class TierCostModel {
   int32_t block_size_;
   mutable std::mutex mutex_;
   TierCostEstimate e_;
-  int declined_[2] = {0, 0};
+  double& bandwidth(KvTierKind tier);
+  int declined_[3] = {0, 0, 0};
 };
 
 }  // namespace deepinfer

@@ -1,0 +1,38 @@
+// RemoteKvFetcher: how a decode engine's tiers read a prompt's KV blocks from
+// the engine that computed them on another node (KvTiers::prefetch_remote).
+// The one implementation is UcxKvClient (kv/transport/ucx_kv_client.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "kv/transport/kv_wire.h"
+
+namespace deepinfer {
+
+struct RemoteKvFetchStats {
+  int64_t fetches = 0;       // fetches completed (any outcome)
+  int64_t failed = 0;        // of them: refused, timed out, or the peer lost
+  int64_t blocks = 0;        // blocks received
+  int64_t bytes = 0;
+  double seconds = 0.0;      // summed wall time of fetches that received blocks
+  int64_t connections = 0;   // endpoints open now
+};
+
+class RemoteKvFetcher {
+ public:
+  virtual ~RemoteKvFetcher() = default;
+  // Asks `source` for request.blocks and writes what it answers into dests
+  // (one per block, request.block_bytes each), which must stay valid until
+  // done(n) has been called: exactly once, from any thread, with n the
+  // number of leading blocks written in full (0 on any failure). The
+  // request's fetch_id is assigned here.
+  virtual void fetch(const KvSourceAddress& source, KvFetchRequest request, std::vector<std::span<std::byte>> dests,
+                     std::function<void(size_t)> done) = 0;
+  virtual RemoteKvFetchStats stats() const = 0;
+};
+
+}  // namespace deepinfer
