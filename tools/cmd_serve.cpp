@@ -87,14 +87,25 @@ int run_serve(int argc, char** argv) {
   std::string kv_transport = "directory";
   app.add_option("--kv-transport", kv_transport,
                  "how KV moves from prefill to decode engines: directory (block files in the shared --kv-cache-dir; "
-                 "across nodes a shared file system) or shared (one node: the prefill engine's shared pool, device "
-                 "memory over CUDA IPC, or shared host memory on the CPU)")
-      ->check(CLI::IsMember({"directory", "shared"}));
+                 "across nodes a shared file system), shared (one node: the prefill engine's shared pool, device "
+                 "memory over CUDA IPC, or shared host memory on the CPU) or ucx (across nodes: the decode engine "
+                 "fetches from the prefill engine's host memory over UCX, RDMA where the fabric has it)")
+      ->check(CLI::IsMember({"directory", "shared", "ucx"}));
   double kv_transport_gib = 4;
   app.add_option("--kv-transport-size", kv_transport_gib,
-                 "prefill role with --kv-transport shared: GiB of the pool finished requests' KV waits in for its "
-                 "decode engine (least recently used reused first)")
+                 "with --kv-transport shared (prefill role) or ucx (both roles): GiB of host memory (device memory "
+                 "for a shared pool on a GPU) that finished requests' KV waits in for its decode engine, or that "
+                 "fetched KV lands in (least recently used reused first)")
       ->check(CLI::Range(0.001, 1024.0));
+  std::string kv_transport_address = "0.0.0.0:0";
+  app.add_option("--kv-transport-address", kv_transport_address,
+                 "prefill role with --kv-transport ucx: HOST:PORT to serve KV on (port 0: any free port); decode "
+                 "engines learn it from each answer (the machine's name when listening on every address)");
+  std::vector<std::string> kv_transport_peers = {"127.0.0.1", "::1", "localhost"};
+  app.add_option("--kv-transport-peers", kv_transport_peers,
+                 "decode role with --kv-transport ucx: hosts (as the prefill engines name themselves) this engine "
+                 "fetches KV from; fetched blocks serve every request's prefix cache, so list trusted hosts only")
+      ->delimiter(',');
   std::string etcd, advertise_url;
   app.add_option("--etcd", etcd,
                  "register this engine in etcd (http://host:2379) for `deepinfer router --etcd` to find");
@@ -115,9 +126,9 @@ int run_serve(int argc, char** argv) {
   EngineConfig config = finish_engine_flags(ef, argv[0]);
   api.role = server::parse_serve_role(role).value_or(server::ServeRole::Both);  // checked by IsMember
   api.kv_export_timeout = std::chrono::milliseconds(static_cast<int64_t>(kv_export_timeout * 1000));
-  if (kv_transport == "shared" && api.role == server::ServeRole::Both) {
-    log_warn("serve: --kv-transport shared moves KV between --role prefill and --role decode engines; "
-             "with --role both it does nothing");
+  if (kv_transport != "directory" && api.role == server::ServeRole::Both) {
+    log_warn("serve: --kv-transport {} moves KV between --role prefill and --role decode engines; "
+             "with --role both it does nothing", kv_transport);
   }
   if (kv_transport == "shared") {
     // The prefill engine's tier below the device is the pool decode engines read.
@@ -125,6 +136,23 @@ int run_serve(int argc, char** argv) {
       config.kv_shared_pool_bytes = static_cast<uint64_t>(kv_transport_gib * 1073741824.0);
     }
     if (api.role == server::ServeRole::Decode) config.kv_import_shared = true;
+  } else if (kv_transport == "ucx") {
+    // Both sides keep the KV in a host tier: the prefill engine serves from
+    // it, the decode engine fetches into it.
+    if (api.role != server::ServeRole::Both) {
+      config.kv_offloading_bytes =
+          std::max(config.kv_offloading_bytes, static_cast<uint64_t>(kv_transport_gib * 1073741824.0));
+    }
+    if (api.role == server::ServeRole::Prefill) {
+      config.kv_transport_listen = kv_transport_address;
+      const size_t colon = kv_transport_address.rfind(':');
+      config.kv_transport_advertise_host =
+          advertised_host(colon == std::string::npos ? kv_transport_address : kv_transport_address.substr(0, colon));
+    }
+    if (api.role == server::ServeRole::Decode) {
+      config.kv_transport_fetch = true;
+      config.kv_transport_peers = kv_transport_peers;
+    }
   } else if (api.role != server::ServeRole::Both && config.kv_cache_dir.empty()) {
     // The KV moves between the two roles through the shared block directory.
     log_error("serve: --role {} needs --kv-cache-dir (a directory the prefill and decode engines share; on one node "

@@ -82,7 +82,7 @@ void AsyncEngine::loop() {
     for (Pending& p : pending) {
       EngineSubmission& s = p.submission;
       try {
-        const uint64_t engine_id = engine_->add_request(std::move(s.prompt_ids), std::move(s.params), s.cache_salt);
+        const uint64_t engine_id = engine_->add_request(std::move(s.prompt_ids), std::move(s.params), s.cache_salt, s.kv_source);
         by_engine_id_[engine_id] = p.id;
         live_[p.id] = Live{engine_id, std::move(s.sink)};
       } catch (const std::exception& e) {

@@ -43,6 +43,7 @@ struct EngineSubmission {
   std::vector<int32_t> prompt_ids;
   SamplingParams params;  // n must be 1
   std::string cache_salt;
+  std::string kv_source;  // Engine::add_request's kv_source
   EngineSink sink;
 };
 

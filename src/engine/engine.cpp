@@ -15,6 +15,7 @@
 #include "engine/output_processor.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/tiers/kv_tiers.h"
+#include "kv/transport/ucx_kv_server.h"
 #include "model/model_loader.h"
 #include "moe/expert_load_monitor.h"
 #include "runner/model_runner.h"
@@ -132,7 +133,8 @@ void Engine::observe_for_mtp(const InflightStep& step) {
 int32_t Engine::vocab_size() const { return parts_.model->config().vocab_size; }
 const ModelConfig& Engine::model_config() const { return parts_.model->config(); }
 
-uint64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams params, std::string cache_salt) {
+uint64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams params, std::string cache_salt,
+                             std::string_view kv_source) {
   const int32_t vocab = vocab_size();
   const int32_t max_len = parts_.max_model_len;
   DI_CHECK(!prompt_ids.empty(), "the prompt is empty");
@@ -180,7 +182,7 @@ uint64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams par
           std::make_unique<structured::GrammarLogitsProcessor>(*live->grammar, grammar_compiler_->mask_words());
     }
   }
-  start_kv_prefetch(*live->request);
+  start_kv_prefetch(*live->request, kv_source);
   parts_.scheduler->add(live->request.get());
   stats_.prompt_tokens += prompt_len;
   requests_.emplace(id, std::move(live));
@@ -592,6 +594,10 @@ EngineStats Engine::stats() const {
     s.kv_tiers = true;
     s.tier_hit_tokens = parts_.kv_manager->tier_hit_tokens();
     s.tiers = parts_.kv_tiers->stats();
+  }
+  if (parts_.kv_export_server) {
+    s.kv_export_server = true;
+    s.kv_export = parts_.kv_export_server->stats();
   }
   if (grammar_ready_.load(std::memory_order_acquire)) {
     // Made once under grammar_once_, possibly on a server thread; the flag

@@ -18,6 +18,7 @@
 #include "engine/request_output.h"
 #include "engine/speculator.h"
 #include "kv/tiers/kv_tiers.h"
+#include "kv/transport/kv_transport_stats.h"
 #include "model/model_config.h"
 #include "sched/request.h"
 #include "sched/scheduled_batch.h"
@@ -79,6 +80,9 @@ struct EngineStats {
   bool kv_tiers = false;
   int64_t tier_hit_tokens = 0;  // prompt tokens loaded from the tiers instead of computed
   KvTierStats tiers;
+  // Serving KV to other nodes' engines (--kv-transport ucx, prefill role).
+  bool kv_export_server = false;
+  KvExportServerStats kv_export;
 };
 
 // Finished-request facts for callers that report timings.
@@ -114,7 +118,11 @@ class Engine {
 
   // Validates and queues one sequence (params.n must be 1; callers fan out n).
   // Throws deepinfer::Error (ParamError for sampling parameters) on bad input.
-  uint64_t add_request(std::vector<int32_t> prompt_ids, SamplingParams params, std::string cache_salt = {});
+  // kv_source: the engine that computed the prompt's KV on another node
+  // (ucx://host:port, from a prefill engine's answer), fetched before the
+  // request runs where the tiers fetch remotely (--kv-transport ucx).
+  uint64_t add_request(std::vector<int32_t> prompt_ids, SamplingParams params, std::string cache_salt = {},
+                       std::string_view kv_source = {});
   // Compiles (or finds in the cache) a structured-output constraint; throws
   // ParamError when it is invalid or too costly to compile. Thread-safe, so a
   // server checks a request's schema in its handler before submitting it;
@@ -172,8 +180,9 @@ class Engine {
   void keep_proposer_up();
   // The step that still uses a finishing request's KV blocks, if any.
   std::optional<uint64_t> newest_inflight_step() const;
-  // KV tiers: a new request whose prefix is on disk waits while it is read.
-  void start_kv_prefetch(Request& r);
+  // KV tiers: a new request whose prefix is on disk, or on the node kv_source
+  // names, waits while it is read.
+  void start_kv_prefetch(Request& r, std::string_view kv_source);
   void calibrate_kv_tiers();
   void poll_kv_prefetches();
   void finish(Live& live, FinishReason reason, RequestOutput& out);

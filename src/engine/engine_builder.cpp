@@ -1,7 +1,10 @@
 #include "engine/engine_builder.h"
 
+#include <charconv>
 #include <chrono>
 #include <filesystem>
+
+#include <fmt/ranges.h>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -10,6 +13,8 @@
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_storage.h"
 #include "kv/tiers/kv_tiers.h"
+#include "kv/transport/ucx_kv_client.h"
+#include "kv/transport/ucx_kv_server.h"
 #include "model/model_loader.h"
 #include "moe/expert_load_monitor.h"
 #include "runner/model_runner.h"
@@ -140,9 +145,36 @@ void build_kv_cache(EngineParts& p) {
   log_info("engine: max concurrency at {} tokens: {:.1f}x", p.max_model_len, static_cast<double>(blocks) / per_seq);
 }
 
+// The cross-node KV transport (--kv-transport ucx): a prefill engine serves
+// its host tier, a decode engine fetches into its own.
+void build_kv_transport(EngineParts& p) {
+  const EngineConfig& c = p.config;
+  if (!c.kv_transport_listen.empty()) {
+    const size_t colon = c.kv_transport_listen.rfind(':');
+    DI_CHECK(colon != std::string::npos, "--kv-transport-address '{}': want HOST:PORT", c.kv_transport_listen);
+    std::string host = c.kv_transport_listen.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    int port = -1;
+    const std::string port_text = c.kv_transport_listen.substr(colon + 1);
+    const auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+    DI_CHECK(ec == std::errc() && end == port_text.data() + port_text.size() && port >= 0 && port <= 65535,
+             "--kv-transport-address '{}': bad port", c.kv_transport_listen);
+    p.kv_export_server = std::make_unique<UcxKvServer>(p.kv_tiers->export_pool(), p.kv_tiers->fingerprint(), host,
+                                                       static_cast<uint16_t>(port));
+    const std::string& advertised = c.kv_transport_advertise_host.empty() ? host : c.kv_transport_advertise_host;
+    p.kv_tiers->set_export_source(format_kv_source_address(advertised, p.kv_export_server->port()));
+    log_info("kv transport: decode engines fetch this engine's KV from {}", p.kv_tiers->export_source());
+  }
+  if (c.kv_transport_fetch) {
+    p.kv_tiers->set_remote_fetcher(std::make_unique<UcxKvClient>(), c.kv_transport_peers);
+    log_info("kv transport: fetching prompts' KV over UCX from engines on {}", fmt::join(c.kv_transport_peers, ", "));
+  }
+}
+
 void build_kv_tiers(EngineParts& p) {
   const EngineConfig& c = p.config;
-  const bool shared = c.kv_shared_pool_bytes > 0 || c.kv_import_shared;
+  const bool ucx = !c.kv_transport_listen.empty() || c.kv_transport_fetch;
+  const bool shared = c.kv_shared_pool_bytes > 0 || c.kv_import_shared || ucx;
   if (c.kv_offloading_bytes == 0 && c.kv_cache_dir.empty() && !shared) return;
   DI_CHECK(c.enable_prefix_caching, "--kv-offloading-size, --kv-cache-dir and --kv-transport need prefix caching "
                                     "(drop --no-enable-prefix-caching)");
@@ -166,6 +198,7 @@ void build_kv_tiers(EngineParts& p) {
       c.kv_cache_dir.empty() && !shared ? layout_text : kv_cache_fingerprint(c.model_path, layout_text);
   p.kv_tiers = std::make_unique<KvTiers>(*p.backend, *p.kv, std::move(o));
   p.kv_manager->set_tier_link(p.kv_tiers.get());
+  build_kv_transport(p);
 }
 
 void build_expert_load(EngineParts& p, RunnerLimits& limits) {

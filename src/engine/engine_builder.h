@@ -19,6 +19,7 @@ class KvCacheManager;
 class Scheduler;
 class ModelRunner;
 class KvTiers;
+class UcxKvServer;
 namespace moe {
 class ExpertLoadMonitor;
 }
@@ -36,6 +37,9 @@ struct EngineParts {
   // Host and disk tiers (--kv-offloading-size, --kv-cache-dir); declared
   // last so it finishes its copies before the storage and backend go.
   std::unique_ptr<KvTiers> kv_tiers;
+  // Serves kv_tiers' host tier to other nodes' engines (--kv-transport ucx,
+  // prefill role); declared after the tiers so it stops before they go.
+  std::unique_ptr<UcxKvServer> kv_export_server;
   int32_t max_model_len = 0;
 
   EngineParts();

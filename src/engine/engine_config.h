@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "sched/cost_model.h"
@@ -53,6 +54,15 @@ struct EngineConfig {
   // from the pools its requests name.
   uint64_t kv_shared_pool_bytes = 0;
   bool kv_import_shared = false;
+  // KV handed between engines on different nodes over UCX (`serve
+  // --kv-transport ucx`, kv/transport): a prefill engine serves its host tier
+  // at kv_transport_listen (host:port, port 0 = any) and names itself
+  // ucx://kv_transport_advertise_host:port in its answers; a decode engine
+  // fetches from the engines its requests name, on kv_transport_peers only.
+  std::string kv_transport_listen;
+  std::string kv_transport_advertise_host;
+  bool kv_transport_fetch = false;
+  std::vector<std::string> kv_transport_peers;
   std::optional<StepCostModel> cost_model;  // from `deepinfer bench --fit-cost-model`
   double step_time_budget_s = 0.25;
   bool batch_invariant = false;  // DEEPINFER_BATCH_INVARIANT=1

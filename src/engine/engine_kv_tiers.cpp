@@ -1,6 +1,6 @@
 // The Engine's part in the KV tiers (kv/tiers/kv_tiers.h): timing the
 // recompute side of their load-or-recompute decision at start-up, and
-// starting the disk read of a new request's prefix (Engine::poll_kv_prefetches
+// starting the disk read (or the fetch from another node) of a new request's prefix (Engine::poll_kv_prefetches
 // lets it go once read).
 #include <algorithm>
 
@@ -42,15 +42,20 @@ void Engine::calibrate_kv_tiers() {
            ms0 / n, ms1 / n, context, n);
 }
 
-void Engine::start_kv_prefetch(Request& r) {
+void Engine::start_kv_prefetch(Request& r, std::string_view kv_source) {
   KvTiers* tiers = parts_.kv_tiers.get();
-  if (tiers == nullptr || !tiers->disk_enabled() || parts_.kv_manager->tier_groups().empty()) return;
+  const bool remote = !kv_source.empty() && tiers != nullptr && tiers->fetches_remote();
+  if (tiers == nullptr || !(tiers->disk_enabled() || remote) || parts_.kv_manager->tier_groups().empty()) return;
   const int32_t bs = parts_.config.block_size;
   const std::vector<BlockHash> hashes = PrefixCache::compute_block_hashes(r.prompt_ids(), bs, r.cache_salt());
   const KvTierQuery query{hashes, r.prompt_ids(), r.cache_salt(), bs, parts_.kv_manager->tier_groups()};
   // Blocks on the device already need no read.
   const int32_t on_device = parts_.kv_manager->num_cached_blocks(hashes, r.prompt_ids(), r.cache_salt());
-  if (tiers->prefetch(r.id(), query, on_device)) {
+  // The engine the request names (a prefill engine on another node) first;
+  // else the disk.
+  const bool started = (remote && tiers->prefetch_remote(r.id(), query, on_device, kv_source)) ||
+                       (tiers->disk_enabled() && tiers->prefetch(r.id(), query, on_device));
+  if (started) {
     r.kv_loading = true;
     kv_loading_.push_back(r.id());
   }

@@ -97,6 +97,7 @@ std::string ApiServer::render_metrics() {
             "Host time spent filling grammar token masks (overlapped with the device's forward).")
       .set(s.engine.grammar_mask_ms / 1e3);
   if (s.engine.kv_tiers) render_kv_tier_metrics(metrics_, s.engine);
+  if (s.engine.kv_export_server) render_kv_export_metrics(metrics_, s.engine);
   if (s.engine.eplb) {
     // Only with --eplb-ep-size: a model without the statistics has no moe_lb to report.
     m.gauge("deepinfer:moe_lb", "MoE load balance over the EPLB window: max rank load / mean rank load for the "
@@ -245,6 +246,10 @@ void ApiServer::dispatch(const HttpRequest& r, const std::shared_ptr<ResponseCha
       // The shared pool a prefill engine hands KV over in (--kv-transport shared).
       if (e->kv_tiers() != nullptr && !e->kv_tiers()->shared_pool_name().empty()) {
         info["kv_shared_pool"] = e->kv_tiers()->shared_pool_name();
+      }
+      // Where other nodes' decode engines fetch this engine's KV (--kv-transport ucx).
+      if (e->kv_tiers() != nullptr && !e->kv_tiers()->export_source().empty()) {
+        info["kv_export_source"] = e->kv_tiers()->export_source();
       }
     }
     send_json(ch, 200, info);
@@ -410,10 +415,17 @@ void ApiServer::generate(Api api, const HttpRequest& r, const std::shared_ptr<Re
   ctx.metrics.success_abort = &metrics_.counter("deepinfer:request_success_total", "", {{"finished_reason", "abort"}});
   ctx.metrics.rejected = &metrics_.counter("deepinfer:num_requests_rejected_total", "");
   if (options_.role != ServeRole::Prefill) {
-    // A decode engine told (by the router) which prefill engine's shared pool
-    // holds the prompt's KV maps it before the request looks for its blocks.
+    // A decode engine told (by the router) where the prompt's KV is: a prefill
+    // engine's shared pool on this node (mapped before the request looks for
+    // its blocks), or an engine on another node (ucx://, fetched when the
+    // request is added).
     if (auto it = r.find("x-deepinfer-kv-source"); it != r.end()) {
-      engine_.attach_kv_peer(std::string_view(it->value().data(), it->value().size()));
+      const std::string_view source(it->value().data(), it->value().size());
+      if (source.starts_with("ucx://")) {
+        req.kv_source.assign(source);
+      } else {
+        engine_.attach_kv_peer(source);
+      }
     }
   }
   if (export_fence_ && engine->kv_tiers() && engine->kv_tiers()->exports()) {

@@ -52,6 +52,7 @@ void GenerationJob::start() {
     s.prompt_ids = prompts_[samples_[i].prompt];
     s.params = params[i % params.size()];
     s.cache_salt = request_.cache_salt;
+    s.kv_source = request_.kv_source;
     // The engine thread only hands the event to this connection's strand.
     s.sink = [self = shared_from_this(), i](EngineEvent&& ev) {
       self->channel_->post([self, i, ev = std::move(ev)]() mutable { self->on_event(i, std::move(ev)); });
@@ -188,8 +189,8 @@ void GenerationJob::send_result(std::optional<bool> kv_exported) {
     if (kv_exported) {
       headers.emplace_back("x-deepinfer-kv-exported", *kv_exported ? "true" : "false");
       // Where a decode engine finds the KV when it is not in a shared directory.
-      if (std::string pool = ctx_.export_tiers->shared_pool_name(); !pool.empty()) {
-        headers.emplace_back("x-deepinfer-kv-source", std::move(pool));
+      if (std::string source = ctx_.export_tiers->export_source(); !source.empty()) {
+        headers.emplace_back("x-deepinfer-kv-source", std::move(source));
       }
     }
     channel_->send(200, "application/json", dump_json(encoder_->body(samples_)), std::move(headers));

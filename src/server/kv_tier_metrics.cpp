@@ -46,6 +46,39 @@ void render_kv_tier_metrics(MetricsRegistry& m, const EngineStats& e) {
       .set(static_cast<double>(t.timed_load_bytes));
   m.counter("deepinfer:kv_load_timed_seconds_total", "Device time of the sampled loads into device pages.")
       .set(t.timed_load_ms / 1e3);
+  if (t.remote_enabled) {  // --kv-transport ucx, decode role
+    m.counter("deepinfer:kv_remote_fetches_total", "Prompt prefixes fetched from prefill engines on other nodes.")
+        .set(static_cast<double>(t.remote.fetches));
+    m.counter("deepinfer:kv_remote_fetch_failures_total",
+              "Fetches that brought nothing (refused, timed out, peer lost): those prompts were recomputed.")
+        .set(static_cast<double>(t.remote.failed));
+    m.counter("deepinfer:kv_remote_fetched_blocks_total", "KV blocks fetched from other nodes.")
+        .set(static_cast<double>(t.remote.blocks));
+    m.counter("deepinfer:kv_remote_fetched_bytes_total", "Bytes of KV fetched from other nodes.")
+        .set(static_cast<double>(t.remote.bytes));
+    m.counter("deepinfer:kv_remote_fetch_seconds_total", "Wall time of the fetches that brought blocks.")
+        .set(t.remote.seconds);
+    m.counter("deepinfer:kv_remote_refused_sources_total",
+              "Requests naming a KV source that is malformed or not in --kv-transport-peers.")
+        .set(static_cast<double>(t.remote_refused_sources));
+    m.gauge("deepinfer:kv_remote_connections", "Prefill engines this engine holds a transport connection to.")
+        .set(static_cast<double>(t.remote.connections));
+  }
+}
+
+void render_kv_export_metrics(MetricsRegistry& m, const EngineStats& e) {
+  // --kv-transport ucx, prefill role.
+  const KvExportServerStats& x = e.kv_export;
+  m.counter("deepinfer:kv_export_requests_total", "Fetch requests from other nodes' decode engines answered.")
+      .set(static_cast<double>(x.requests));
+  m.counter("deepinfer:kv_export_refused_total", "Fetch requests refused (malformed, another model or KV layout).")
+      .set(static_cast<double>(x.refused));
+  m.counter("deepinfer:kv_export_sent_blocks_total", "KV blocks sent to other nodes' decode engines.")
+      .set(static_cast<double>(x.blocks_sent));
+  m.counter("deepinfer:kv_export_sent_bytes_total", "Bytes of KV sent to other nodes' decode engines.")
+      .set(static_cast<double>(x.bytes_sent));
+  m.gauge("deepinfer:kv_export_connections", "Decode engines connected to this engine's KV transport.")
+      .set(static_cast<double>(x.connections));
 }
 
 }  // namespace deepinfer::server

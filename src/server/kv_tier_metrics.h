@@ -12,5 +12,7 @@ namespace deepinfer::server {
 class MetricsRegistry;
 
 void render_kv_tier_metrics(MetricsRegistry& metrics, const EngineStats& engine);
+// The serving side of the cross-node KV transport (--kv-transport ucx, prefill role).
+void render_kv_export_metrics(MetricsRegistry& metrics, const EngineStats& engine);
 
 }  // namespace deepinfer::server

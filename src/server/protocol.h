@@ -49,6 +49,9 @@ struct GenerationRequest {
   bool chat_logprobs = false;  // Chat/Responses: logprobs requested
   nlohmann::ordered_json chat_template_kwargs;  // extra template variables, or null
   std::string cache_salt;
+  // The prefill engine on another node holding the prompt's KV
+  // (x-deepinfer-kv-source: ucx://host:port, set by the router; decode role).
+  std::string kv_source;
   std::vector<std::string> ignored_fields;  // unknown fields, for a log line
 };
 

@@ -284,6 +284,66 @@ def test_shared_pool_handoff_gives_the_outputs_of_one_engine(shared_pair):
     assert not pool.exists()
 
 
+@pytest.fixture(scope="module")
+def ucx_pair(cluster):
+    """A prefill and a decode engine handing KV over through UCX
+    (--kv-transport ucx): the decode engine fetches each prompt's blocks from
+    the prefill engine's host tier, as it would from another node."""
+    started = []
+    try:
+        common = ["--kv-transport", "ucx", "--kv-transport-size", "0.05", "--threads", "1"]
+        prefill = Server("--role", "prefill", *common, "--kv-transport-address", "127.0.0.1:0", env=INVARIANT)
+        started.append(prefill)
+        decode = Server("--role", "decode", *common, env=INVARIANT)
+        started.append(decode)
+        router = Router([prefill, decode], "--health-interval", "0.2")
+        wait_for(lambda: all(b["healthy"] for b in router.backends()), timeout=20)
+        yield {"reference": cluster["reference"], "prefill": prefill, "decode": decode, "router": router}
+        router.stop()
+    finally:
+        for s in started:
+            s.stop()
+
+
+def test_ucx_handoff_gives_the_outputs_of_one_engine(ucx_pair):
+    router, reference = ucx_pair["router"], ucx_pair["reference"]
+    prefill, decode = ucx_pair["prefill"], ucx_pair["decode"]
+    source = httpx.get(prefill.url + "/server_info", timeout=5).json()["kv_export_source"]
+    assert source.startswith("ucx://127.0.0.1:")
+    for prompt in PROMPTS:
+        assert chat(router.url, prompt) == chat(reference.url, prompt), prompt
+        assert chat_stream(router.url, prompt) == chat(reference.url, prompt), prompt
+    assert router.metric("deepinfer_router:kv_handoffs_total", kv_exported="true") >= 2 * len(PROMPTS)
+    # Every prompt's KV was fetched over the transport (at least one 16-token
+    # block each) and loaded instead of computed.
+    assert decode.metric("deepinfer:kv_remote_fetch_failures_total") == 0
+    assert decode.metric("deepinfer:kv_remote_fetched_blocks_total") >= len(PROMPTS)
+    assert decode.metric("deepinfer:kv_tier_hit_tokens_total") >= 16 * len(PROMPTS)
+    assert prefill.metric("deepinfer:kv_export_sent_blocks_total") >= len(PROMPTS)
+    assert decode.metric("deepinfer:kv_remote_connections") == 1
+    # Sources that are malformed or on hosts the decode engine does not trust
+    # are never contacted; the requests run.
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 8,
+            "temperature": 0}
+    for bogus in ["ucx://10.255.255.1:9", "ucx://127.0.0.1", "ucx://127.0.0.1:99999", "ucx://" + "x" * 400 + ":1"]:
+        r = httpx.post(decode.url + "/v1/chat/completions", json=body, headers={"x-deepinfer-kv-source": bogus},
+                       timeout=120)
+        assert r.status_code == 200, r.text
+    assert decode.metric("deepinfer:kv_remote_refused_sources_total") == 4
+    # A prefill engine that died: the fetch fails, the prompt is recomputed,
+    # the answer is the same.
+    prefill.proc.send_signal(signal.SIGKILL)
+    prefill.proc.wait(timeout=30)
+    prompt = "Name a large animal that lives in the sea."
+    body["messages"][0]["content"] = prompt
+    body["max_tokens"] = 24
+    r = httpx.post(decode.url + "/v1/chat/completions", json=body, headers={"x-deepinfer-kv-source": source},
+                   timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == chat(reference.url, prompt)
+    assert decode.metric("deepinfer:kv_remote_fetch_failures_total") == 1
+
+
 class Etcd:
     """A throwaway etcd (Debian's etcd-server, installed by build.sh)."""
 

@@ -9,18 +9,10 @@
 #include <span>
 #include <vector>
 
+#include "kv/transport/kv_transport_stats.h"
 #include "kv/transport/kv_wire.h"
 
 namespace deepinfer {
-
-struct RemoteKvFetchStats {
-  int64_t fetches = 0;       // fetches completed (any outcome)
-  int64_t failed = 0;        // of them: refused, timed out, or the peer lost
-  int64_t blocks = 0;        // blocks received
-  int64_t bytes = 0;
-  double seconds = 0.0;      // summed wall time of fetches that received blocks
-  int64_t connections = 0;   // endpoints open now
-};
 
 class RemoteKvFetcher {
  public:

@@ -93,7 +93,7 @@ UcxKvServer::UcxKvServer(std::shared_ptr<KvSlotPool> pool, std::string fingerpri
 
 UcxKvServer::~UcxKvServer() { worker_->stop(); }
 
-UcxKvServerStats UcxKvServer::stats() const {
+KvExportServerStats UcxKvServer::stats() const {
   return {requests_.load(), refused_.load(), blocks_sent_.load(), bytes_sent_.load(), connections_.load()};
 }
 

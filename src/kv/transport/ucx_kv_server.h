@@ -15,20 +15,13 @@
 #include <vector>
 #include <string>
 
+#include "kv/transport/kv_transport_stats.h"
 #include "kv/transport/ucx_worker.h"
 
 namespace deepinfer {
 
 class KvSlotPool;
 struct KvFetchReplyHeader;
-
-struct UcxKvServerStats {
-  int64_t requests = 0;     // fetch requests answered
-  int64_t refused = 0;      // of them: malformed, or another model/layout
-  int64_t blocks_sent = 0;
-  int64_t bytes_sent = 0;
-  int64_t connections = 0;  // endpoints open now
-};
 
 class UcxKvServer {
  public:
@@ -40,7 +33,7 @@ class UcxKvServer {
   UcxKvServer& operator=(const UcxKvServer&) = delete;
 
   uint16_t port() const { return port_; }
-  UcxKvServerStats stats() const;
+  KvExportServerStats stats() const;
 
  private:
   struct ReplyOp;
