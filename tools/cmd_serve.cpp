@@ -146,8 +146,11 @@ int run_serve(int argc, char** argv) {
     if (api.role == server::ServeRole::Prefill) {
       config.kv_transport_listen = kv_transport_address;
       const size_t colon = kv_transport_address.rfind(':');
-      config.kv_transport_advertise_host =
-          advertised_host(colon == std::string::npos ? kv_transport_address : kv_transport_address.substr(0, colon));
+      std::string listen_host = colon == std::string::npos ? kv_transport_address : kv_transport_address.substr(0, colon);
+      if (listen_host.size() >= 2 && listen_host.front() == '[' && listen_host.back() == ']') {
+        listen_host = listen_host.substr(1, listen_host.size() - 2);  // [v6 address]
+      }
+      config.kv_transport_advertise_host = advertised_host(listen_host);
     }
     if (api.role == server::ServeRole::Decode) {
       config.kv_transport_fetch = true;
