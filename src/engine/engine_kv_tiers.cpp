@@ -1,7 +1,7 @@
 // The Engine's part in the KV tiers (kv/tiers/kv_tiers.h): timing the
 // recompute side of their load-or-recompute decision at start-up, and
-// starting the disk read (or the fetch from another node) of a new request's prefix (Engine::poll_kv_prefetches
-// lets it go once read).
+// starting the disk read (or the fetch from another node) of a new request's
+// prefix (Engine::poll_kv_prefetches lets it go once read).
 #include <algorithm>
 
 #include "core/logging.h"
