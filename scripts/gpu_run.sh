@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,kvtiers,disagg,decode_ab,pdl,moe,kernels,mtp,spec,structured,sweep,eval,profile,peer_llamacpp
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,kvtiers,disagg,bi,decode_ab,pdl,moe,kernels,mtp,spec,structured,sweep,eval,profile,peer_llamacpp
 #                                   (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
@@ -254,6 +254,31 @@ if has disagg; then
     --model /tmp/deepinfer_e2e/llama8b --out "$OUT" ${DIS_ARGS:-} > "$OUT/disagg_stdout.log" 2>&1
   echo "gpu_disagg: exit code $?" >> "$REPORT"
   cat "$OUT/disagg.md" >> "$REPORT" 2>/dev/null || tail -30 "$OUT/disagg_stdout.log" >> "$REPORT"
+fi
+if has bi; then
+  # Batch invariance (DEEPINFER_BATCH_INVARIANT=1): the op tests' bitwise
+  # checks, then scripts/gpu_batch_invariance.py (distinct outputs of one
+  # prompt among 1,000 copies in batches of every shape, mode on and off; the
+  # mode's throughput cost) on the 8B shape and (BI_MOE=1) a Qwen3-MoE slice.
+  echo -e "\n## Batch invariance\n" >> "$REPORT"
+  timeout 120 "$BIN/test_ops" --gtest_filter='*BatchInvariant*' > "$OUT/bi_ops.log" 2>&1
+  echo "test_ops BatchInvariant: exit code $?" >> "$REPORT"
+  grep -E '^\[  (PASSED|FAILED) |Failure|Expected|run [0-9]|rows from' "$OUT/bi_ops.log" | head -20 | sed 's/^/    /' >> "$REPORT"
+  if [ -z "${BI_SKIP_DENSE:-}" ]; then
+    make_llama8b
+    timeout "${BI_TIMEOUT:-400}" python3 scripts/gpu_batch_invariance.py --deepinfer "$BIN/deepinfer" \
+      --model /tmp/deepinfer_e2e/llama8b --out "$OUT/bi_llama8b.json" --label llama8b ${BI_ARGS:-} > "$OUT/bi_stdout.log" 2>&1
+    echo "llama8b: exit code $?" >> "$REPORT"
+    sed 's/^/    /' "$OUT/bi_llama8b.json" >> "$REPORT" 2>/dev/null || tail -20 "$OUT/bi_stdout.log" >> "$REPORT"
+  fi
+  if [ -n "${BI_MOE:-}" ]; then
+    timeout 200 python3 scripts/make_random_model.py --shape qwen3_30b_a3b --layers "${BI_MOE_LAYERS:-8}" \
+      --out /tmp/deepinfer_bi/qwen3moe >> "$OUT/bi_stdout.log" 2>&1
+    timeout "${BI_TIMEOUT:-400}" python3 scripts/gpu_batch_invariance.py --deepinfer "$BIN/deepinfer" \
+      --model /tmp/deepinfer_bi/qwen3moe --out "$OUT/bi_qwen3moe.json" --label qwen3moe ${BI_ARGS:-} >> "$OUT/bi_stdout.log" 2>&1
+    echo "qwen3moe: exit code $?" >> "$REPORT"
+    sed 's/^/    /' "$OUT/bi_qwen3moe.json" >> "$REPORT" 2>/dev/null || tail -20 "$OUT/bi_stdout.log" >> "$REPORT"
+  fi
 fi
 if has mtp; then
   # Speculative decoding with DeepSeek-V3's MTP layer on CUDA: the new ops

@@ -532,8 +532,9 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
   int min_keys_per_split = 64;  // two SIMT key tiles
   if (hints.allow_mma && attention_mma_supported(a)) {
     const int64_t rows = int64_t{max_q} * a.group;
-    a.kernel = rows <= attention_mma_rows(AttentionKernel::MmaDecode, dim) ? AttentionKernel::MmaDecode
-                                                                           : AttentionKernel::MmaPrefill;
+    a.kernel = rows <= attention_mma_rows(AttentionKernel::MmaDecode, dim) && !hints.batch_invariant
+                   ? AttentionKernel::MmaDecode
+                   : AttentionKernel::MmaPrefill;
     const int block_rows = attention_mma_rows(a.kernel, dim);
     a.q_blocks = static_cast<int>((rows + block_rows - 1) / block_rows);
     a.head_tile = a.group;
@@ -574,7 +575,7 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
   // batch); each split keeps at least two key tiles.
   const int64_t blocks = int64_t{a.num_seqs} * a.k.heads * (a.group / a.head_tile) * a.q_blocks;
   a.num_splits = 1;
-  if (hints.max_kv_len >= 2 * min_keys_per_split && blocks < hints.num_sms) {
+  if (hints.max_kv_len >= 2 * min_keys_per_split && blocks < hints.num_sms && !hints.batch_invariant) {
     // The tensor-core kernels hold one or two blocks per SM: round down so
     // the splits fill whole waves of 2 * num_sms blocks (a partial second
     // wave would double the time).

@@ -130,7 +130,8 @@ int ld_of(const Tensor& t, int64_t min_ld) {
 
 }  // namespace
 
-CudaBackend::CudaBackend(const BackendOptions& options, int device_index) : device_(device_index) {
+CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
+    : device_(device_index), batch_invariant_(options.batch_invariant) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -368,7 +369,25 @@ void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bi
            weight.describe(), dtype_name(x.dtype()));
 
   const bool out_ok = out.dtype() == DType::F32 || out.dtype() == x.dtype();
-  if (gemv_fits(x, weight) && out_ok) {
+  if (batch_invariant_) {
+    if (x.dtype() == weight.dtype() && out_ok &&
+        linear_mma_fits(static_cast<const char*>(x.data()), x.stride_bytes(0), static_cast<const char*>(weight.data()),
+                        weight.stride_bytes(0), m, k, static_cast<const char*>(out.data()), out.stride_bytes(0))) {
+      launch_linear_mma(elem_type(x.dtype(), "linear"), n, static_cast<const char*>(x.data()), x.stride_bytes(0),
+                        static_cast<const char*>(weight.data()), weight.stride_bytes(0), m, k, bias_data,
+                        out.dtype() == DType::F32, static_cast<char*>(out.data()), out.stride_bytes(0), stream_);
+      check_launch("linear(batch-invariant)");
+      return;
+    }
+    if (!warned_variant_linear_) {
+      warned_variant_linear_ = true;
+      log_warn("CUDA backend: a linear of x {} and weight {} does not fit the batch-invariant GEMM (same 16-bit "
+               "dtype, dimensions multiples of 8, aligned rows); it runs through cuBLAS, whose results may depend "
+               "on the batch",
+               x.describe(), weight.describe());
+    }
+  }
+  if (gemv_fits(x, weight) && out_ok && !batch_invariant_) {
     launch_gemv(elem_type(x.dtype(), "linear"), static_cast<int>(n), static_cast<const char*>(x.data()),
                 x.stride_bytes(0), static_cast<const char*>(weight.data()), weight.stride_bytes(0), m, k, bias_data,
                 out.dtype() == DType::F32, static_cast<char*>(out.data()), out.stride_bytes(0), stream_);
@@ -527,6 +546,7 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const At
   hints.num_sms = num_sms_;
   hints.workspace_bytes = kAttentionWorkspaceBytes;
   hints.max_smem_bytes = max_smem_per_block_;
+  hints.batch_invariant = batch_invariant_;
   plan_attention(a, hints);
   DI_CHECK(int64_t{a.num_seqs} * a.num_splits <= 65535, "attention: {} sequences exceed the CUDA grid limit",
            a.num_seqs);
@@ -550,6 +570,24 @@ void CudaBackend::gated_activation(const Tensor& gate, const Tensor& up, Activat
 void CudaBackend::linear_batched(const Tensor& x, const Tensor& weight, Tensor out) {
   const int64_t n = x.size(0), batch = weight.size(0), m = weight.size(1), k = weight.size(2);
   if (n == 0 || batch == 0 || m == 0) return;
+  if (batch_invariant_ && x.dtype() == weight.dtype() && x.dtype() != DType::F32 && out.dtype() == x.dtype()) {
+    // One batch-invariant product per b (x[:, b], W[b], out[:, b]).
+    bool fits = x.stride_bytes(1) % 16 == 0 && weight.stride_bytes(0) % 16 == 0 && out.stride_bytes(1) % 8 == 0;
+    fits = fits && linear_mma_fits(static_cast<const char*>(x.data()), x.stride_bytes(0),
+                                   static_cast<const char*>(weight.data()), weight.stride_bytes(1), m, k,
+                                   static_cast<const char*>(out.data()), out.stride_bytes(0));
+    if (fits) {
+      for (int64_t b = 0; b < batch; ++b) {
+        launch_linear_mma(elem_type(x.dtype(), "linear_batched"), n,
+                          static_cast<const char*>(x.data()) + b * x.stride_bytes(1), x.stride_bytes(0),
+                          static_cast<const char*>(weight.data()) + b * weight.stride_bytes(0),
+                          weight.stride_bytes(1), m, k, nullptr, false,
+                          static_cast<char*>(out.data()) + b * out.stride_bytes(1), out.stride_bytes(0), stream_);
+      }
+      check_launch("linear_batched(batch-invariant)");
+      return;
+    }
+  }
   // Decode: all B products in one gemv launch (grid y = b). Otherwise one
   // linear per b (cuBLAS at these row counts).
   if (n <= kGemvMaxRows && x.dtype() == weight.dtype() && x.dtype() != DType::F32 && out.dtype() == x.dtype() &&
@@ -585,6 +623,9 @@ void CudaBackend::linear_batched(const Tensor& x, const Tensor& weight, Tensor o
 
 bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out) {
   // The decode-sized product only; larger batches are compute-bound GEMMs.
+  // Batch-invariant: never (a one-row product must be the same arithmetic as
+  // a many-row one: separate linear and activation).
+  if (batch_invariant_) return false;
   if ((act != Activation::Silu && act != Activation::GeluTanh) || !gemv_fits(x, w_gate_up)) return false;
   launch_gemv_glu(elem_type(x.dtype(), "gated_linear"), static_cast<int>(x.size(0)),
                   static_cast<const char*>(x.data()), x.stride_bytes(0), static_cast<const char*>(w_gate_up.data()),
@@ -695,6 +736,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   m.accumulate = accumulate;
   m.workspace = static_cast<char*>(workspace.data());
   m.err = error_word_;
+  m.batch_invariant = batch_invariant_;
   launch_moe_experts(m, stream_);
   check_launch("moe_experts");
 }

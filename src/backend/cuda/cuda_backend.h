@@ -114,6 +114,11 @@ class CudaBackend final : public Backend {
 
   int device_ = 0;
   int num_sms_ = 0;
+  // DEEPINFER_BATCH_INVARIANT=1: every linear through the tensor-core GEMM
+  // (no gemv, no cuBLAS), one attention kernel for every query count and no
+  // split-KV, the grouped MoE GEMMs at every batch size.
+  bool batch_invariant_ = false;
+  bool warned_variant_linear_ = false;
   size_t max_smem_per_block_ = 0;
   CUstream_st* stream_ = nullptr;
   cublasContext* cublas_ = nullptr;

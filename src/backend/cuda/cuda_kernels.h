@@ -135,6 +135,16 @@ void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const ch
 // stacked gate-up weight [2f, k] (same conditions as launch_gemv; bf16/f16 out).
 void launch_gemv_glu(ElemType type, int n, const char* x, int64_t x_stride, const char* w_gate_up, int64_t w_stride,
                      int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride, Stream stream);
+// The batch-invariant dense linear (cuda_linear_mma.cu, DEEPINFER_BATCH_INVARIANT=1):
+// out[n, m] = x[n, k] W[m, k]^T (+ f32 bias), bf16/f16 x and W of one type,
+// f32 or x-typed out, through the tensor-core GEMM whose rows' results do not
+// depend on n (cuda_mma_gemm.cuh). Needs k and m multiples of 8 and 16-byte
+// aligned rows (linear_mma_fits); `batch` runs that many products (grid z).
+bool linear_mma_fits(const char* x, int64_t x_stride, const char* w, int64_t w_stride, int64_t m, int64_t k,
+                     const char* out, int64_t out_stride);
+void launch_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride, const char* w, int64_t w_stride,
+                       int64_t m, int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride,
+                       Stream stream);
 // Element-type conversion of a row view into a contiguous buffer.
 void launch_convert(ElemType from, RowView x, ElemType to, char* out, Stream stream);
 
@@ -183,6 +193,11 @@ struct AttentionHints {
   int num_sms = 1;
   size_t workspace_bytes = 0;  // room for split-KV partials
   bool allow_mma = true;       // false keeps the SIMT kernel (benchmarks compare the two)
+  // A row's result independent of the batch (DEEPINFER_BATCH_INVARIANT=1):
+  // the tensor-core prefill kernel for every query count (the decode kernel
+  // splits a tile's keys across warps: another order of summation), and no
+  // split-KV (whose split count follows the batch).
+  bool batch_invariant = false;
   size_t max_smem_bytes = 232448;  // per block (sm_90 opt-in limit); the SIMT tiles shrink to fit
 };
 void plan_attention(AttentionLaunch& a, const AttentionHints& hints);

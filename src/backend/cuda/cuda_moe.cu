@@ -28,6 +28,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_mma_gemm.cuh"
 #include "backend/cuda/cuda_moe.h"
 #include "backend/cuda/cuda_moe_common.cuh"
 
@@ -39,6 +40,18 @@ constexpr size_t kAlign = 256;
 
 using moe_detail::bias_at;
 using moe_detail::glu;
+using mma_gemm::DecodeTiles;
+using mma_gemm::GemmArgs;
+using mma_gemm::GemmOut;
+using mma_gemm::MidTiles;
+using mma_gemm::PrefillTiles;
+
+// The grouped GEMMs: gate/up (gathered rows, act(gate) * up) and down (f32).
+template <typename T, class C>
+void launch_expert_gemms(const GemmArgs& up, const GemmArgs& down, int64_t max_tiles, cudaStream_t s) {
+  mma_gemm::launch_mma_gemm<T, C, GemmOut::GatedAct, true, false>(up, max_tiles, s);
+  mma_gemm::launch_mma_gemm<T, C, GemmOut::F32, false, false>(down, max_tiles, s);
+}
 
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
@@ -120,173 +133,6 @@ __global__ void moe_index_kernel(RowView ids, int64_t n, int top_k, int n_expert
   }
 }
 
-// ---------------------------------------------------------------- tensor-core GEMM
-
-// Tile shapes. Decode: 16-row tiles, narrow column tiles (many blocks), and
-// long k tiles (256 contiguous bytes of each weight row per stage, which HBM
-// serves better than short scattered reads) so that enough weight bytes are in
-// flight to saturate HBM.
-// Prefill: 64 x 64 tiles, 2 x 2 warps of 32 x 32.
-template <int BM, int BN, int BK, int WarpsM, int WarpsN, int Stages>
-struct TileConfig {
-  static constexpr int kBM = BM, kBN = BN, kBK = BK, kStages = Stages;
-  static constexpr int kWarpsN = WarpsN, kThreads = 32 * WarpsM * WarpsN;
-  static constexpr int kWM = BM / WarpsM, kWN = BN / WarpsN, kMT = kWM / 16, kNT = kWN / 8;
-  static constexpr int kPitch = BK + 8;  // elements; 16 spare bytes keep ldmatrix rows on distinct banks
-  static_assert(kWM % 16 == 0 && kWN % 16 == 0 && BK % 16 == 0, "warp tiles are whole m16 x n16 x k16 steps");
-  template <bool kGated>
-  static constexpr int stage_rows() { return BM + (kGated ? 2 : 1) * BN; }
-  template <bool kGated>
-  static constexpr size_t smem_bytes() { return size_t{Stages} * stage_rows<kGated>() * kPitch * 2; }
-};
-using DecodeTiles = TileConfig<16, 32, 128, 1, 2, 4>;
-using MidTiles = TileConfig<32, 32, 128, 2, 2, 4>;
-using PrefillTiles = TileConfig<64, 64, 32, 2, 2, 4>;
-
-struct GemmArgs {
-  const int32_t* tile_expert = nullptr;
-  const int32_t* row_token = nullptr;  // gathered A: row r reads a_base + row_token[r] * a_stride
-  const char* a_base = nullptr;
-  int64_t a_stride = 0;
-  MoeWeightView w0, w1;  // w1: the up stack when gated
-  const char* bias0 = nullptr;  // optional [E, n_cols] biases of w0 and w1
-  const char* bias1 = nullptr;
-  ElemType bias_type = ElemType::F32;
-  int64_t n_cols = 0, k = 0;
-  char* out = nullptr;  // gated: T act rows; else f32 rows
-  int64_t out_stride = 0;
-  MoeGlu glu = MoeGlu::Silu;
-};
-
-template <typename T, class C, bool kGated, bool kGather>
-__global__ void __launch_bounds__(C::kThreads) moe_mma_kernel(GemmArgs g) {
-  const int tile = blockIdx.x;
-  const int expert = g.tile_expert[tile];
-  if (expert < 0) return;
-  extern __shared__ __align__(16) char smem[];
-  constexpr int kB = kGated ? 2 : 1;
-  constexpr int kRows = C::template stage_rows<kGated>();
-  constexpr int kChunksPerRow = C::kBK / 8;
-  constexpr int kLoads = kRows * kChunksPerRow / C::kThreads;
-  static_assert(kRows * kChunksPerRow % C::kThreads == 0, "stage loads split evenly");
-  constexpr uint32_t kStageBytes = kRows * C::kPitch * 2;
-  const uint32_t s_base = smem_addr(smem);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp / C::kWarpsN, wn = warp % C::kWarpsN;
-  const int64_t row0 = int64_t{tile} * C::kBM, n0 = int64_t{blockIdx.y} * C::kBN;
-
-  // Each thread copies the same chunks of every stage: resolve their rows once.
-  const char* src[kLoads];
-  bool row_ok[kLoads];
-  uint32_t dst[kLoads];
-  int chunk_k[kLoads];
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i) {
-    const int c = tid + i * C::kThreads, r = c / kChunksPerRow, ch = c % kChunksPerRow;
-    chunk_k[i] = ch * 8;
-    dst[i] = static_cast<uint32_t>((r * C::kPitch + ch * 8) * 2);
-    if (r < C::kBM) {
-      int64_t a_row = row0 + r;
-      row_ok[i] = true;
-      if constexpr (kGather) {
-        const int32_t token = g.row_token[a_row];
-        row_ok[i] = token >= 0;
-        a_row = token >= 0 ? token : 0;
-      }
-      src[i] = g.a_base + a_row * g.a_stride + ch * 16;
-    } else {
-      const int b = (r - C::kBM) / C::kBN;
-      const int64_t col = n0 + (r - C::kBM) % C::kBN;
-      const MoeWeightView& w = b == 0 ? g.w0 : g.w1;
-      row_ok[i] = col < g.n_cols;
-      src[i] = w.base + expert * w.expert_stride + (row_ok[i] ? col : 0) * w.row_stride + ch * 16;
-    }
-  }
-  const int k_tiles = static_cast<int>((g.k + C::kBK - 1) / C::kBK);
-  auto load = [&](int kt) {
-    const uint32_t stage = s_base + (kt % C::kStages) * kStageBytes;
-    const int64_t k0 = int64_t{kt} * C::kBK;
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const bool ok = row_ok[i] && k0 + chunk_k[i] < g.k;
-      cp_async16(stage + dst[i], ok ? src[i] + k0 * 2 : g.a_base, ok);
-    }
-  };
-
-  float acc[kB][C::kMT][C::kNT][4] = {};
-#pragma unroll
-  for (int s = 0; s < C::kStages - 1; ++s) {
-    if (s < k_tiles) load(s);
-    cp_async_commit();
-  }
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    cp_async_wait<C::kStages - 2>();
-    __syncthreads();
-    if (kt + C::kStages - 1 < k_tiles) load(kt + C::kStages - 1);
-    cp_async_commit();  // empty groups keep the wait count uniform
-    const uint32_t stage = s_base + (kt % C::kStages) * kStageBytes;
-#pragma unroll
-    for (int kk = 0; kk < C::kBK; kk += 16) {
-      uint32_t a[C::kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < C::kMT; ++mt) {
-        const int r = wm * C::kWM + mt * 16 + (lane & 15);
-        ldmatrix_x4(a[mt], stage + (r * C::kPitch + kk + (lane >> 4) * 8) * 2);
-      }
-#pragma unroll
-      for (int b = 0; b < kB; ++b) {
-#pragma unroll
-        for (int np = 0; np < C::kNT / 2; ++np) {
-          const int r = C::kBM + b * C::kBN + wn * C::kWN + np * 16 + (lane & 7) + (lane >> 4) * 8;
-          uint32_t w[4];
-          ldmatrix_x4(w, stage + (r * C::kPitch + kk + ((lane >> 3) & 1) * 8) * 2);
-#pragma unroll
-          for (int mt = 0; mt < C::kMT; ++mt) {
-            mma16816<T>(acc[b][mt][2 * np], a[mt], w[0], w[1]);
-            mma16816<T>(acc[b][mt][2 * np + 1], a[mt], w[2], w[3]);
-          }
-        }
-      }
-    }
-  }
-  cp_async_wait<0>();
-
-  // Fragment layout: c0, c1 at (lane / 4, 2 * (lane % 4) + {0, 1}); c2, c3 eight rows below.
-#pragma unroll
-  for (int mt = 0; mt < C::kMT; ++mt) {
-#pragma unroll
-    for (int nt = 0; nt < C::kNT; ++nt) {
-      const int64_t col = n0 + wn * C::kWN + nt * 8 + (lane & 3) * 2;
-      if (col >= g.n_cols) continue;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int64_t row = row0 + wm * C::kWM + mt * 16 + (lane >> 2) + half * 8;
-        const float* c0 = &acc[0][mt][nt][2 * half];
-        const int64_t b_at = expert * g.n_cols + col;
-        const float v0 = c0[0] + bias_at(g.bias0, g.bias_type, b_at), v1 = c0[1] + bias_at(g.bias0, g.bias_type, b_at + 1);
-        char* o = g.out + row * g.out_stride;
-        if constexpr (kGated) {
-          const float* c1 = &acc[kB - 1][mt][nt][2 * half];
-          const float u0 = c1[0] + bias_at(g.bias1, g.bias_type, b_at), u1 = c1[1] + bias_at(g.bias1, g.bias_type, b_at + 1);
-          T pair[2] = {from_f<T>(glu(g.glu, v0, u0)), from_f<T>(glu(g.glu, v1, u1))};
-          *reinterpret_cast<uint32_t*>(o + col * 2) = *reinterpret_cast<uint32_t*>(pair);
-        } else {
-          *reinterpret_cast<float2*>(o + col * 4) = make_float2(v0, v1);
-        }
-      }
-    }
-  }
-}
-
-template <typename T, class C, bool kGated, bool kGather>
-void launch_mma(const GemmArgs& g, int64_t max_tiles, cudaStream_t stream) {
-  constexpr size_t smem = C::template smem_bytes<kGated>();
-  auto kernel = moe_mma_kernel<T, C, kGated, kGather>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  const dim3 grid(static_cast<unsigned>(max_tiles), static_cast<unsigned>((g.n_cols + C::kBN - 1) / C::kBN));
-  kernel<<<grid, C::kThreads, smem, stream>>>(g);
-}
-
 // ---------------------------------------------------------------- SIMT path
 
 // One warp per output column of a row tile; f32 arithmetic, f32 results.
@@ -356,7 +202,7 @@ size_t moe_experts_workspace_bytes(int64_t n, int top_k, int n_experts, int64_t 
 
 void launch_moe_experts(const MoeExpertsLaunch& m, Stream stream) {
   if (m.n == 0) return;
-  if (moe_decode_applies(m)) {
+  if (!m.batch_invariant && moe_decode_applies(m)) {
     launch_moe_experts_decode(m, stream);
     return;
   }
@@ -407,14 +253,11 @@ void launch_moe_experts(const MoeExpertsLaunch& m, Stream stream) {
     DI_DISPATCH_ELEM(m.w_type, T, {
       if constexpr (!std::is_same_v<T, float>) {
         if (lay.bm == DecodeTiles::kBM) {
-          launch_mma<T, DecodeTiles, true, true>(up, lay.max_tiles, s);
-          launch_mma<T, DecodeTiles, false, false>(down, lay.max_tiles, s);
+          launch_expert_gemms<T, DecodeTiles>(up, down, lay.max_tiles, s);
         } else if (lay.bm == MidTiles::kBM) {
-          launch_mma<T, MidTiles, true, true>(up, lay.max_tiles, s);
-          launch_mma<T, MidTiles, false, false>(down, lay.max_tiles, s);
+          launch_expert_gemms<T, MidTiles>(up, down, lay.max_tiles, s);
         } else {
-          launch_mma<T, PrefillTiles, true, true>(up, lay.max_tiles, s);
-          launch_mma<T, PrefillTiles, false, false>(down, lay.max_tiles, s);
+          launch_expert_gemms<T, PrefillTiles>(up, down, lay.max_tiles, s);
         }
       }
     });

@@ -58,6 +58,10 @@ struct MoeExpertsLaunch {
   bool accumulate = false;
   char* workspace = nullptr;  // moe_experts_workspace_bytes(...) bytes, 256-byte aligned
   uint32_t* err = nullptr;
+  // DEEPINFER_BATCH_INVARIANT=1: the grouped GEMMs at every batch size (a
+  // row's result there does not depend on the batch; the decode path's
+  // arithmetic differs from theirs).
+  bool batch_invariant = false;
 };
 // Depends on shapes only, so a workspace sized once serves every call (and
 // every captured graph) of at most n tokens.

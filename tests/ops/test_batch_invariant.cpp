@@ -1,0 +1,176 @@
+// Batch invariance of the ops a model step runs (DEEPINFER_BATCH_INVARIANT=1,
+// BackendOptions::batch_invariant), on every backend: a row's result must be
+// the same bits whatever else is in the batch — how many rows, where the row
+// sits, whether its sequence is decoding alone, beside a prefill, or is the
+// last row of a chunk or of a whole prompt, and however long the batch's
+// longest sequence is (split-KV). The results are also checked against a
+// double-precision reference, so invariance is not bought with wrong sums.
+#include <cmath>
+#include <numeric>
+
+#include "op_test_util.h"
+#include "ops/ops.h"
+
+namespace deepinfer::testing {
+namespace {
+
+class BatchInvariantTest : public ::testing::TestWithParam<BackendCase> {
+ protected:
+  void SetUp() override {
+    BackendOptions options;
+    options.num_threads = GetParam().num_threads;
+    options.batch_invariant = true;
+    backend_ = create_backend(GetParam().type, options);
+  }
+  Backend& backend() { return *backend_; }
+  // The activations' dtype a model runs with: 16-bit on a GPU, f32 on the CPU.
+  DType act_dtype() const { return GetParam().type == DeviceType::CUDA ? DType::BF16 : DType::F32; }
+  DeviceTensor upload_act(std::initializer_list<int64_t> shape, const std::vector<float>& v) {
+    return act_dtype() == DType::BF16 ? upload_bf16(backend(), shape, v) : upload_f32(backend(), shape, v);
+  }
+
+ private:
+  std::unique_ptr<Backend> backend_;
+};
+DEEPINFER_INSTANTIATE_BACKEND_TESTS(BatchInvariantTest);
+
+TEST_P(BatchInvariantTest, ALinearRowIsTheSameBitsInEveryBatch) {
+  Rng rng(11);
+  const int64_t rows = 300, k = 512, m = 264;  // m: partial column tiles
+  HostWeights w = random_weights(rng, DType::BF16, m, k);
+  const std::vector<float> x = rng.floats(static_cast<size_t>(rows * k));
+  const std::vector<float> bias = rng.floats(static_cast<size_t>(m));
+  DeviceTensor dw = upload(backend(), DType::BF16, {m, k}, w.bytes.data());
+  DeviceTensor dx = upload_act({rows, k}, x);
+  DeviceTensor db = upload_f32(backend(), {m}, bias);
+  DeviceTensor full = zeros(backend(), act_dtype(), {rows, m});
+  ops::linear(backend(), dx.t, dw.t, db.t, full.t);
+  const std::vector<float> all = download_any(backend(), full.t);
+  // Against the reference (x as the device holds it, bf16 on a GPU).
+  const std::vector<float> x_held = download_any(backend(), dx.t);
+  for (int64_t i = 0; i < rows; i += 37) {
+    for (int64_t j = 0; j < m; ++j) {
+      double sum = bias[static_cast<size_t>(j)], mag = 0.0;
+      for (int64_t l = 0; l < k; ++l) {
+        const double p = static_cast<double>(x_held[static_cast<size_t>(i * k + l)]) * w.values[static_cast<size_t>(j * k + l)];
+        sum += p;
+        mag += std::abs(p);
+      }
+      ASSERT_NEAR(all[static_cast<size_t>(i * m + j)], sum, 1e-2 * mag + 1e-3) << i << "," << j;
+    }
+  }
+  for (const int64_t n : {1, 2, 15, 16, 17, 33, 64, 65, 129, 299}) {
+    for (const int64_t at : {int64_t{0}, int64_t{7}, rows - n}) {
+      if (at + n > rows) continue;
+      DeviceTensor part = zeros(backend(), act_dtype(), {n, m});
+      ops::linear(backend(), dx.t.narrow(0, at, n), dw.t, db.t, part.t);
+      const std::vector<float> got = download_any(backend(), part.t);
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < m; ++j) {
+          ASSERT_EQ(got[static_cast<size_t>(i * m + j)], all[static_cast<size_t>((at + i) * m + j)])
+              << n << " rows from " << at << ": row " << i << " col " << j;
+        }
+      }
+    }
+  }
+}
+
+// One attention call over sequences given as (queries, keys); sequence
+// `target` is always the same cache pages and its last query row the same q.
+struct AttentionRun {
+  std::vector<std::pair<int, int>> seqs;  // (q_len, kv_len)
+  int target = 0;
+};
+
+TEST_P(BatchInvariantTest, AnAttentionRowIsTheSameBitsInEveryBatch) {
+  Rng rng(12);
+  const int64_t hkv = 2, group = 4, hq = hkv * group, d = 128, ps = 16;
+  const int target_len = 2000;  // long enough that a lone decode would split its keys
+  const int64_t target_pages = (target_len + ps - 1) / ps;
+  const int64_t other_pages = 96;  // room for the other sequences of a run (up to 1536 keys)
+  const int64_t num_pages = target_pages + other_pages;
+  const size_t cache_elems = static_cast<size_t>(num_pages * ps * hkv * d);
+  const std::vector<float> kc = rng.floats(cache_elems), vc = rng.floats(cache_elems);
+  DeviceTensor dk = upload_act({num_pages, ps, hkv, d}, kc), dv = upload_act({num_pages, ps, hkv, d}, vc);
+  const std::vector<float> target_q = rng.floats(static_cast<size_t>(hq * d));
+
+  const std::vector<AttentionRun> runs = {
+      {{{1, target_len}}, 0},                                // decoding alone
+      {{{57, 57}, {1, target_len}, {1, 20}}, 1},             // beside a prefill and another decode
+      {{{9, target_len}}, 0},                                // the last row of a chunk
+      {{{3, 40}, {target_len, target_len}}, 1},              // the last row of the whole prompt
+      {{{1, 300}, {1, 1000}, {1, target_len}, {2, 30}}, 2},  // a decode batch
+  };
+  std::vector<float> first;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const AttentionRun& run = runs[r];
+    std::vector<int32_t> q_indptr{0}, kv_indptr{0}, pages, last_len, start_pos;
+    int64_t next_other = target_pages;
+    int max_q = 0, max_kv = 0;
+    for (size_t s = 0; s < run.seqs.size(); ++s) {
+      const auto [q_len, kv_len] = run.seqs[s];
+      const int64_t n_pages = (kv_len + ps - 1) / ps;
+      for (int64_t p = 0; p < n_pages; ++p) {
+        pages.push_back(static_cast<int32_t>(static_cast<int>(s) == run.target ? p : next_other++));
+      }
+      ASSERT_LE(next_other, num_pages);
+      q_indptr.push_back(q_indptr.back() + q_len);
+      kv_indptr.push_back(static_cast<int32_t>(pages.size()));
+      last_len.push_back(static_cast<int32_t>(kv_len - (n_pages - 1) * ps));
+      start_pos.push_back(0);
+      max_q = std::max(max_q, q_len);
+      max_kv = std::max(max_kv, kv_len);
+    }
+    const int64_t n = q_indptr.back();
+    std::vector<float> q = rng.floats(static_cast<size_t>(n * hq * d));
+    const int64_t target_row = q_indptr[static_cast<size_t>(run.target) + 1] - 1;
+    std::copy(target_q.begin(), target_q.end(), q.begin() + target_row * hq * d);
+    DeviceTensor dq = upload_act({n, hq, d}, q), dout = zeros(backend(), act_dtype(), {n, hq, d});
+    DeviceTensor dqi = upload_i32(backend(), q_indptr), dkvi = upload_i32(backend(), kv_indptr);
+    DeviceTensor dpages = upload_i32(backend(), pages), dlast = upload_i32(backend(), last_len);
+    DeviceTensor dstart = upload_i32(backend(), start_pos);
+    AttentionMetadata meta;
+    meta.num_seqs = static_cast<int>(run.seqs.size());
+    meta.max_q_len = max_q;
+    meta.max_kv_len = max_kv;
+    meta.q_indptr = dqi.t;
+    meta.kv_indptr = dkvi.t;
+    meta.kv_page_indices = dpages.t;
+    meta.kv_last_page_len = dlast.t;
+    meta.kv_start_pos = dstart.t;
+    AttentionParams params;
+    params.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    ops::attention(backend(), dq.t, KvCacheLayer{dk.t, dv.t}, meta, params, dout.t);
+    const std::vector<float> out = download_any(backend(), dout.t.narrow(0, target_row, 1));
+    if (r == 0) {
+      first = out;
+      // Against the reference for head 0 (the cache and q as the device holds them).
+      const std::vector<float> k_held = download_any(backend(), dk.t), v_held = download_any(backend(), dv.t);
+      const std::vector<float> q_held = download_any(backend(), dq.t.narrow(0, target_row, 1));
+      std::vector<double> logits(target_len);
+      double mx = -INFINITY;
+      for (int j = 0; j < target_len; ++j) {
+        const size_t at = static_cast<size_t>((j * hkv + 0) * d);  // pages 0.. hold the target in order
+        double dot = 0;
+        for (int64_t e = 0; e < d; ++e) dot += static_cast<double>(q_held[static_cast<size_t>(e)]) * k_held[at + e];
+        logits[static_cast<size_t>(j)] = dot * params.scale;
+        mx = std::max(mx, logits[static_cast<size_t>(j)]);
+      }
+      double denom = 0;
+      for (double l : logits) denom += std::exp(l - mx);
+      for (int64_t e = 0; e < d; e += 9) {
+        double o = 0;
+        for (int j = 0; j < target_len; ++j) {
+          o += std::exp(logits[static_cast<size_t>(j)] - mx) / denom * v_held[static_cast<size_t>((j * hkv) * d + e)];
+        }
+        ASSERT_NEAR(out[static_cast<size_t>(e)], o, 2e-2) << "dim " << e;
+      }
+      continue;
+    }
+    ASSERT_EQ(out.size(), first.size());
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], first[i]) << "run " << r << " element " << i;
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
