@@ -52,7 +52,8 @@ TEST_P(BatchInvariantTest, ALinearRowIsTheSameBitsInEveryBatch) {
     for (int64_t j = 0; j < m; ++j) {
       double sum = bias[static_cast<size_t>(j)], mag = 0.0;
       for (int64_t l = 0; l < k; ++l) {
-        const double p = static_cast<double>(x_held[static_cast<size_t>(i * k + l)]) * w.values[static_cast<size_t>(j * k + l)];
+        const double p =
+            static_cast<double>(x_held[static_cast<size_t>(i * k + l)]) * w.values[static_cast<size_t>(j * k + l)];
         sum += p;
         mag += std::abs(p);
       }
@@ -70,6 +71,37 @@ TEST_P(BatchInvariantTest, ALinearRowIsTheSameBitsInEveryBatch) {
           ASSERT_EQ(got[static_cast<size_t>(i * m + j)], all[static_cast<size_t>((at + i) * m + j)])
               << n << " rows from " << at << ": row " << i << " col " << j;
         }
+      }
+    }
+  }
+}
+
+TEST_P(BatchInvariantTest, ANormalisedRowIsTheSameBitsInEveryBatch) {
+  Rng rng(13);
+  const int64_t rows = 100, h = 4096;
+  const std::vector<float> x = rng.floats(static_cast<size_t>(rows * h));
+  const std::vector<float> res = rng.floats(static_cast<size_t>(rows * h));
+  const std::vector<float> w = rng.floats(static_cast<size_t>(h), 0.5f, 1.5f);
+  DeviceTensor dw = upload_f32(backend(), {h}, w);
+  for (const bool add : {false, true}) {
+    auto norm = [&](int64_t at, int64_t n) {
+      DeviceTensor dx = upload_act({n, h}, std::vector<float>(x.begin() + at * h, x.begin() + (at + n) * h));
+      DeviceTensor dr = upload_act({n, h}, std::vector<float>(res.begin() + at * h, res.begin() + (at + n) * h));
+      DeviceTensor out = zeros(backend(), act_dtype(), {n, h});
+      if (add) {
+        ops::add_rms_norm(backend(), dr.t, dx.t, dw.t, 1e-6f, 0.0f, out.t);
+      } else {
+        ops::rms_norm(backend(), dx.t, dw.t, 1e-6f, 0.0f, out.t);
+      }
+      return download_any(backend(), out.t);
+    };
+    const std::vector<float> all = norm(0, rows);
+    for (const int64_t n : {1, 3, 63, 64}) {
+      const int64_t at = rows - n;
+      const std::vector<float> got = norm(at, n);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i], all[static_cast<size_t>(at * h) + i]) << (add ? "add_rms_norm" : "rms_norm") << ", " << n
+                                                                << " rows: element " << i;
       }
     }
   }
@@ -101,74 +133,79 @@ TEST_P(BatchInvariantTest, AnAttentionRowIsTheSameBitsInEveryBatch) {
       {{{3, 40}, {target_len, target_len}}, 1},              // the last row of the whole prompt
       {{{1, 300}, {1, 1000}, {1, target_len}, {2, 30}}, 2},  // a decode batch
   };
-  std::vector<float> first;
-  for (size_t r = 0; r < runs.size(); ++r) {
-    const AttentionRun& run = runs[r];
-    std::vector<int32_t> q_indptr{0}, kv_indptr{0}, pages, last_len, start_pos;
-    int64_t next_other = target_pages;
-    int max_q = 0, max_kv = 0;
-    for (size_t s = 0; s < run.seqs.size(); ++s) {
-      const auto [q_len, kv_len] = run.seqs[s];
-      const int64_t n_pages = (kv_len + ps - 1) / ps;
-      for (int64_t p = 0; p < n_pages; ++p) {
-        pages.push_back(static_cast<int32_t>(static_cast<int>(s) == run.target ? p : next_other++));
-      }
-      ASSERT_LE(next_other, num_pages);
-      q_indptr.push_back(q_indptr.back() + q_len);
-      kv_indptr.push_back(static_cast<int32_t>(pages.size()));
-      last_len.push_back(static_cast<int32_t>(kv_len - (n_pages - 1) * ps));
-      start_pos.push_back(0);
-      max_q = std::max(max_q, q_len);
-      max_kv = std::max(max_kv, kv_len);
-    }
-    const int64_t n = q_indptr.back();
-    std::vector<float> q = rng.floats(static_cast<size_t>(n * hq * d));
-    const int64_t target_row = q_indptr[static_cast<size_t>(run.target) + 1] - 1;
-    std::copy(target_q.begin(), target_q.end(), q.begin() + target_row * hq * d);
-    DeviceTensor dq = upload_act({n, hq, d}, q), dout = zeros(backend(), act_dtype(), {n, hq, d});
-    DeviceTensor dqi = upload_i32(backend(), q_indptr), dkvi = upload_i32(backend(), kv_indptr);
-    DeviceTensor dpages = upload_i32(backend(), pages), dlast = upload_i32(backend(), last_len);
-    DeviceTensor dstart = upload_i32(backend(), start_pos);
-    AttentionMetadata meta;
-    meta.num_seqs = static_cast<int>(run.seqs.size());
-    meta.max_q_len = max_q;
-    meta.max_kv_len = max_kv;
-    meta.q_indptr = dqi.t;
-    meta.kv_indptr = dkvi.t;
-    meta.kv_page_indices = dpages.t;
-    meta.kv_last_page_len = dlast.t;
-    meta.kv_start_pos = dstart.t;
-    AttentionParams params;
-    params.scale = 1.0f / std::sqrt(static_cast<float>(d));
-    ops::attention(backend(), dq.t, KvCacheLayer{dk.t, dv.t}, meta, params, dout.t);
-    const std::vector<float> out = download_any(backend(), dout.t.narrow(0, target_row, 1));
-    if (r == 0) {
-      first = out;
-      // Against the reference for head 0 (the cache and q as the device holds them).
-      const std::vector<float> k_held = download_any(backend(), dk.t), v_held = download_any(backend(), dv.t);
-      const std::vector<float> q_held = download_any(backend(), dq.t.narrow(0, target_row, 1));
-      std::vector<double> logits(target_len);
-      double mx = -INFINITY;
-      for (int j = 0; j < target_len; ++j) {
-        const size_t at = static_cast<size_t>((j * hkv + 0) * d);  // pages 0.. hold the target in order
-        double dot = 0;
-        for (int64_t e = 0; e < d; ++e) dot += static_cast<double>(q_held[static_cast<size_t>(e)]) * k_held[at + e];
-        logits[static_cast<size_t>(j)] = dot * params.scale;
-        mx = std::max(mx, logits[static_cast<size_t>(j)]);
-      }
-      double denom = 0;
-      for (double l : logits) denom += std::exp(l - mx);
-      for (int64_t e = 0; e < d; e += 9) {
-        double o = 0;
-        for (int j = 0; j < target_len; ++j) {
-          o += std::exp(logits[static_cast<size_t>(j)] - mx) / denom * v_held[static_cast<size_t>((j * hkv) * d + e)];
+  for (const int window : {0, 700}) {  // full attention, and a sliding window
+    SCOPED_TRACE(window);
+    std::vector<float> first;
+    for (size_t r = 0; r < runs.size(); ++r) {
+      const AttentionRun& run = runs[r];
+      std::vector<int32_t> q_indptr{0}, kv_indptr{0}, pages, last_len, start_pos;
+      int64_t next_other = target_pages;
+      int max_q = 0, max_kv = 0;
+      for (size_t s = 0; s < run.seqs.size(); ++s) {
+        const auto [q_len, kv_len] = run.seqs[s];
+        const int64_t n_pages = (kv_len + ps - 1) / ps;
+        for (int64_t p = 0; p < n_pages; ++p) {
+          pages.push_back(static_cast<int32_t>(static_cast<int>(s) == run.target ? p : next_other++));
         }
-        ASSERT_NEAR(out[static_cast<size_t>(e)], o, 2e-2) << "dim " << e;
+        ASSERT_LE(next_other, num_pages);
+        q_indptr.push_back(q_indptr.back() + q_len);
+        kv_indptr.push_back(static_cast<int32_t>(pages.size()));
+        last_len.push_back(static_cast<int32_t>(kv_len - (n_pages - 1) * ps));
+        start_pos.push_back(0);
+        max_q = std::max(max_q, q_len);
+        max_kv = std::max(max_kv, kv_len);
       }
-      continue;
+      const int64_t n = q_indptr.back();
+      std::vector<float> q = rng.floats(static_cast<size_t>(n * hq * d));
+      const int64_t target_row = q_indptr[static_cast<size_t>(run.target) + 1] - 1;
+      std::copy(target_q.begin(), target_q.end(), q.begin() + target_row * hq * d);
+      DeviceTensor dq = upload_act({n, hq, d}, q), dout = zeros(backend(), act_dtype(), {n, hq, d});
+      DeviceTensor dqi = upload_i32(backend(), q_indptr), dkvi = upload_i32(backend(), kv_indptr);
+      DeviceTensor dpages = upload_i32(backend(), pages), dlast = upload_i32(backend(), last_len);
+      DeviceTensor dstart = upload_i32(backend(), start_pos);
+      AttentionMetadata meta;
+      meta.num_seqs = static_cast<int>(run.seqs.size());
+      meta.max_q_len = max_q;
+      meta.max_kv_len = max_kv;
+      meta.q_indptr = dqi.t;
+      meta.kv_indptr = dkvi.t;
+      meta.kv_page_indices = dpages.t;
+      meta.kv_last_page_len = dlast.t;
+      meta.kv_start_pos = dstart.t;
+      AttentionParams params;
+      params.scale = 1.0f / std::sqrt(static_cast<float>(d));
+      params.sliding_window = window;
+      ops::attention(backend(), dq.t, KvCacheLayer{dk.t, dv.t}, meta, params, dout.t);
+      const std::vector<float> out = download_any(backend(), dout.t.narrow(0, target_row, 1));
+      if (r == 0) {
+        first = out;
+        if (window > 0) continue;
+        // Against the reference for head 0 (the cache and q as the device holds them).
+        const std::vector<float> k_held = download_any(backend(), dk.t), v_held = download_any(backend(), dv.t);
+        const std::vector<float> q_held = download_any(backend(), dq.t.narrow(0, target_row, 1));
+        std::vector<double> logits(target_len);
+        double mx = -INFINITY;
+        for (int j = 0; j < target_len; ++j) {
+          const size_t at = static_cast<size_t>((j * hkv + 0) * d);  // pages 0.. hold the target in order
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e) dot += static_cast<double>(q_held[static_cast<size_t>(e)]) * k_held[at + e];
+          logits[static_cast<size_t>(j)] = dot * params.scale;
+          mx = std::max(mx, logits[static_cast<size_t>(j)]);
+        }
+        double denom = 0;
+        for (double l : logits) denom += std::exp(l - mx);
+        for (int64_t e = 0; e < d; e += 9) {
+          double o = 0;
+          for (int j = 0; j < target_len; ++j) {
+            o += std::exp(logits[static_cast<size_t>(j)] - mx) / denom * v_held[static_cast<size_t>((j * hkv) * d + e)];
+          }
+          ASSERT_NEAR(out[static_cast<size_t>(e)], o, 2e-2) << "dim " << e;
+        }
+        continue;
+      }
+      ASSERT_EQ(out.size(), first.size());
+      for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], first[i]) << "run " << r << " element " << i;
     }
-    ASSERT_EQ(out.size(), first.size());
-    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], first[i]) << "run " << r << " element " << i;
   }
 }
 

@@ -204,7 +204,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
   const int valid_rows = min(C::kRows, total_rows - r0);
   const int base = kv_len - q_len;  // key index of query token 0
   const int t_lo = r0 / a.group, t_hi = (r0 + valid_rows - 1) / a.group;
-  int k_begin = a.window > 0 ? max(0, base + t_lo - a.window + 1) : 0;
+  // Key tiles start at multiples of the tile (the window's first key rounded
+  // down; the keys before it are masked): a row's keys then fall into the
+  // same tiles, summed in the same order, whichever rows share its block --
+  // chunked prefill and prefix hits give the bits of a whole prompt.
+  int k_begin = a.window > 0 ? max(0, base + t_lo - a.window + 1) / C::kBlockN * C::kBlockN : 0;
   int k_end = base + t_hi + 1;
   if (a.num_splits > 1) {
     const int chunk = ((kv_len + a.num_splits - 1) / a.num_splits + C::kBlockN - 1) / C::kBlockN * C::kBlockN;

@@ -339,14 +339,14 @@ void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor out) 
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset, Tensor out) {
   launch_rms_norm(elem_type(x.dtype(), "rms_norm"), rows_of(x), RowView{}, weight.data_as<const float>(), eps,
-                  weight_offset, rows_of(out), false, stream_);
+                  weight_offset, rows_of(out), false, stream_, batch_invariant_);
   check_launch("rms_norm");
 }
 
 void CudaBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,
                                float weight_offset, Tensor out) {
   launch_rms_norm(elem_type(x.dtype(), "add_rms_norm"), rows_of(x), rows_of(residual), weight.data_as<const float>(),
-                  eps, weight_offset, rows_of(out), true, stream_);
+                  eps, weight_offset, rows_of(out), true, stream_, batch_invariant_);
   check_launch("add_rms_norm");
 }
 

@@ -583,7 +583,7 @@ static bool rows_aligned16(const RowView& v) {
 }
 
 void launch_rms_norm(ElemType type, RowView x, RowView residual, const float* weight, float eps,
-                     float weight_offset, RowView out, bool add_residual, Stream stream) {
+                     float weight_offset, RowView out, bool add_residual, Stream stream, bool batch_invariant) {
   if (x.rows == 0) return;
   // Chunked path: 16-bit rows of 8-element chunks up to 8 warps x 32 lanes x
   // kMaxChunks chunks (16,384 columns). Few rows (decode) take the widest
@@ -595,7 +595,7 @@ void launch_rms_norm(ElemType type, RowView x, RowView residual, const float* we
   if (vec) {
     int warps = 1;
     while (chunks > int64_t{32} * kMaxChunks * warps) warps *= 2;
-    if (x.rows < 64) warps = static_cast<int>(std::max<int64_t>(warps, std::min<int64_t>(8, chunks / 32)));
+    if (x.rows < 64 && !batch_invariant) warps = static_cast<int>(std::max<int64_t>(warps, std::min<int64_t>(8, chunks / 32)));
     while (warps & (warps - 1)) ++warps;  // a power of two
     const int64_t rows_per_block = 8 / warps;
     const unsigned blocks = static_cast<unsigned>((x.rows + rows_per_block - 1) / rows_per_block);

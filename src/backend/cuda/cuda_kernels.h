@@ -54,8 +54,10 @@ using Stream = void*;  // cudaStream_t
 
 void launch_embedding(ElemType table_type, const char* table, int64_t table_stride, int64_t vocab,
                       const int32_t* ids, ElemType out_type, RowView out, uint32_t* err, Stream stream);
+// batch_invariant: the same split of a row over lanes whatever the number of
+// rows (by default few rows spread each row over more warps).
 void launch_rms_norm(ElemType type, RowView x, RowView residual_or_null, const float* weight, float eps,
-                     float weight_offset, RowView out, bool add_residual, Stream stream);
+                     float weight_offset, RowView out, bool add_residual, Stream stream, bool batch_invariant = false);
 void launch_rope(ElemType type, HeadView q, HeadView k, const int32_t* positions, const float* inv_freq,
                  int rotary_dim, bool neox, float attention_factor, Stream stream);
 // v rows hold v.dim <= k.dim elements; v.dim 0 writes K only (an MLA latent cache's V is K's view).
