@@ -163,7 +163,6 @@ Result run(AttentionLaunch a, const Case& c, bool allow_mma, int num_sms, size_t
   plan_attention(a, hints);
   const char* kind = a.kernel == AttentionKernel::Simt        ? "simt"
                      : a.kernel == AttentionKernel::MmaDecode ? "mma-decode"
-                     : a.kernel == AttentionKernel::MmaNarrow ? "mma-narrow"
                      : a.kernel == AttentionKernel::MmaLatent ? "mma-latent"
                                                               : "mma-prefill";
   Result r;

@@ -532,12 +532,9 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
   int min_keys_per_split = 64;  // two SIMT key tiles
   if (hints.allow_mma && attention_mma_supported(a)) {
     const int64_t rows = int64_t{max_q} * a.group;
-    const bool few_rows = rows <= attention_mma_rows(AttentionKernel::MmaDecode, dim);
-    // Batch-invariant: Prefill's arithmetic only (Narrow has it, in blocks
-    // sized for decode rows).
-    a.kernel = !few_rows              ? AttentionKernel::MmaPrefill
-               : hints.batch_invariant ? AttentionKernel::MmaNarrow
-                                       : AttentionKernel::MmaDecode;
+    a.kernel = rows <= attention_mma_rows(AttentionKernel::MmaDecode, dim) && !hints.batch_invariant
+                   ? AttentionKernel::MmaDecode
+                   : AttentionKernel::MmaPrefill;
     const int block_rows = attention_mma_rows(a.kernel, dim);
     a.q_blocks = static_cast<int>((rows + block_rows - 1) / block_rows);
     a.head_tile = a.group;

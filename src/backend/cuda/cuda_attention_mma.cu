@@ -14,14 +14,11 @@
 // page table, whose entries are read one tile ahead so the lookup latency
 // hides behind the previous tile's math.
 //
-// Three shapes of block:
+// Two shapes of block:
 //  - prefill: each warp owns 16 rows and all keys of a tile;
 //  - decode (at most 16 rows: q_len * group <= 16): all warps share the 16
 //    rows and split each tile's keys, so a block streams the cache with four
-//    warps of loads and math in flight; their (m, l, O) merge at the end;
-//  - narrow: one warp, 16 rows, all keys of a tile: prefill's arithmetic for
-//    decode rows (the batch-invariant mode, where a row must be summed the
-//    same way whatever the block it lands in).
+//    warps of loads and math in flight; their (m, l, O) merge at the end.
 // Both end by staging (m, l, O) in shared memory and merging per row there,
 // which also yields the split-KV partials [num_splits, n, heads_q, dim + 2]
 // that combine_kernel in cuda_attention.cu reduces.
@@ -57,17 +54,9 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// Block shapes: Prefill (row warps, each over a tile's keys), Decode (one
-// 16-row slab, its tile's keys split over four warps), Narrow (one warp of
-// 16 rows: Prefill's arithmetic per row, sized for decode batches in the
-// batch-invariant mode, where Decode's key split would sum in another order).
-enum class MmaShape : uint8_t { Prefill, Decode, Narrow };
-
-template <int D, MmaShape kShape, bool kFp8 = false>
+template <int D, bool kDecode, bool kFp8 = false>
 struct MmaConfig {
-  static constexpr bool kDecode = kShape == MmaShape::Decode;
-  static constexpr bool kNarrow = kShape == MmaShape::Narrow;
-  static constexpr int kRowWarps = kDecode || kNarrow ? 1 : (D <= 128 ? 8 : 4);
+  static constexpr int kRowWarps = kDecode ? 1 : (D <= 128 ? 8 : 4);
   static constexpr int kKeyWarps = kDecode ? 4 : 1;
   static constexpr int kThreads = kRowWarps * kKeyWarps * 32;
   static constexpr int kRows = kRowWarps * 16;
@@ -77,12 +66,11 @@ struct MmaConfig {
   // of shared memory, <= 168 registers): 12 warps instead of 8 to hide the
   // instruction latency ncu found the kernel bound by (not bandwidth).
   static constexpr bool kThirdBlock = kDecode && D <= 128;
-  static constexpr int kStages = kThirdBlock || kNarrow ? 2 : (D <= 128 ? 3 : 2);
+  static constexpr int kStages = kThirdBlock ? 2 : (D <= 128 ? 3 : 2);
   // Q fragments stay in registers unless the f32 accumulator of a 256-wide
   // head already takes most of them.
   static constexpr bool kQInRegs = D <= 128;
-  static constexpr int kMinBlocks =
-      kThirdBlock || kNarrow ? 3 : ((kDecode && D <= 128) || (!kDecode && D > 128) ? 2 : 1);
+  static constexpr int kMinBlocks = kThirdBlock ? 3 : ((kDecode && D <= 128) || (!kDecode && D > 128) ? 2 : 1);
   // f32 staging row stride: the +8 puts rows g and g + 4 of a fragment on different banks.
   static constexpr int kLdo = D + 8;
   static constexpr size_t kQBytes = size_t(kRows) * D * 2;
@@ -180,7 +168,7 @@ __device__ __forceinline__ void fp8x4_to_f16_fragments(uint32_t bytes, uint32_t&
 }
 
 // T: q/out elements (bf16/f16); KvT: cache elements (T, or FP8 e4m3).
-template <typename T, typename KvT, int D, MmaShape kShape, typename C = MmaConfig<D, kShape, !std::is_same_v<KvT, T>>>
+template <typename T, typename KvT, int D, bool kDecode, typename C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>>>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kernel(AttentionLaunch a) {
   wait_for_prior_kernel();
   release_next_kernel();
@@ -555,10 +543,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
   }
 }
 
-template <typename T, typename KvT, int D, MmaShape kShape>
+template <typename T, typename KvT, int D, bool kDecode>
 void launch_config(const AttentionLaunch& a, cudaStream_t stream) {
-  using C = MmaConfig<D, kShape, !std::is_same_v<KvT, T>>;
-  auto* kernel = attention_mma_kernel<T, KvT, D, kShape>;
+  using C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>>;
+  auto* kernel = attention_mma_kernel<T, KvT, D, kDecode>;
   // The opt-in shared memory size is a per-device function attribute: set it
   // once per device (outside any graph capture, at the first call).
   static std::atomic<uint64_t> devices_done{0};
@@ -574,27 +562,15 @@ void launch_config(const AttentionLaunch& a, cudaStream_t stream) {
   launch_chained(kernel, grid, C::kThreads, C::kSmemBytes, stream, a);
 }
 
-MmaShape shape_of(AttentionKernel kernel) {
-  return kernel == AttentionKernel::MmaDecode   ? MmaShape::Decode
-         : kernel == AttentionKernel::MmaNarrow ? MmaShape::Narrow
-                                                : MmaShape::Prefill;
-}
-
-template <typename T, typename KvT, int D>
-void launch_shape(const AttentionLaunch& a, cudaStream_t stream) {
-  switch (shape_of(a.kernel)) {
-    case MmaShape::Decode: launch_config<T, KvT, D, MmaShape::Decode>(a, stream); break;
-    case MmaShape::Narrow: launch_config<T, KvT, D, MmaShape::Narrow>(a, stream); break;
-    case MmaShape::Prefill: launch_config<T, KvT, D, MmaShape::Prefill>(a, stream); break;
-  }
-}
-
 template <typename T, int D>
 void launch_dim(const AttentionLaunch& a, cudaStream_t stream) {
+  const bool decode = a.kernel == AttentionKernel::MmaDecode;
   if (a.k.fp8) {
-    launch_shape<T, __nv_fp8_e4m3, D>(a, stream);
+    if (decode) launch_config<T, __nv_fp8_e4m3, D, true>(a, stream);
+    else launch_config<T, __nv_fp8_e4m3, D, false>(a, stream);
   } else {
-    launch_shape<T, T, D>(a, stream);
+    if (decode) launch_config<T, T, D, true>(a, stream);
+    else launch_config<T, T, D, false>(a, stream);
   }
 }
 
@@ -610,12 +586,8 @@ void launch_typed(const AttentionLaunch& a, cudaStream_t stream) {
 
 template <int D, bool kFp8>
 size_t smem_for(AttentionKernel kernel) {
-  switch (shape_of(kernel)) {
-    case MmaShape::Decode: return MmaConfig<D, MmaShape::Decode, kFp8>::kSmemBytes;
-    case MmaShape::Narrow: return MmaConfig<D, MmaShape::Narrow, kFp8>::kSmemBytes;
-    case MmaShape::Prefill: break;
-  }
-  return MmaConfig<D, MmaShape::Prefill, kFp8>::kSmemBytes;
+  return kernel == AttentionKernel::MmaDecode ? MmaConfig<D, true, kFp8>::kSmemBytes
+                                              : MmaConfig<D, false, kFp8>::kSmemBytes;
 }
 
 template <int D>
@@ -648,9 +620,8 @@ bool attention_mma_supported(const AttentionLaunch& a) {
 }
 
 int attention_mma_rows(AttentionKernel kernel, int dim) {
-  if (kernel == AttentionKernel::MmaDecode) return MmaConfig<128, MmaShape::Decode>::kRows;
-  if (kernel == AttentionKernel::MmaNarrow) return MmaConfig<128, MmaShape::Narrow>::kRows;
-  return dim <= 128 ? MmaConfig<128, MmaShape::Prefill>::kRows : MmaConfig<256, MmaShape::Prefill>::kRows;
+  if (kernel == AttentionKernel::MmaDecode) return MmaConfig<128, true>::kRows;
+  return dim <= 128 ? MmaConfig<128, false>::kRows : MmaConfig<256, false>::kRows;
 }
 
 size_t attention_mma_smem_bytes(const AttentionLaunch& a) {

@@ -160,7 +160,6 @@ enum class AttentionKernel : uint8_t {
   Simt,        // f32 arithmetic, any dtype and head size (cuda_attention.cu)
   MmaPrefill,  // tensor cores, bf16/f16, head 64/128/256; each warp owns 16 rows
   MmaDecode,   // tensor cores, at most 16 rows per sequence; warps split the keys
-  MmaNarrow,   // MmaPrefill's arithmetic in one-warp blocks of 16 rows (batch-invariant decode)
   MmaLatent,   // tensor cores over an MLA latent cache (K 576 wide, V its first 512); 16-row blocks
 };
 struct AttentionLaunch {
@@ -197,10 +196,9 @@ struct AttentionHints {
   size_t workspace_bytes = 0;  // room for split-KV partials
   bool allow_mma = true;       // false keeps the SIMT kernel (benchmarks compare the two)
   // A row's result independent of the batch (DEEPINFER_BATCH_INVARIANT=1):
-  // the tensor-core prefill kernel's arithmetic for every query count (as
-  // MmaNarrow for few rows; the decode kernel splits a tile's keys across
-  // warps: another order of summation), and no split-KV (whose split count
-  // follows the batch).
+  // the tensor-core prefill kernel for every query count (the decode kernel
+  // splits a tile's keys across warps: another order of summation), and no
+  // split-KV (whose split count follows the batch).
   bool batch_invariant = false;
   size_t max_smem_bytes = 232448;  // per block (sm_90 opt-in limit); the SIMT tiles shrink to fit
 };
