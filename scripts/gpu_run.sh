@@ -277,7 +277,8 @@ if has bi; then
     timeout 200 python3 scripts/make_random_model.py --shape qwen3_30b_a3b --layers "${BI_MOE_LAYERS:-8}" \
       --out /tmp/deepinfer_bi/qwen3moe >> "$OUT/bi_stdout.log" 2>&1
     timeout "${BI_TIMEOUT:-400}" python3 scripts/gpu_batch_invariance.py --deepinfer "$BIN/deepinfer" \
-      --model /tmp/deepinfer_bi/qwen3moe --out "$OUT/bi_qwen3moe.json" --label qwen3moe ${BI_ARGS:-} >> "$OUT/bi_stdout.log" 2>&1
+      --model /tmp/deepinfer_bi/qwen3moe --out "$OUT/bi_qwen3moe.json" --label qwen3moe --prefill-len 4000 \
+      ${BI_ARGS:-} >> "$OUT/bi_stdout.log" 2>&1
     echo "qwen3moe: exit code $?" >> "$REPORT"
     sed 's/^/    /' "$OUT/bi_qwen3moe.json" >> "$REPORT" 2>/dev/null || tail -20 "$OUT/bi_stdout.log" >> "$REPORT"
   fi

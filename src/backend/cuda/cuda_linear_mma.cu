@@ -54,8 +54,8 @@ void launch_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride
   auto s = static_cast<cudaStream_t>(stream);
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    if (n <= mma_gemm::NarrowDecodeTiles::kBM) {
-      launch_dense<T, mma_gemm::NarrowDecodeTiles>(g, out_f32, s);
+    if (n <= mma_gemm::DecodeTiles::kBM) {
+      launch_dense<T, mma_gemm::DecodeTiles>(g, out_f32, s);
     } else if (n <= 2 * mma_gemm::MidTiles::kBM) {
       launch_dense<T, mma_gemm::MidTiles>(g, out_f32, s);
     } else if (n <= 256) {
