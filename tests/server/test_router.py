@@ -231,18 +231,14 @@ def test_killed_backend_loses_no_request_that_had_not_started(cluster):
         router.stop()
 
 
-@pytest.fixture(scope="module")
-def shared_pair(cluster):
-    """A prefill and a decode engine handing KV over through the prefill
-    engine's shared pool (--kv-transport shared): no directory at all."""
+def handoff_pair(cluster, prefill_args, decode_args):
+    """A prefill and a decode engine behind a router, handing KV over as the
+    arguments say; yields them with the cluster's single reference engine."""
     started = []
     try:
-        common = ["--kv-transport", "shared", "--threads", "1"]
-        # On the CPU the pool lives in /dev/shm itself (64 MiB in many
-        # containers): 20 MiB holds ~58 blocks of this model, plenty here.
-        prefill = Server("--role", "prefill", *common, "--kv-transport-size", "0.02", env=INVARIANT)
+        prefill = Server("--role", "prefill", *prefill_args, env=INVARIANT)
         started.append(prefill)
-        decode = Server("--role", "decode", *common, env=INVARIANT)
+        decode = Server("--role", "decode", *decode_args, env=INVARIANT)
         started.append(decode)
         router = Router([prefill, decode], "--health-interval", "0.2")
         wait_for(lambda: all(b["healthy"] for b in router.backends()), timeout=20)
@@ -251,6 +247,16 @@ def shared_pair(cluster):
     finally:
         for s in started:
             s.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_pair(cluster):
+    """A prefill and a decode engine handing KV over through the prefill
+    engine's shared pool (--kv-transport shared): no directory at all."""
+    common = ["--kv-transport", "shared", "--threads", "1"]
+    # On the CPU the pool lives in /dev/shm itself (64 MiB in many
+    # containers): 20 MiB holds ~58 blocks of this model, plenty here.
+    yield from handoff_pair(cluster, common + ["--kv-transport-size", "0.02"], common)
 
 
 def test_shared_pool_handoff_gives_the_outputs_of_one_engine(shared_pair):
@@ -289,20 +295,8 @@ def ucx_pair(cluster):
     """A prefill and a decode engine handing KV over through UCX
     (--kv-transport ucx): the decode engine fetches each prompt's blocks from
     the prefill engine's host tier, as it would from another node."""
-    started = []
-    try:
-        common = ["--kv-transport", "ucx", "--kv-transport-size", "0.05", "--threads", "1"]
-        prefill = Server("--role", "prefill", *common, "--kv-transport-address", "127.0.0.1:0", env=INVARIANT)
-        started.append(prefill)
-        decode = Server("--role", "decode", *common, env=INVARIANT)
-        started.append(decode)
-        router = Router([prefill, decode], "--health-interval", "0.2")
-        wait_for(lambda: all(b["healthy"] for b in router.backends()), timeout=20)
-        yield {"reference": cluster["reference"], "prefill": prefill, "decode": decode, "router": router}
-        router.stop()
-    finally:
-        for s in started:
-            s.stop()
+    common = ["--kv-transport", "ucx", "--kv-transport-size", "0.05", "--threads", "1"]
+    yield from handoff_pair(cluster, common + ["--kv-transport-address", "127.0.0.1:0"], common)
 
 
 def test_ucx_handoff_gives_the_outputs_of_one_engine(ucx_pair):

@@ -1,12 +1,15 @@
-// Helpers the KV unit tests share: token runs, and a KvStorage block's
-// bytes set from a seed and read back whole.
+// Helpers the KV unit tests share: token runs, a small cache layout, the
+// tiers' reference to a prompt's block, and a KvStorage block's bytes set
+// from a seed and read back whole.
 #pragma once
 
 #include <cstdint>
 #include <numeric>
+#include <span>
 #include <vector>
 
 #include "kv/kv_storage.h"
+#include "kv/kv_tier_link.h"
 
 namespace deepinfer::kv_test {
 
@@ -14,6 +17,23 @@ inline std::vector<int32_t> iota_tokens(int32_t n, int32_t from = 100) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   std::iota(t.begin(), t.end(), from);
   return t;
+}
+
+// Two layers of two f32 heads of 8, 16-token pages: blocks of 4 KiB.
+inline KvCacheSpec small_kv_spec() {
+  KvCacheSpec spec;
+  spec.n_layers = 2;
+  spec.n_heads_kv = 2;
+  spec.head_dim = 8;
+  spec.page_size = 16;
+  spec.dtype = DType::F32;
+  return spec;
+}
+
+// Block b (16 tokens, group 0, no salt) of a prompt as the prefix cache registers it.
+inline KvBlockRef prompt_block_ref(std::span<const int32_t> prompt, std::span<const BlockHash> hashes, int32_t b) {
+  const auto i = static_cast<size_t>(b);
+  return {0, b, hashes[i], b ? hashes[i - 1] : BlockHash{}, "", prompt.subspan(i * 16, 16)};
 }
 
 // Every byte of a block's pages, K and V of each layer, set from `seed`.

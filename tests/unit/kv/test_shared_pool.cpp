@@ -186,11 +186,7 @@ class SharedKvTiersTest : public ::testing::Test {
  protected:
   void SetUp() override {
     backend_ = create_backend(DeviceType::CPU);
-    spec_.n_layers = 2;
-    spec_.n_heads_kv = 2;
-    spec_.head_dim = 8;
-    spec_.page_size = 16;
-    spec_.dtype = DType::F32;
+    spec_ = kv_test::small_kv_spec();
   }
   KvTierOptions options() const {
     KvTierOptions o;
@@ -227,8 +223,7 @@ TEST_F(SharedKvTiersTest, ThePrefillSideExportsThroughItsPoolAndTheDecodeSideLoa
   for (int32_t b = 0; b < n_blocks; ++b) {
     fill_block(prefill_kv, b, static_cast<uint8_t>(7 * b + 3));
     expected.push_back(block_bytes(prefill_kv, b));
-    const auto tokens = std::span(prompt).subspan(static_cast<size_t>(b) * 16, 16);
-    ASSERT_TRUE(prefill.on_registered({0, b, hashes[b], b ? hashes[b - 1] : BlockHash{}, "", tokens}, b, 0));
+    ASSERT_TRUE(prefill.on_registered(kv_test::prompt_block_ref(prompt, hashes, b), b, 0));
   }
   const uint64_t ticket = prefill.persist_ticket();
   EXPECT_EQ(ticket, static_cast<uint64_t>(n_blocks)) << "the fence counts pool exports";
