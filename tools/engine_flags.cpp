@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "engine/engine_builder.h"
+#include "local_ranks.h"
 #include "deepinfer/sampling_params.h"
 
 namespace deepinfer::cli {
@@ -20,6 +22,10 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "chat template: a Jinja file, or the template text (default: the tokenizer's)");
   app.add_option("--device", f.device, "compute device: cpu or cuda (DEEPINFER_ACCELERATOR also sets it)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--tensor-parallel-size,--tp", c.tensor_parallel_size,
+                 "ranks (processes) that split every layer's heads and widths; without a launcher (torchrun, "
+                 "mpirun, srun) the ranks are started on this machine")
+      ->check(CLI::Range(1, 64));
   app.add_option("--threads", c.num_threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 1024));
   app.add_option("--max-model-len", c.max_model_len, "maximum tokens per sequence (prompt + output)")
       ->check(CLI::Range(0, 1 << 24));
@@ -112,6 +118,14 @@ EngineConfig finish_engine_flags(EngineFlags& f, const char* argv0) {
   c.kv_cache_dir_bytes = static_cast<uint64_t>(f.kv_cache_dir_gib * 1073741824.0);
   if (!f.speculative_config.empty()) c.speculative = spec::SpeculativeConfig::parse(f.speculative_config);
   c = with_environment(std::move(c));
+  if (c.tensor_parallel_size > 1 && c.dist.world_size == 1) {
+    DI_CHECK(f.start_local_ranks,
+             "--tensor-parallel-size {} from Python needs a launcher (torchrun, mpirun or srun) to start the ranks",
+             c.tensor_parallel_size);
+    c.dist = start_local_ranks(c.tensor_parallel_size, c.dist.timeout);
+  }
+  // A follower rank never returns to the command: it runs rank 0's steps.
+  if (c.dist.rank > 0) std::exit(run_follower_rank(std::move(c)));
   if (!f.cost_model_path.empty()) {
     std::ifstream in(f.cost_model_path);
     DI_CHECK(in.good(), "cannot read cost model file '{}'", f.cost_model_path);

@@ -17,10 +17,15 @@ struct EngineFlags {
   double kv_offloading_gib = 0.0;   // --kv-offloading-size
   double kv_cache_dir_gib = 64.0;   // --kv-cache-dir-size
   std::string device;  // --device cpu|cuda; empty = DEEPINFER_ACCELERATOR or cpu
+  // --tensor-parallel-size without a launcher starts the other ranks as
+  // copies of this process (the CLI); an embedding process (Python) cannot.
+  bool start_local_ranks = true;
 };
 
 void add_engine_flags(CLI::App& app, EngineFlags& flags);
-// Resolves defaults (built-in model, environment) and loads the cost model file.
+// Resolves defaults (built-in model, environment) and loads the cost model
+// file. On a follower rank of a tensor-parallel group it runs the rank and
+// exits the process.
 EngineConfig finish_engine_flags(EngineFlags& flags, const char* argv0);
 
 // The built-in default model: models/SmolLM2-135M-Instruct.Q4_1.gguf next to

@@ -60,6 +60,7 @@ class PyEngine {
   explicit PyEngine(std::vector<std::string> args) {
     CLI::App app{"deepinfer engine"};
     cli::EngineFlags flags;
+    flags.start_local_ranks = false;
     cli::add_engine_flags(app, flags);
     std::vector<std::string> argv_rev(args.rbegin(), args.rend());
     try {

@@ -307,7 +307,11 @@ class Backend {
   virtual std::optional<DeviceMemoryInfo> memory_info() const { return std::nullopt; }
 
   // Rows of table[vocab, hidden] (any weight dtype) picked by ids i32[n] -> out[n, hidden].
-  virtual void embedding(const Tensor& table, const Tensor& ids, Tensor out) = 0;
+  // Rows of a vocabulary slice: the table holds ids [first_id, first_id +
+  // table rows) of a vocabulary of `vocab` ids; an id of the vocabulary
+  // outside the slice gives a zero row (tensor parallelism adds the ranks'
+  // rows up), an id outside the vocabulary is an error.
+  virtual void embedding(const Tensor& table, const Tensor& ids, int64_t first_id, int64_t vocab, Tensor out) = 0;
   // out = x / rms(x) * (weight + weight_offset), per row; out may alias x.
   // weight_offset is 1 for Gemma's (1 + w) convention, else 0.
   virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
@@ -451,6 +455,7 @@ struct BackendOptions {
   // size, so a request's results do not depend on what else is batched with it
   // (DEEPINFER_BATCH_INVARIANT=1). Costs prefill speed on the CPU.
   bool batch_invariant = false;
+  int device_index = 0;  // which GPU (a rank's local rank)
 };
 
 std::unique_ptr<Backend> create_backend(DeviceType type, const BackendOptions& options = {});

@@ -14,7 +14,7 @@ std::unique_ptr<Backend> create_backend(DeviceType type, const BackendOptions& o
       return std::make_unique<cpu::CpuBackend>(options);
     case DeviceType::CUDA:
 #ifdef DEEPINFER_HAS_CUDA
-      return std::make_unique<cuda::CudaBackend>(options);
+      return std::make_unique<cuda::CudaBackend>(options, options.device_index);
 #else
       fail("CUDA backend not built: this build of DeepInfer has only the CPU backend");
 #endif

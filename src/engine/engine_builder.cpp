@@ -10,6 +10,9 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/logging.h"
+#include "dist/device_communicator.h"
+#include "dist/gloo_communicator.h"
+#include "engine/step_broadcast.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_storage.h"
 #include "kv/tiers/kv_tiers.h"
@@ -124,6 +127,8 @@ void build_kv_cache(EngineParts& p) {
   } else {
     blocks = config.kv_cache_memory_bytes / static_cast<int64_t>(block_bytes);
   }
+  // Every rank of a group holds the same blocks (one block table for all).
+  if (p.control_group) blocks = p.control_group->all_reduce_min(blocks);
   DI_CHECK(blocks >= 2 && blocks < (int64_t{1} << 30), "KV cache of {} blocks is out of range", blocks);
   p.kv = std::make_unique<KvStorage>(*p.backend, spec, static_cast<int32_t>(blocks), layout);
   KvManagerConfig kc;
@@ -201,6 +206,33 @@ void build_kv_tiers(EngineParts& p) {
   build_kv_transport(p);
 }
 
+// The ranks of --tensor-parallel-size > 1: the control channel and the
+// device group, joined through the launcher's rendezvous.
+TensorParallel build_rank_group(EngineParts& p) {
+  const EngineConfig& c = p.config;
+  const DistConfig& d = c.dist;
+  if (c.tensor_parallel_size <= 1 && d.world_size <= 1) return {};
+  DI_CHECK(d.world_size == c.tensor_parallel_size,
+           "--tensor-parallel-size {} but the launcher started {} rank(s) (WORLD_SIZE or equivalent): one process "
+           "per tensor-parallel rank (data parallelism is not built yet)",
+           c.tensor_parallel_size, d.world_size);
+  DI_CHECK(c.speculative.method != spec::SpecMethod::DraftModel && c.speculative.method != spec::SpecMethod::Mtp,
+           "--tensor-parallel-size {}: draft-model and MTP speculation run a second model, which is not split "
+           "across ranks yet (n-gram and suffix speculation work)",
+           c.tensor_parallel_size);
+  DI_CHECK(c.kv_offloading_bytes == 0 && c.kv_cache_dir.empty() && c.kv_shared_pool_bytes == 0 &&
+               !c.kv_import_shared && c.kv_transport_listen.empty() && !c.kv_transport_fetch,
+           "--tensor-parallel-size {}: the KV tiers and transports (--kv-offloading-size, --kv-cache-dir, shared "
+           "pools, --kv-transport) do not copy every rank's slice of the cache yet",
+           c.tensor_parallel_size);
+  const auto t0 = std::chrono::steady_clock::now();
+  p.control_group = std::make_unique<GlooCommunicator>(d, "control");
+  p.device_group = make_device_communicator(*p.backend, d, *p.control_group, "tp");
+  log_info("engine: tensor-parallel rank {} of {} (local rank {}), {} collectives, joined through {} in {:.2f} s",
+           d.rank, d.world_size, d.local_rank, p.device_group->name(), d.init_method, seconds_since(t0));
+  return {d.rank, d.world_size, p.device_group.get()};
+}
+
 void build_expert_load(EngineParts& p, RunnerLimits& limits) {
   const EngineConfig& config = p.config;
   if (config.eplb_ep_size == 0 && config.routing_trace_path.empty()) return;
@@ -242,9 +274,11 @@ EngineParts build_engine(EngineConfig config) {
   BackendOptions options;
   options.num_threads = c.num_threads;
   options.batch_invariant = c.batch_invariant;
+  options.device_index = c.dist.local_rank;
   p.backend = create_backend(c.device, options);
   log_info("engine: backend {}", p.backend->name());
-  p.model = LoadedModel::open(c.model_path, *p.backend);
+  const TensorParallel tp = build_rank_group(p);
+  p.model = LoadedModel::open(c.model_path, *p.backend, tp);
   const ModelConfig& mc = p.model->config();
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -295,10 +329,33 @@ EngineParts build_engine(EngineConfig config) {
   limits.use_graphs = !c.enforce_eager;
   limits.hidden_states = c.speculative.method == spec::SpecMethod::Mtp;
   build_expert_load(p, limits);
-  p.runner = std::make_unique<ModelRunner>(p.model->model(), *p.backend, *p.kv, limits);
+  RunnerRank rank;
+  if (tp.active()) {
+    rank.device_group = p.device_group.get();
+    rank.samples = tp.rank == 0;
+    if (tp.rank == 0) {
+      // Followers hear from rank 0 well within their timeout, even when idle.
+      const auto beat = std::max<std::chrono::milliseconds>(std::chrono::seconds(1), c.dist.timeout / 4);
+      p.step_broadcaster = std::make_unique<StepBroadcaster>(*p.control_group, beat);
+      rank.publisher = p.step_broadcaster.get();
+    }
+  }
+  p.runner = std::make_unique<ModelRunner>(p.model->model(), *p.backend, *p.kv, limits, rank);
   log_info("engine: {} step loop{}", c.zero_overhead_scheduling ? "pipelined (zero-overhead)" : "synchronous",
            p.backend->supports_graphs() && limits.use_graphs ? ", CUDA graphs for decode" : "");
   return p;
+}
+
+int run_follower_rank(EngineConfig config) {
+  DI_CHECK(config.dist.rank > 0, "run_follower_rank on rank 0");
+  EngineParts p = build_engine(std::move(config));
+  try {
+    follow_steps(*p.runner, *p.control_group);
+  } catch (const CommError& e) {
+    log_error("tensor parallel: rank {}: {}", p.config.dist.rank, e.what());
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace deepinfer

@@ -20,6 +20,9 @@ class Scheduler;
 class ModelRunner;
 class KvTiers;
 class UcxKvServer;
+class GlooCommunicator;
+class Communicator;
+class StepBroadcaster;
 namespace moe {
 class ExpertLoadMonitor;
 }
@@ -27,6 +30,13 @@ class ExpertLoadMonitor;
 struct EngineParts {
   EngineConfig config;  // with the device-dependent defaults resolved
   std::unique_ptr<Backend> backend;
+  // Tensor parallelism (--tensor-parallel-size > 1): the ranks' host control
+  // channel (step plans) and the group the model's collectives run on (NCCL
+  // on GPUs); rank 0 publishes its steps through step_broadcaster. Declared
+  // before the model and runner, which use them, so they outlive them.
+  std::unique_ptr<GlooCommunicator> control_group;
+  std::unique_ptr<Communicator> device_group;
+  std::unique_ptr<StepBroadcaster> step_broadcaster;
   std::unique_ptr<LoadedModel> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<KvStorage> kv;
@@ -55,5 +65,10 @@ struct EngineParts {
 int32_t default_max_num_batched_tokens(DeviceType device);
 
 EngineParts build_engine(EngineConfig config);
+
+// A follower rank of a tensor-parallel group (config.dist.rank > 0): builds
+// this rank's part of the engine and runs rank 0's steps until it stops the
+// group. Returns the process exit code.
+int run_follower_rank(EngineConfig config);
 
 }  // namespace deepinfer

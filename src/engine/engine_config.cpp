@@ -12,6 +12,7 @@ EngineConfig with_environment(EngineConfig c) {
   if (const char* z = std::getenv("DEEPINFER_ZERO_OVERHEAD_SCHEDULING"); z && *z) {
     c.zero_overhead_scheduling = std::string_view(z) != "0" && std::string_view(z) != "false";
   }
+  c.dist = dist_config_from_env(process_environment());
   return c;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "dist/dist_config.h"
 #include "sched/cost_model.h"
 #include "spec/speculative_config.h"
 
@@ -17,6 +18,12 @@ namespace deepinfer {
 
 struct EngineConfig {
   std::string model_path;
+  // --tensor-parallel-size: ranks that split every layer (one process each);
+  // `dist` says which of them this process is and where they meet
+  // (dist/dist_config.h; the launcher's variables, or the local ranks the
+  // CLI starts itself).
+  int32_t tensor_parallel_size = 1;
+  DistConfig dist;
   std::string tokenizer_path;  // empty = the model's own (GGUF metadata or the model folder)
   // --chat-template: a Jinja file or the template itself, replacing the
   // tokenizer's (or supplying one for models that ship none).

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "ops/ops.h"
 
 namespace deepinfer {
@@ -13,9 +14,19 @@ KvCacheSpec Model::kv_spec(int32_t page_size, DType dtype) const {
   return KvCacheSpec{c.n_layers, c.n_heads_kv, c.head_dim, page_size, dtype};
 }
 
-DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backend& backend)
-    : config_(std::move(config)), backend_(backend), store_(backend) {
+DecoderModel::DecoderModel(ModelConfig config, const WeightSource& full_source, Backend& backend, TensorParallel tp)
+    : tp_(tp), config_(std::move(config)), backend_(backend), store_(backend) {
   config_.validate();
+  const WeightSource* shard_source = &full_source;
+  if (tp_.active()) {
+    DI_CHECK(tp_.comm != nullptr, "tensor parallelism without a communicator");
+    tp_plan_ = TpShardPlan::make(config_, tp_.rank, tp_.size, tp_ffn_unit(full_source, config_));
+    sharded_ = std::make_unique<ShardedWeightSource>(full_source, tp_plan_, config_.head_dim);
+    shard_source = sharded_.get();
+    config_ = tp_plan_.local_config(config_);
+    config_.validate();
+  }
+  const WeightSource& source = *shard_source;
   const ModelConfig& c = config_;
   for (int i = 0; i < c.n_layers; ++i) has_moe_ = has_moe_ || c.is_moe(i);
   route_.top_k = c.moe.n_experts_used;
@@ -24,10 +35,11 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& source, Backe
   const int64_t q_dim = int64_t{c.n_heads_q} * D, kv_dim = int64_t{c.n_heads_kv} * D;
 
   WeightLoader load(source, store_);
-  token_embd_ = load.matrix("token_embd.weight", c.vocab_size, H);
+  const int64_t vocab_rows = tp_.active() ? tp_plan_.vocab.size() : c.vocab_size;
+  token_embd_ = load.matrix("token_embd.weight", vocab_rows, H);
   output_norm_ = load.vector("output_norm.weight", H);
   if (load.has("output.weight") && !c.tied_embeddings) {
-    output_ = load.matrix("output.weight", c.vocab_size, H);
+    output_ = load.matrix("output.weight", vocab_rows, H);
   } else {
     output_ = token_embd_;
     load.count(token_embd_.nbytes());  // read again by the output projection
@@ -160,6 +172,11 @@ void DecoderModel::reserve(int32_t max_tokens, int32_t max_logit_rows) {
     }
     bytes += (moe_workspace_bytes_ + 63) & ~size_t{63};
   }
+  if (tp_.active()) {
+    // This rank's logits and everyone's, gathered (f32).
+    const size_t slice = R * static_cast<size_t>(tp_plan_.vocab_max);
+    bytes += padded(slice) + padded(slice * static_cast<size_t>(tp_.size));
+  }
   workspace_ = Buffer(backend_, bytes);
   max_tokens_ = max_tokens;
   max_logit_rows_ = max_logit_rows;
@@ -212,7 +229,12 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
   const int rot = c.rotary_dim ? c.rotary_dim : c.head_dim;
   const float eps = c.rms_eps, off1 = c.norm_weight_offset;
 
-  ops::embedding(backend_, token_embd_, in.token_ids, x);
+  if (tp_.active()) {
+    ops::embedding_slice(backend_, token_embd_, in.token_ids, tp_plan_.vocab.begin, c.vocab_size, x);
+    reduce_partial(x);
+  } else {
+    ops::embedding(backend_, token_embd_, in.token_ids, x);
+  }
   if (c.embedding_scale != 1.0f) ops::scale(backend_, x, c.embedding_scale, x);
 
   int64_t moe_index = 0;  // row of in.expert_counts
@@ -233,6 +255,7 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
     params.sinks = l.sinks;
     layers::attention_layer(backend_, l.attn, shape, rope, params, h, in, in.kv_groups[kv.group_of_layer(i)],
                             kv.layer(i), attn, delta);
+    reduce_partial(delta);
     if (l.post_attn_norm.defined()) ops::rms_norm(backend_, delta, l.post_attn_norm, eps, off1, delta);
     ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, off1, h);
     if (l.moe.router.defined()) {
@@ -241,6 +264,7 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
     } else {
       layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp, delta);
     }
+    reduce_partial(delta);
     if (l.post_ffw_norm.defined()) ops::rms_norm(backend_, delta, l.post_ffw_norm, eps, off1, delta);
   }
   // Only the rows that produce logits need the last residual add.
@@ -248,7 +272,36 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
   ops::gather_rows(backend_, delta, in.logit_rows, h_rows);
   ops::add(backend_, x_rows, h_rows, x_rows);
   ops::rms_norm(backend_, x_rows, output_norm_, eps, off1, h_rows);
-  ops::linear(backend_, h_rows, output_, Tensor(), logits);
+  if (tp_.active()) {
+    if (R > 0) tp_logits(h_rows, logits, off);
+  } else {
+    ops::linear(backend_, h_rows, output_, Tensor(), logits);
+  }
+}
+
+void DecoderModel::reduce_partial(Tensor t) const {
+  if (tp_.active()) tp_.comm->all_reduce(t);
+}
+
+void DecoderModel::tp_logits(const Tensor& h_rows, Tensor logits, size_t& off) const {
+  const int64_t R = h_rows.size(0), V_max = tp_plan_.vocab_max;
+  DI_CHECK(logits.is_contiguous() && logits.dtype() == DType::F32 && logits.size(1) == config_.vocab_size,
+           "tensor-parallel logits must be a contiguous f32 [rows, vocab], got {}", logits.describe());
+  // Every rank sends R x V_max floats (its R x V_r logits first): equal sizes
+  // for the all-gather, whatever the slices.
+  Tensor mine = work_view(DType::F32, 1, R * V_max, off);
+  Tensor all = work_view(DType::F32, 1, R * V_max * tp_.size, off);
+  const Tensor local = mine.reshape({R * V_max}).narrow(0, 0, R * tp_plan_.vocab.size()).reshape(
+      {R, tp_plan_.vocab.size()});
+  ops::linear(backend_, h_rows, output_, Tensor(), local);
+  tp_.comm->all_gather(mine, all);
+  const size_t pitch = static_cast<size_t>(config_.vocab_size) * sizeof(float);
+  for (int r = 0; r < tp_.size; ++r) {
+    const IndexRange v = tp_plan_.vocab_of(r);
+    const auto* src = all.data_as<const float>() + static_cast<size_t>(r) * R * V_max;
+    backend_.copy_rows_async(logits.data_as<float>() + v.begin, pitch, src, v.size() * sizeof(float),
+                             v.size() * sizeof(float), R);
+  }
 }
 
 }  // namespace deepinfer

@@ -6,14 +6,22 @@
 // archs/*.cpp read from the checkpoint. A layer's feed-forward block is either
 // the dense gated MLP or an MoE block; everything else is shared, so MoE is a
 // per-layer choice here rather than a sibling class.
+//
+// With tensor parallelism (tensor_parallel.h) the model is built from the
+// full checkpoint's configuration and this rank's slices of its weights; its
+// config() is then the rank's (its heads and widths, the whole vocabulary),
+// and the forward adds the ranks' partial sums after each block and gathers
+// the logits, so every rank ends the step with the full logits.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "model/layers/attention_layer.h"
 #include "model/layers/mlp_layer.h"
 #include "model/layers/moe_layer.h"
 #include "model/model.h"
+#include "model/tensor_parallel.h"
 #include "model/weight_loader.h"
 #include "model/weight_source.h"
 #include "model/weight_store.h"
@@ -22,7 +30,7 @@ namespace deepinfer {
 
 class DecoderModel final : public Model {
  public:
-  DecoderModel(ModelConfig config, const WeightSource& source, Backend& backend);
+  DecoderModel(ModelConfig config, const WeightSource& source, Backend& backend, TensorParallel tp = {});
 
   const ModelConfig& config() const override { return config_; }
   void reserve(int32_t max_tokens, int32_t max_logit_rows) override;
@@ -46,7 +54,17 @@ class DecoderModel final : public Model {
   Tensor work_view(DType dtype, int64_t rows, int64_t cols, size_t& offset) const;
   void load_moe(Layer& l, WeightLoader& load, const std::string& prefix);
   layers::MoeScratch moe_scratch(int64_t n, size_t& offset) const;
+  // Sums the ranks' partial [n, hidden] outputs (no-op on one rank).
+  void reduce_partial(Tensor t) const;
+  // The output projection of this rank's vocabulary slice into `logits`,
+  // the other ranks' slices gathered into the rest.
+  void tp_logits(const Tensor& h_rows, Tensor logits, size_t& offset) const;
 
+  TensorParallel tp_;
+  TpShardPlan tp_plan_;
+  // This rank's slices of the checkpoint (tensor parallelism only); the
+  // weights may view its copies, so it lives as long as the model.
+  std::unique_ptr<ShardedWeightSource> sharded_;
   ModelConfig config_;
   Backend& backend_;
   WeightStore store_;

@@ -35,7 +35,7 @@ void check_layer_count(const nlohmann::json& cfg, const HfCheckpoint& ckpt) {
 
 LoadedModel::~LoadedModel() = default;
 
-std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend& backend) {
+std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend& backend, TensorParallel tp) {
   namespace fs = std::filesystem;
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<LoadedModel> m(new LoadedModel());
@@ -67,9 +67,11 @@ std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend&
   }
   log_info("model: {}", config.summary());
   if (config.mla.enabled()) {
+    DI_CHECK(!tp.active(), "--tensor-parallel-size {}: {} uses multi-head latent attention, which is not split "
+             "across ranks yet", tp.size, config.arch);
     m->model_ = std::make_unique<DeepseekModel>(std::move(config), *m->source_, backend);
   } else {
-    m->model_ = std::make_unique<DecoderModel>(std::move(config), *m->source_, backend);
+    m->model_ = std::make_unique<DecoderModel>(std::move(config), *m->source_, backend, tp);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log_info("model: loaded {:.1f} MiB of weights from {} in {:.2f} s", m->model_->weight_bytes() / 1048576.0,

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "model/model.h"
+#include "model/tensor_parallel.h"
 
 namespace deepinfer {
 
@@ -19,7 +20,8 @@ enum class CheckpointFormat : uint8_t { Gguf, HuggingFace };
 
 class LoadedModel {
  public:
-  static std::unique_ptr<LoadedModel> open(const std::string& path, Backend& backend);
+  // With tensor parallelism, this rank's slices only (tensor_parallel.h).
+  static std::unique_ptr<LoadedModel> open(const std::string& path, Backend& backend, TensorParallel tp = {});
   ~LoadedModel();
 
   Model& model() { return *model_; }

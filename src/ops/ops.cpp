@@ -98,6 +98,11 @@ void copy(Backend& backend, Tensor dst, const Tensor& src) {
 }
 
 void embedding(Backend& backend, const Tensor& table, const Tensor& ids, Tensor out) {
+  embedding_slice(backend, table, ids, 0, table.defined() ? table.size(0) : 0, out);
+}
+
+void embedding_slice(Backend& backend, const Tensor& table, const Tensor& ids, int64_t first_id, int64_t vocab,
+                     Tensor out) {
   const char* op = "embedding";
   check_device(op, "table", table, backend);
   check_rank(op, "table", table, 2);
@@ -106,7 +111,9 @@ void embedding(Backend& backend, const Tensor& table, const Tensor& ids, Tensor 
   check_index_vector(op, "ids", ids, backend, out.size(0));
   DI_CHECK(out.size(1) == table.size(1), "{}: out {} does not match table {} in the hidden dimension", op,
            out.describe(), table.describe());
-  backend.embedding(table, ids, out);
+  DI_CHECK(first_id >= 0 && first_id + table.size(0) <= vocab, "{}: table {} at id {} exceeds the {} ids", op,
+           table.describe(), first_id, vocab);
+  backend.embedding(table, ids, first_id, vocab, out);
 }
 
 void rms_norm(Backend& backend, const Tensor& x, const Tensor& weight, float eps, float weight_offset,

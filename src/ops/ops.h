@@ -19,6 +19,10 @@ namespace deepinfer::ops {
 void copy(Backend& backend, Tensor dst, const Tensor& src);
 
 void embedding(Backend& backend, const Tensor& table, const Tensor& ids, Tensor out);
+// The same over a vocabulary slice (Backend::embedding): ids outside
+// [first_id, first_id + table rows) of the `vocab` ids give zero rows.
+void embedding_slice(Backend& backend, const Tensor& table, const Tensor& ids, int64_t first_id, int64_t vocab,
+                     Tensor out);
 void rms_norm(Backend& backend, const Tensor& x, const Tensor& weight, float eps, float weight_offset,
               Tensor out);
 void add_rms_norm(Backend& backend, Tensor residual, const Tensor& x, const Tensor& weight, float eps,

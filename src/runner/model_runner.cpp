@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "ops/ops.h"
 
 namespace deepinfer {
@@ -48,8 +49,8 @@ struct ModelRunner::Staged {
   bool hidden_input = false;     // the plan has hidden rows (staged at l.hidden_rows)
 };
 
-ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLimits limits)
-    : model_(model), backend_(backend), kv_(kv), limits_(limits) {
+ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLimits limits, RunnerRank rank)
+    : model_(model), backend_(backend), kv_(kv), limits_(limits), rank_(rank) {
   DI_CHECK(limits.max_num_batched_tokens > 0 && limits.max_num_seqs > 0 && limits.max_model_len > 0,
            "ModelRunner: invalid limits");
   const int32_t T = limits.max_num_batched_tokens, S = limits.max_num_seqs;
@@ -469,6 +470,8 @@ int ModelRunner::launch(const StepPlan& plan) {
   const int slot = next_slot_;
   Slot& s = slots_[slot];
   DI_CHECK(!s.in_flight, "ModelRunner: more than {} steps in flight; wait() for the oldest first", kSlots);
+  // The other ranks must run this forward with us (its collectives).
+  if (rank_.publisher) rank_.publisher->publish(plan);
   const GraphShape shape = graph_shape(plan);
   const bool graph = shape.seqs > 0;
   const Staged st = stage(slot, plan, shape);
@@ -608,20 +611,24 @@ void ModelRunner::enqueue_sampling(int slot) {
       backend_.copy_async(masks, Tensor(s.masks_host, DType::I32, {m, mask_words_}));
       ops::apply_token_bitmask(backend_, logits.slice_rows(0, n_rows), masks, rows);
     }
-    ops::sample(backend_, logits.slice_rows(0, n_rows), params, sampled);
-    backend_.copy_async(Tensor(s.tokens_host, DType::I32, {n_rows}), sampled);
-    if (limits_.sampled_probs) {
-      const Tensor probs = probs_dev_.view(DType::F32, {n_rows});
-      ops::token_probs(backend_, logits.slice_rows(0, n_rows), sampled, probs);
-      backend_.copy_async(Tensor(s.probs_host, DType::F32, {n_rows}), probs);
+    if (rank_.samples) {
+      ops::sample(backend_, logits.slice_rows(0, n_rows), params, sampled);
+      backend_.copy_async(Tensor(s.tokens_host, DType::I32, {n_rows}), sampled);
+      if (limits_.sampled_probs) {
+        const Tensor probs = probs_dev_.view(DType::F32, {n_rows});
+        ops::token_probs(backend_, logits.slice_rows(0, n_rows), sampled, probs);
+        backend_.copy_async(Tensor(s.probs_host, DType::F32, {n_rows}), probs);
+      }
+      // The host reads -1 for a row that could not be sampled (a numerical
+      // fault); the next step, already queued behind this one, reads a valid id.
+      ops::sanitize_ids(backend_, sampled, model_.config().vocab_size);
+      for (size_t k = 0; k < tail.copy_rows.size(); ++k) {
+        backend_.copy_async(Tensor(s.logits_host + static_cast<int64_t>(k) * vocab, DType::F32, {1, vocab}),
+                            logits.slice_rows(tail.copy_rows[k], 1));
+      }
     }
-    // The host reads -1 for a row that could not be sampled (a numerical
-    // fault); the next step, already queued behind this one, reads a valid id.
-    ops::sanitize_ids(backend_, sampled, model_.config().vocab_size);
-    for (size_t k = 0; k < tail.copy_rows.size(); ++k) {
-      backend_.copy_async(Tensor(s.logits_host + static_cast<int64_t>(k) * vocab, DType::F32, {1, vocab}),
-                          logits.slice_rows(tail.copy_rows[k], 1));
-    }
+    // Rank 0's tokens to every rank (only rank 0 saw the penalties and masks).
+    if (rank_.device_group) rank_.device_group->broadcast(sampled, 0);
   }
   if (count_cells_ > 0) {
     backend_.copy_async(Tensor(s.counts_host, DType::I32, {count_cells_}), counts_dev_.view(DType::I32, {count_cells_}));

@@ -46,6 +46,7 @@
 #include "kv/kv_storage.h"
 #include "model/model.h"
 #include "runner/penalty_state.h"
+#include "runner/runner_rank.h"
 #include "sched/step_plan.h"
 
 namespace deepinfer {
@@ -99,7 +100,7 @@ class ModelRunner {
  public:
   static constexpr int kSlots = 3;
 
-  ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLimits limits);
+  ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLimits limits, RunnerRank rank = {});
   ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
@@ -171,6 +172,7 @@ class ModelRunner {
   Backend& backend_;
   KvStorage& kv_;
   RunnerLimits limits_;
+  RunnerRank rank_;
   int32_t max_rows_ = 0;          // logit rows per step
   int64_t staging_ints_ = 0;      // capacity of one slot's staging, in int32s
   int64_t sampled_ints_ = 0;      // kSlots * max_rows_, rounded up

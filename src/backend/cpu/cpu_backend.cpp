@@ -71,10 +71,10 @@ void CpuBackend::copy(Tensor dst, const Tensor& src) {
   for (int64_t r = 0; r < s.rows(); ++r) std::memmove(d.row<char>(r), s.row<char>(r), bytes);
 }
 
-void CpuBackend::embedding(const Tensor& table, const Tensor& ids, Tensor out) {
+void CpuBackend::embedding(const Tensor& table, const Tensor& ids, int64_t first_id, int64_t vocab, Tensor out) {
   const QuantKernels& kernels = weight_kernels(table.dtype());
   const int32_t* id = ids.data_as<int32_t>();
-  int64_t n = ids.size(0), vocab = table.size(0), hidden = table.size(1);
+  const int64_t n = ids.size(0), rows = table.size(0), hidden = table.size(1);
   for (int64_t i = 0; i < n; ++i) {
     DI_CHECK(id[i] >= 0 && id[i] < vocab, "embedding: token id {} out of range [0, {})", id[i], vocab);
   }
@@ -82,7 +82,14 @@ void CpuBackend::embedding(const Tensor& table, const Tensor& ids, Tensor out) {
   int64_t stride = table.stride_bytes(0);
   Rows o(out);
   pool_.parallel_for(n, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) kernels.dequantize_row(base + id[i] * stride, o.row(i), hidden);
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t r = id[i] - first_id;
+      if (r >= 0 && r < rows) {
+        kernels.dequantize_row(base + r * stride, o.row(i), hidden);
+      } else {
+        std::memset(o.row(i), 0, row_bytes(out.dtype(), hidden));
+      }
+    }
   }, 8);
 }
 

@@ -62,7 +62,7 @@ class CpuBackend final : public Backend {
   void copy(Tensor dst, const Tensor& src) override;
   void synchronize() override {}
 
-  void embedding(const Tensor& table, const Tensor& ids, Tensor out) override;
+  void embedding(const Tensor& table, const Tensor& ids, int64_t first_id, int64_t vocab, Tensor out) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, float weight_offset,
                 Tensor out) override;
   void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps,

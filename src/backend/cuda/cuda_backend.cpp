@@ -329,9 +329,9 @@ void CudaBackend::synchronize() {
   fail("CUDA backend: bad input data detected on the device: {}", fmt::join(what, "; "));
 }
 
-void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor out) {
+void CudaBackend::embedding(const Tensor& table, const Tensor& ids, int64_t first_id, int64_t vocab, Tensor out) {
   ElemType tt = elem_type(table.dtype(), "embedding");
-  launch_embedding(tt, static_cast<const char*>(table.data()), table.stride_bytes(0), table.size(0),
+  launch_embedding(tt, static_cast<const char*>(table.data()), table.stride_bytes(0), first_id, table.size(0), vocab,
                    ids.data_as<const int32_t>(), elem_type(out.dtype(), "embedding"), rows_of(out), error_word_,
                    stream_);
   check_launch("embedding");

@@ -70,19 +70,21 @@ __global__ void sanitize_ids_kernel(int32_t* ids, int64_t n, int64_t limit) {
 }
 
 template <typename TT, typename TO>
-__global__ void embedding_kernel(const char* table, int64_t table_stride, int64_t vocab, const int32_t* ids,
-                                 RowView out, uint32_t* err) {
+__global__ void embedding_kernel(const char* table, int64_t table_stride, int64_t first_id, int64_t rows,
+                                 int64_t vocab, const int32_t* ids, RowView out, uint32_t* err) {
   wait_for_prior_kernel();
   release_next_kernel();
   int64_t i = blockIdx.x;
   int32_t id = ids[i];
   TO* o = row_as<TO>(out, i);
-  if (id < 0 || id >= vocab) {
-    if (threadIdx.x == 0) atomicOr(err, kErrEmbeddingId);
+  const int64_t r = int64_t{id} - first_id;
+  if (id < 0 || id >= vocab || r < 0 || r >= rows) {
+    // An id of another rank's vocabulary slice is a zero row; one outside the vocabulary an error.
+    if ((id < 0 || id >= vocab) && threadIdx.x == 0) atomicOr(err, kErrEmbeddingId);
     for (int64_t c = threadIdx.x; c < out.cols; c += blockDim.x) o[c] = from_f<TO>(0.0f);
     return;
   }
-  const TT* row = reinterpret_cast<const TT*>(table + id * table_stride);
+  const TT* row = reinterpret_cast<const TT*>(table + r * table_stride);
   for (int64_t c = threadIdx.x; c < out.cols; c += blockDim.x) o[c] = from_f<TO>(to_f(row[c]));
 }
 
@@ -567,12 +569,12 @@ __global__ void convert_kernel(RowView x, TO* out) {
 
 }  // namespace
 
-void launch_embedding(ElemType table_type, const char* table, int64_t table_stride, int64_t vocab,
-                      const int32_t* ids, ElemType out_type, RowView out, uint32_t* err, Stream stream) {
+void launch_embedding(ElemType table_type, const char* table, int64_t table_stride, int64_t first_id, int64_t rows,
+                      int64_t vocab, const int32_t* ids, ElemType out_type, RowView out, uint32_t* err, Stream stream) {
   if (out.rows == 0) return;
   DI_DISPATCH_ELEM(table_type, TT, DI_DISPATCH_ELEM(out_type, TO,
       launch_chained(embedding_kernel<TT, TO>, static_cast<unsigned>(out.rows), 256, 0, as_stream(stream),
-          table, table_stride, vocab, ids, out, err)));
+          table, table_stride, first_id, rows, vocab, ids, out, err)));
 }
 
 // Whether every row of the view starts on a 16-byte boundary.

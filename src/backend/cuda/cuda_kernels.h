@@ -52,7 +52,8 @@ struct CacheView {
 
 using Stream = void*;  // cudaStream_t
 
-void launch_embedding(ElemType table_type, const char* table, int64_t table_stride, int64_t vocab,
+void launch_embedding(ElemType table_type, const char* table, int64_t table_stride, int64_t first_id, int64_t rows,
+                      int64_t vocab,
                       const int32_t* ids, ElemType out_type, RowView out, uint32_t* err, Stream stream);
 // batch_invariant: the same split of a row over lanes whatever the number of
 // rows (by default few rows spread each row over more warps).

@@ -1,0 +1,97 @@
+#include "engine/step_broadcast.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <deque>
+
+#include "core/logging.h"
+#include "dist/gloo_communicator.h"
+#include "runner/model_runner.h"
+#include "sched/step_plan_wire.h"
+
+namespace deepinfer {
+
+namespace {
+
+enum class ControlMessage : uint8_t { Step = 1, Heartbeat = 2, Stop = 3 };
+
+}  // namespace
+
+StepBroadcaster::StepBroadcaster(GlooCommunicator& control, std::chrono::milliseconds heartbeat_interval)
+    : control_(control), interval_(heartbeat_interval), last_sent_(std::chrono::steady_clock::now()) {
+  heartbeat_ = std::thread([this] { heartbeat_loop(); });
+}
+
+StepBroadcaster::~StepBroadcaster() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  heartbeat_.join();
+  std::vector<uint8_t> stop{static_cast<uint8_t>(ControlMessage::Stop)};
+  try {
+    send(stop);
+  } catch (const std::exception& e) {
+    log_warn("tensor parallel: could not tell the other ranks to stop: {}", e.what());
+  }
+}
+
+void StepBroadcaster::send(std::vector<uint8_t>& message) {
+  std::lock_guard lock(mutex_);
+  control_.broadcast_bytes(message, 0);
+  last_sent_ = std::chrono::steady_clock::now();
+}
+
+void StepBroadcaster::publish(const StepPlan& plan) {
+  std::vector<uint8_t> message = encode_step_plan(plan);
+  message.insert(message.begin(), static_cast<uint8_t>(ControlMessage::Step));
+  send(message);
+}
+
+void StepBroadcaster::heartbeat_loop() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    const auto due = last_sent_ + interval_;
+    if (std::chrono::steady_clock::now() < due) {
+      wake_.wait_until(lock, due);
+      continue;
+    }
+    std::vector<uint8_t> beat{static_cast<uint8_t>(ControlMessage::Heartbeat)};
+    try {
+      control_.broadcast_bytes(beat, 0);
+      last_sent_ = std::chrono::steady_clock::now();
+    } catch (const std::exception& e) {
+      // No step can run without every rank; serving on would only hang.
+      log_error("tensor parallel: a rank is gone ({}); stopping", e.what());
+      std::_Exit(1);
+    }
+  }
+}
+
+void follow_steps(ModelRunner& runner, GlooCommunicator& control) {
+  log_info("tensor parallel: rank {} of {} following rank 0's steps", control.rank(), control.size());
+  std::deque<int> in_flight;
+  uint64_t steps = 0;
+  for (;;) {
+    std::vector<uint8_t> message;
+    control.broadcast_bytes(message, 0);
+    DI_CHECK(!message.empty(), "tensor parallel: empty control message from rank 0");
+    const auto kind = static_cast<ControlMessage>(message[0]);
+    if (kind == ControlMessage::Stop) break;
+    if (kind == ControlMessage::Heartbeat) continue;
+    DI_CHECK(kind == ControlMessage::Step, "tensor parallel: unknown control message {}", message[0]);
+    const StepPlan plan = decode_step_plan(std::span<const uint8_t>(message).subspan(1));
+    // Keep a slot free for the next step while this one runs, as rank 0 does.
+    while (in_flight.size() >= ModelRunner::kSlots - 1) {
+      runner.wait(in_flight.front());
+      in_flight.pop_front();
+    }
+    in_flight.push_back(runner.launch(plan));
+    ++steps;
+  }
+  for (int slot : in_flight) runner.wait(slot);
+  log_info("tensor parallel: rank {} stopped after {} steps", control.rank(), steps);
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,26 @@
+// A ModelRunner's place in a tensor-parallel group. Every rank runs the same
+// steps on its slice of the model: rank 0 plans each step and publishes it
+// (StepPublisher) before launching it, the others receive and launch it
+// (engine/step_broadcast.h). Rank 0 alone samples; it broadcasts each step's
+// sampled tokens over the device group, so a later step's device-sourced
+// input ids are the same on every rank.
+#pragma once
+
+namespace deepinfer {
+
+class Communicator;
+struct StepPlan;
+
+class StepPublisher {
+ public:
+  virtual ~StepPublisher() = default;
+  virtual void publish(const StepPlan& plan) = 0;
+};
+
+struct RunnerRank {
+  Communicator* device_group = nullptr;  // null: a single rank
+  bool samples = true;                   // rank 0
+  StepPublisher* publisher = nullptr;    // rank 0 of a group
+};
+
+}  // namespace deepinfer
