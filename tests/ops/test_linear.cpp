@@ -210,6 +210,35 @@ TEST_P(EmbeddingTest, RowsOfEveryDtype) {
   }
 }
 
+// A rank's slice of the vocabulary (tensor parallelism): ids of the slice
+// give their rows, other ids of the vocabulary zero rows, so the ranks' rows
+// add up to the whole table's.
+TEST_P(EmbeddingTest, VocabularySliceGivesZeroRowsForOtherIds) {
+  Rng rng(5);
+  const int64_t vocab = 50, hidden = 40, first = 20, rows = 16;
+  std::vector<float> t = rng.floats(static_cast<size_t>(rows * hidden));
+  DeviceTensor table = upload_f32(backend(), {rows, hidden}, t);
+  const std::vector<int32_t> ids = {0, 19, 20, 35, 36, 49, 27};
+  DeviceTensor dids = upload_i32(backend(), ids);
+  DeviceTensor out = zeros(backend(), DType::F32, {static_cast<int64_t>(ids.size()), hidden});
+  ops::embedding_slice(backend(), table.t, dids.t, first, vocab, out.t);
+  std::vector<double> expected;
+  for (int32_t id : ids) {
+    const bool mine = id >= first && id < first + rows;
+    for (int64_t h = 0; h < hidden; ++h) expected.push_back(mine ? t[static_cast<size_t>((id - first) * hidden + h)] : 0.0);
+  }
+  EXPECT_TRUE(all_close(download_f32(backend(), out.t), expected, 0.0, 0.0));
+  // An id outside the vocabulary is still an error, and a slice must lie inside it.
+  DeviceTensor bad = upload_i32(backend(), {50});
+  EXPECT_THROW(
+      {
+        ops::embedding_slice(backend(), table.t, bad.t, first, vocab, out.t.slice_rows(0, 1));
+        backend().synchronize();
+      },
+      Error);
+  EXPECT_THROW(ops::embedding_slice(backend(), table.t, dids.t, 40, vocab, out.t), Error);
+}
+
 TEST_P(EmbeddingTest, RejectsOutOfRangeIds) {
   std::vector<float> t(4 * 8, 1.0f);
   DeviceTensor table = upload_f32(backend(), {4, 8}, t);
