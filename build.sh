@@ -10,7 +10,7 @@ BUILD_DIR="${BUILD_DIR:-build}"
 apt_packages=(cmake ninja-build ccache g++ pkg-config xz-utils unzip python3-pip
   libopenblas-dev nlohmann-json3-dev libfmt-dev libxxhash-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libcli11-dev clang libclang-rt-14-dev libboost1.81-dev
-  etcd-server libucx-dev)
+  etcd-server libucx-dev libgloo-dev)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

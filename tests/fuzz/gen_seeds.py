@@ -151,7 +151,29 @@ def router_request_seeds():
     yield "completion_token_ids", "\x01" + json.dumps({"prompt": list(range(500)), "stream_options": {}})
 
 
+def tcp_store_seeds():
+    # The first byte picks request (even) or reply (odd); then one frame.
+    def frame(body):
+        return struct.pack("<I", len(body)) + body
+
+    def key(k):
+        return struct.pack("<I", len(k)) + k
+
+    yield "set", b"\x00" + frame(b"\x01" + key(b"rank_0") + struct.pack("<I", 5) + b"host0")
+    yield "get", b"\x00" + frame(b"\x02" + key(b"deepinfer/tp/1"))
+    yield "wait", b"\x00" + frame(b"\x03" + struct.pack("<I", 3) + b"".join(key(b"k%d" % i) for i in range(3)))
+    yield "wait_many", b"\x00" + frame(b"\x03" + struct.pack("<I", 1024) + key(b"k") * 1024)
+    for c in (0, 4097, 2**31, 2**32 - 1):
+        yield f"key_len_{c}", b"\x00" + frame(b"\x02" + struct.pack("<I", c) + b"k")
+        yield f"value_len_{c}", b"\x00" + frame(b"\x01" + key(b"k") + struct.pack("<I", c) + b"v")
+        yield f"wait_count_{c}", b"\x00" + frame(b"\x03" + struct.pack("<I", c) + key(b"k"))
+        yield f"frame_len_{c}", b"\x00" + struct.pack("<I", c) + b"\x02" + key(b"k")
+    yield "reply_ok", b"\x01" + frame(b"\x00" + b"value")
+    yield "reply_error", b"\x01" + frame(b"\x01" + b"the store is full")
+
+
 TARGETS = {
+    "tcp_store": tcp_store_seeds,
     "router_request": router_request_seeds,
     "safetensors": safetensors_seeds,
     "tokenizer_json": tokenizer_json_seeds,
