@@ -243,6 +243,27 @@ void GlooCommunicator::run(const char* op, Body&& body) {
 void GlooCommunicator::all_reduce_host(void* data, DType dtype, int64_t numel, ReduceOp op, const char* op_name) {
   if (size_ == 1 || numel == 0) return;
   const gloo::AllreduceOptions::Func fn = reduce_function(dtype, op);
+  const size_t bytes = static_cast<size_t>(numel) * element_bytes(dtype);
+  if (bytes * static_cast<size_t>(size_) <= kGatherReduceMaxBytes) {
+    // One all-gather and the reduction here, in rank order, so every rank
+    // combines the same values in the same order and gets the same bits.
+    // Gloo's ring takes 2 (size - 1) dependent exchanges, each a wake-up of
+    // the receiving thread; for the few KiB a decode step reduces, latency is
+    // all that counts (2 ranks, 576 floats: ~150 us against 500-700 us).
+    gather_scratch_.resize(bytes * static_cast<size_t>(size_));
+    run(op_name, [&] {
+      gloo::AllgatherOptions opts(context_);
+      opts.setInput(static_cast<uint8_t*>(data), bytes);
+      opts.setOutput(gather_scratch_.data(), gather_scratch_.size());
+      opts.setTag(next_tag_++);
+      opts.setTimeout(timeout_);
+      gloo::allgather(opts);
+    });
+    const size_t n = static_cast<size_t>(numel);
+    fn(data, gather_scratch_.data(), gather_scratch_.data() + bytes, n);
+    for (int r = 2; r < size_; ++r) fn(data, data, gather_scratch_.data() + static_cast<size_t>(r) * bytes, n);
+    return;
+  }
   run(op_name, [&] {
     gloo::AllreduceOptions opts(context_);
     with_element_type(element_bytes(dtype), [&](auto element) {

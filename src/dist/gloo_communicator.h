@@ -98,6 +98,10 @@ class GlooCommunicator final : public Communicator {
   int size_ = 1;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<gloo::Context> context_;  // null for one rank
+  // All-reduces of at most this many bytes (over all ranks) run as an
+  // all-gather into gather_scratch_ and a local reduction.
+  static constexpr size_t kGatherReduceMaxBytes = size_t{256} << 10;
+  std::vector<uint8_t> gather_scratch_;
   uint32_t next_tag_ = 0;  // gloo matches messages by tag: the same sequence on every rank
   std::string broken_;     // why the communicator is broken; empty while it works
 };
