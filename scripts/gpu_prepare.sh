@@ -19,9 +19,10 @@ mkdir -p build-gpu/bin build-gpu/lib
 for exe in $EXES; do
   strip --strip-debug -o "build-gpu/bin/$exe" "$BUILD_DIR/$exe"
   # Everything but the C library, the driver and the CUDA toolkit's own
-  # libraries (those come from the GPU machine).
+  # libraries and NCCL (those come from the GPU machine: NCCL from PyTorch's
+  # wheels, which scripts/gpu_run.sh puts on the library path).
   ldd "$BUILD_DIR/$exe" | awk '/=> \//{print $3}' |
-    grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcublas[^/]*|libcudart)\.so' |
+    grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcublas[^/]*|libcudart|libnccl)\.so' |
     while read -r lib; do cp -Ln "$lib" build-gpu/lib/ 2>/dev/null || true; done
 done
 # Compressed: the device tool carries at most 64 MiB with the working tree.
