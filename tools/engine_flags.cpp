@@ -26,6 +26,10 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "ranks (processes) that split every layer's heads and widths; without a launcher (torchrun, "
                  "mpirun, srun) the ranks are started on this machine")
       ->check(CLI::Range(1, 64));
+  app.add_flag("--enable-expert-parallel", c.enable_expert_parallel,
+               "MoE models on several ranks: each rank holds whole experts (an EPLB placement with live "
+               "re-placement: --eplb-window-steps, --eplb-interval-steps, --eplb-redundant-slots) and tokens "
+               "travel to them; CPU only for now");
   app.add_option("--threads", c.num_threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 1024));
   app.add_option("--max-model-len", c.max_model_len, "maximum tokens per sequence (prompt + output)")
       ->check(CLI::Range(0, 1 << 24));

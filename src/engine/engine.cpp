@@ -13,6 +13,7 @@
 #include "engine/draft_model_proposer.h"
 #include "engine/mtp_proposer.h"
 #include "engine/output_processor.h"
+#include "engine/step_broadcast.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/tiers/kv_tiers.h"
 #include "kv/transport/ucx_kv_server.h"
@@ -107,6 +108,21 @@ std::unique_ptr<spec::Proposer> Engine::make_proposer() {
     return mtp;
   }
   return spec::make_proposer(sc);
+}
+
+void Engine::move_experts() {
+  Model& model = parts_.model->model();
+  const moe::ExpertLoadMonitor& monitor = *parts_.expert_load;
+  for (size_t k = 0; k < monitor.moe_layers().size(); ++k) {
+    if (!model.expert_placement(k)) return;  // simulated only: the experts are not spread over ranks
+    const auto& placement = monitor.layer_stats(k).placement();
+    if (!placement) continue;
+    // The other ranks move theirs at the same point of the step sequence.
+    if (parts_.step_broadcaster) parts_.step_broadcaster->publish_placement(k, *placement);
+    model.set_expert_placement(k, *placement);
+  }
+  log_info("expert parallel: experts of {} MoE layers re-placed over {} ranks (weights moved between ranks)",
+           monitor.moe_layers().size(), parts_.config.tensor_parallel_size);
 }
 
 void Engine::observe_for_mtp(const InflightStep& step) {
@@ -388,7 +404,11 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
   stats_.last_step_idle_ms = res.idle_ms_before;
   ++stats_.timed_steps;
   if (res.graph) ++stats_.graph_steps;
-  if (parts_.expert_load) parts_.expert_load->record_step(res.expert_counts);
+  if (parts_.expert_load) {
+    const int32_t replaced = parts_.expert_load->replacements();
+    parts_.expert_load->record_step(res.expert_counts);
+    if (parts_.expert_load->replacements() != replaced) move_experts();
+  }
   if (res.idle_ms_before >= 0) {
     stats_.device_idle_ms += res.idle_ms_before;
     stats_.device_idle_max_ms = std::max(stats_.device_idle_max_ms, res.idle_ms_before);

@@ -189,6 +189,9 @@ class Engine {
   std::unique_ptr<spec::Proposer> make_proposer();
   // MTP: the completed step's sequences, with the tokens that follow what it computed.
   void observe_for_mtp(const InflightStep& step);
+  // After an EPLB re-placement: with expert parallelism the model's experts
+  // move to the new placement on every rank.
+  void move_experts();
 
   EngineParts parts_;
   std::unique_ptr<Sampler> sampler_;

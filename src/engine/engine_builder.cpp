@@ -230,21 +230,31 @@ TensorParallel build_rank_group(EngineParts& p) {
   p.device_group = make_device_communicator(*p.backend, d, *p.control_group, "tp");
   log_info("engine: tensor-parallel rank {} of {} (local rank {}), {} collectives, joined through {} in {:.2f} s",
            d.rank, d.world_size, d.local_rank, p.device_group->name(), d.init_method, seconds_since(t0));
-  return {d.rank, d.world_size, p.device_group.get()};
+  TensorParallel tp{d.rank, d.world_size, p.device_group.get()};
+  tp.expert_parallel = c.enable_expert_parallel;
+  return tp;
 }
 
 void build_expert_load(EngineParts& p, RunnerLimits& limits) {
   const EngineConfig& config = p.config;
-  if (config.eplb_ep_size == 0 && config.routing_trace_path.empty()) return;
+  // Expert parallelism balances for real: the placement's ranks are the group's.
+  const bool ep = config.enable_expert_parallel && config.tensor_parallel_size > 1;
+  DI_CHECK(!ep || config.eplb_ep_size == 0 || config.eplb_ep_size == config.tensor_parallel_size,
+           "--eplb-ep-size {} with --enable-expert-parallel over {} ranks: leave it out (the ranks are the group's)",
+           config.eplb_ep_size, config.tensor_parallel_size);
+  if (config.eplb_ep_size == 0 && config.routing_trace_path.empty() && !ep) return;
   const ModelConfig& mc = p.model->config();
   std::vector<int32_t> moe_layers;
   for (int32_t i = 0; i < mc.n_layers; ++i) {
     if (mc.is_moe(i)) moe_layers.push_back(i);
   }
   DI_CHECK(!moe_layers.empty() && mc.moe.n_experts > 0,
-           "--eplb-ep-size and --routing-trace need a mixture-of-experts model; {} has no MoE layer", mc.arch);
+           "--eplb-ep-size, --routing-trace and --enable-expert-parallel need a mixture-of-experts model; {} has "
+           "no MoE layer",
+           mc.arch);
   moe::ExpertLoadMonitorOptions eo;
-  eo.num_ranks = config.eplb_ep_size;
+  eo.num_ranks = ep ? config.tensor_parallel_size : config.eplb_ep_size;
+  eo.ranks_are_real = ep;
   eo.schedule = {config.eplb_window_steps, config.eplb_interval_steps, config.eplb_redundant_slots};
   eo.trace_path = config.routing_trace_path;
   p.expert_load = std::make_unique<moe::ExpertLoadMonitor>(moe_layers, mc.moe.n_experts, eo);

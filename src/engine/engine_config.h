@@ -23,6 +23,9 @@ struct EngineConfig {
   // (dist/dist_config.h; the launcher's variables, or the local ranks the
   // CLI starts itself).
   int32_t tensor_parallel_size = 1;
+  // --enable-expert-parallel: the MoE layers' experts spread whole over those
+  // ranks (EPLB placement, live re-placement) instead of split in width.
+  bool enable_expert_parallel = false;
   DistConfig dist;
   std::string tokenizer_path;  // empty = the model's own (GGUF metadata or the model folder)
   // --chat-template: a Jinja file or the template itself, replacing the

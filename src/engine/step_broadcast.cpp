@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 
 #include "core/logging.h"
@@ -13,7 +14,33 @@ namespace deepinfer {
 
 namespace {
 
-enum class ControlMessage : uint8_t { Step = 1, Heartbeat = 2, Stop = 3 };
+enum class ControlMessage : uint8_t { Step = 1, Heartbeat = 2, Stop = 3, Placement = 4 };
+
+// A placement message: kind, the MoE layer, the experts, the ranks, the
+// slots per rank, then each physical slot's expert (all u32/i32).
+std::vector<uint8_t> encode_placement(size_t moe_layer, const moe::ExpertPlacement& p) {
+  std::vector<int32_t> words = {static_cast<int32_t>(moe_layer), p.num_logical(), p.num_ranks(),
+                                p.slots_per_rank()};
+  words.insert(words.end(), p.physical_to_logical().begin(), p.physical_to_logical().end());
+  std::vector<uint8_t> message(1 + words.size() * sizeof(int32_t));
+  message[0] = static_cast<uint8_t>(ControlMessage::Placement);
+  std::memcpy(message.data() + 1, words.data(), words.size() * sizeof(int32_t));
+  return message;
+}
+
+void apply_placement(ModelRunner& runner, std::span<const uint8_t> body) {
+  DI_CHECK(body.size() % sizeof(int32_t) == 0 && body.size() >= 4 * sizeof(int32_t),
+           "tensor parallel: a placement message of {} bytes", body.size());
+  std::vector<int32_t> words(body.size() / sizeof(int32_t));
+  std::memcpy(words.data(), body.data(), body.size());
+  DI_CHECK(words[0] >= 0 && words[2] > 0 && words[3] > 0 &&
+               words.size() - 4 == static_cast<size_t>(words[2]) * static_cast<size_t>(words[3]),
+           "tensor parallel: a malformed placement message");
+  // ExpertPlacement checks the map itself.
+  runner.model().set_expert_placement(
+      static_cast<size_t>(words[0]),
+      moe::ExpertPlacement(words[1], words[2], words[3], std::vector<int32_t>(words.begin() + 4, words.end())));
+}
 
 }  // namespace
 
@@ -49,6 +76,11 @@ void StepBroadcaster::publish(const StepPlan& plan) {
   send(message);
 }
 
+void StepBroadcaster::publish_placement(size_t moe_layer, const moe::ExpertPlacement& placement) {
+  std::vector<uint8_t> message = encode_placement(moe_layer, placement);
+  send(message);
+}
+
 void StepBroadcaster::heartbeat_loop() {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
@@ -80,6 +112,13 @@ void follow_steps(ModelRunner& runner, GlooCommunicator& control) {
     const auto kind = static_cast<ControlMessage>(message[0]);
     if (kind == ControlMessage::Stop) break;
     if (kind == ControlMessage::Heartbeat) continue;
+    if (kind == ControlMessage::Placement) {
+      // At a step boundary, as on rank 0: nothing of ours may be in flight.
+      for (int slot : in_flight) runner.wait(slot);
+      in_flight.clear();
+      apply_placement(runner, std::span<const uint8_t>(message).subspan(1));
+      continue;
+    }
     DI_CHECK(kind == ControlMessage::Step, "tensor parallel: unknown control message {}", message[0]);
     const StepPlan plan = decode_step_plan(std::span<const uint8_t>(message).subspan(1));
     // Keep a slot free for the next step while this one runs, as rank 0 does.

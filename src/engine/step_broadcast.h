@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "moe/eplb.h"
 #include "runner/runner_rank.h"
 
 namespace deepinfer {
@@ -34,6 +35,9 @@ class StepBroadcaster final : public StepPublisher {
   StepBroadcaster& operator=(const StepBroadcaster&) = delete;
 
   void publish(const StepPlan& plan) override;
+  // The followers move MoE layer `moe_layer`'s experts to `placement` after
+  // the steps published so far (Model::set_expert_placement).
+  void publish_placement(size_t moe_layer, const moe::ExpertPlacement& placement);
 
  private:
   void send(std::vector<uint8_t>& message);

@@ -5,9 +5,14 @@
 
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "model/expert_parallel.h"
 #include "ops/ops.h"
 
 namespace deepinfer {
+
+void Model::set_expert_placement(size_t, const moe::ExpertPlacement&) {
+  fail("this model's experts are not spread over ranks (--enable-expert-parallel)");
+}
 
 KvCacheSpec Model::kv_spec(int32_t page_size, DType dtype) const {
   const ModelConfig& c = config();
@@ -20,7 +25,8 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& full_source, 
   const WeightSource* shard_source = &full_source;
   if (tp_.active()) {
     DI_CHECK(tp_.comm != nullptr, "tensor parallelism without a communicator");
-    tp_plan_ = TpShardPlan::make(config_, tp_.rank, tp_.size, tp_ffn_unit(full_source, config_));
+    tp_plan_ = TpShardPlan::make(config_, tp_.rank, tp_.size, tp_ffn_unit(full_source, config_), tp_.expert_parallel);
+    if (tp_.expert_parallel) ep_ = std::make_unique<ExpertParallelMoe>(backend_, *tp_.comm);
     sharded_ = std::make_unique<ShardedWeightSource>(full_source, tp_plan_, config_.head_dim);
     shard_source = sharded_.get();
     config_ = tp_plan_.local_config(config_);
@@ -102,14 +108,29 @@ void DecoderModel::load_moe(Layer& l, WeightLoader& load, const std::string& p) 
   const int64_t used = c.moe.n_experts_used;
   layers::MoeWeights& m = l.moe;
   m.router = load.matrix(p + "ffn_gate_inp.weight", E, H);
-  m.experts.gate = load.expert_stack(p + "ffn_gate_exps.weight", E, F, H, used);
-  m.experts.up = load.expert_stack(p + "ffn_up_exps.weight", E, F, H, used);
-  m.experts.down = load.expert_stack(p + "ffn_down_exps.weight", E, H, F, used);
   if (c.moe.router_bias) m.router_bias = load.vector(p + "ffn_gate_inp.bias", E);
-  if (c.moe.expert_bias) {
-    m.experts.gate_bias = load.f32_table(p + "ffn_gate_exps.bias", E, F);
-    m.experts.up_bias = load.f32_table(p + "ffn_up_exps.bias", E, F);
-    m.experts.down_bias = load.f32_table(p + "ffn_down_exps.bias", E, H);
+  if (ep_) {
+    // This rank's slots only, copied out of the checkpoint's stacks.
+    MoeExpertWeights full;
+    full.gate = load.host_experts(p + "ffn_gate_exps.weight", E, F, H, used, tp_.size);
+    full.up = load.host_experts(p + "ffn_up_exps.weight", E, F, H, used, tp_.size);
+    full.down = load.host_experts(p + "ffn_down_exps.weight", E, H, F, used, tp_.size);
+    if (c.moe.expert_bias) {
+      full.gate_bias = load.f32_table(p + "ffn_gate_exps.bias", E, F);
+      full.up_bias = load.f32_table(p + "ffn_up_exps.bias", E, F);
+      full.down_bias = load.f32_table(p + "ffn_down_exps.bias", E, H);
+    }
+    l.ep_layer = static_cast<int32_t>(ep_->num_layers());
+    ep_->add_layer(full, moe::contiguous_placement(static_cast<int32_t>(E), tp_.size));
+  } else {
+    m.experts.gate = load.expert_stack(p + "ffn_gate_exps.weight", E, F, H, used);
+    m.experts.up = load.expert_stack(p + "ffn_up_exps.weight", E, F, H, used);
+    m.experts.down = load.expert_stack(p + "ffn_down_exps.weight", E, H, F, used);
+    if (c.moe.expert_bias) {
+      m.experts.gate_bias = load.f32_table(p + "ffn_gate_exps.bias", E, F);
+      m.experts.up_bias = load.f32_table(p + "ffn_up_exps.bias", E, F);
+      m.experts.down_bias = load.f32_table(p + "ffn_down_exps.bias", E, H);
+    }
   }
   if (S > 0) {
     DI_CHECK(c.moe.shared_expert_gate, "{}: shared experts without a gate are not supported yet", c.arch);
@@ -163,8 +184,10 @@ void DecoderModel::reserve(int32_t max_tokens, int32_t max_logit_rows) {
     moe_workspace_bytes_ = 0;
     for (const Layer& l : layers_) {
       if (!l.moe.router.defined()) continue;
-      moe_workspace_bytes_ = std::max(moe_workspace_bytes_,
-                                      ops::moe_workspace_bytes(backend_, max_tokens, route_.top_k, l.moe.experts));
+      if (l.ep_layer < 0) {  // expert-parallel layers keep their own (expert_parallel.h)
+        moe_workspace_bytes_ = std::max(moe_workspace_bytes_,
+                                        ops::moe_workspace_bytes(backend_, max_tokens, route_.top_k, l.moe.experts));
+      }
       if (l.moe.shared.gate.defined()) {
         moe_workspace_bytes_ =
             std::max(moe_workspace_bytes_, ops::moe_workspace_bytes(backend_, max_tokens, 1, l.moe.shared));
@@ -258,13 +281,18 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
     reduce_partial(delta);
     if (l.post_attn_norm.defined()) ops::rms_norm(backend_, delta, l.post_attn_norm, eps, off1, delta);
     ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, off1, h);
-    if (l.moe.router.defined()) {
+    if (l.ep_layer >= 0) {
+      // Every rank ends with every row: no partial sums to add.
+      const Tensor counts = in.expert_counts.defined() ? in.expert_counts.row(moe_index++) : Tensor();
+      ep_->forward(static_cast<size_t>(l.ep_layer), l.moe, route_, c.activation, h, delta, counts);
+    } else if (l.moe.router.defined()) {
       const Tensor counts = in.expert_counts.defined() ? in.expert_counts.row(moe_index++) : Tensor();
       layers::moe_layer(backend_, l.moe, route_, c.activation, h, moe, delta, in.padding_mask(), counts);
+      reduce_partial(delta);
     } else {
       layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp, delta);
+      reduce_partial(delta);
     }
-    reduce_partial(delta);
     if (l.post_ffw_norm.defined()) ops::rms_norm(backend_, delta, l.post_ffw_norm, eps, off1, delta);
   }
   // Only the rows that produce logits need the last residual add.
@@ -277,6 +305,15 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
   } else {
     ops::linear(backend_, h_rows, output_, Tensor(), logits);
   }
+}
+
+const moe::ExpertPlacement* DecoderModel::expert_placement(size_t moe_layer) const {
+  return ep_ && moe_layer < ep_->num_layers() ? &ep_->placement(moe_layer) : nullptr;
+}
+
+void DecoderModel::set_expert_placement(size_t moe_layer, const moe::ExpertPlacement& placement) {
+  DI_CHECK(ep_ && moe_layer < ep_->num_layers(), "MoE layer {} is not spread over ranks", moe_layer);
+  ep_->set_placement(moe_layer, placement);
 }
 
 void DecoderModel::reduce_partial(Tensor t) const {

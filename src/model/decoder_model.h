@@ -21,6 +21,7 @@
 #include "model/layers/mlp_layer.h"
 #include "model/layers/moe_layer.h"
 #include "model/model.h"
+#include "model/expert_parallel.h"
 #include "model/tensor_parallel.h"
 #include "model/weight_loader.h"
 #include "model/weight_source.h"
@@ -36,6 +37,8 @@ class DecoderModel final : public Model {
   void reserve(int32_t max_tokens, int32_t max_logit_rows) override;
   void forward(const ForwardInputs& inputs, const KvStorage& kv, Tensor logits) override;
   size_t weight_bytes() const override { return weight_bytes_; }
+  const moe::ExpertPlacement* expert_placement(size_t moe_layer) const override;
+  void set_expert_placement(size_t moe_layer, const moe::ExpertPlacement& placement) override;
 
  private:
   struct Layer {
@@ -48,6 +51,7 @@ class DecoderModel final : public Model {
     Tensor post_ffw_norm;  // Gemma
     Tensor sinks;          // gpt-oss: f32[n_heads_q]
     bool local = false;    // sliding-window layer
+    int32_t ep_layer = -1;  // the layer's index in ep_ (expert parallelism), else -1
   };
 
   Tensor act_view(int64_t rows, int64_t cols, size_t& offset) const;
@@ -65,6 +69,7 @@ class DecoderModel final : public Model {
   // This rank's slices of the checkpoint (tensor parallelism only); the
   // weights may view its copies, so it lives as long as the model.
   std::unique_ptr<ShardedWeightSource> sharded_;
+  std::unique_ptr<ExpertParallelMoe> ep_;  // --enable-expert-parallel
   ModelConfig config_;
   Backend& backend_;
   WeightStore store_;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kv/kv_storage.h"
+#include "moe/eplb.h"
 #include "model/forward_inputs.h"
 #include "model/model_config.h"
 
@@ -26,6 +27,11 @@ class Model {
   virtual KvCacheSpec kv_spec(int32_t page_size, DType dtype) const;
   // Bytes of weights the model reads per forward step (for roofline figures).
   virtual size_t weight_bytes() const = 0;
+  // Expert parallelism: where the k-th MoE layer's experts live now (null
+  // when they are not spread over ranks), and a new placement, applied by
+  // every rank of the group at the same step boundary.
+  virtual const moe::ExpertPlacement* expert_placement(size_t moe_layer) const { return nullptr; }
+  virtual void set_expert_placement(size_t moe_layer, const moe::ExpertPlacement& placement);
 };
 
 }  // namespace deepinfer

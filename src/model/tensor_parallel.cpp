@@ -17,7 +17,7 @@ IndexRange split_range(int64_t n, int parts, int part, int64_t unit) {
   return {begin * unit, (begin + count) * unit};
 }
 
-TpShardPlan TpShardPlan::make(const ModelConfig& c, int rank, int size, int64_t ffn_unit) {
+TpShardPlan TpShardPlan::make(const ModelConfig& c, int rank, int size, int64_t ffn_unit, bool expert_parallel) {
   DI_CHECK(size >= 1 && rank >= 0 && rank < size, "tensor parallel rank {} of {} is out of range", rank, size);
   DI_CHECK(!c.mla.enabled(), "--tensor-parallel-size > 1 is not supported for multi-head latent attention ({}) yet",
            c.arch);
@@ -49,8 +49,16 @@ TpShardPlan TpShardPlan::make(const ModelConfig& c, int rank, int size, int64_t 
     return split_range(n, size, rank, ffn_unit);
   };
   p.ffn = width(c.intermediate_size, "feed-forward");
-  p.expert_ffn = width(c.moe.expert_ffn_size, "expert");
-  p.shared_ffn = width(c.moe.shared_ffn_size, "shared-expert");
+  p.expert_parallel = expert_parallel;
+  if (expert_parallel) {
+    DI_CHECK(c.moe.n_experts % size == 0,
+             "--enable-expert-parallel: {} experts do not spread evenly over {} ranks", c.moe.n_experts, size);
+    p.expert_ffn = {0, c.moe.expert_ffn_size};
+    p.shared_ffn = {0, c.moe.shared_ffn_size};
+  } else {
+    p.expert_ffn = width(c.moe.expert_ffn_size, "expert");
+    p.shared_ffn = width(c.moe.shared_ffn_size, "shared-expert");
+  }
   p.vocab_size = c.vocab_size;
   p.vocab = split_range(c.vocab_size, size, rank, 1);
   p.vocab_max = split_range(c.vocab_size, size, 0, 1).size();
@@ -134,7 +142,12 @@ std::optional<Tensor> ShardedWeightSource::find(std::string_view name) const {
   const int last = w.ndim() - 1;
   std::vector<int32_t> q_heads(plan_.q_heads.size());
   std::iota(q_heads.begin(), q_heads.end(), static_cast<int32_t>(plan_.q_heads.begin));
-  switch (cut_of(name)) {
+  Cut cut = cut_of(name);
+  if (plan_.expert_parallel && (cut == Cut::ExpertFfn || cut == Cut::ExpertFfnCols || cut == Cut::SharedFfn ||
+                                cut == Cut::SharedFfnCols || name.ends_with("ffn_down_exps.bias"))) {
+    cut = Cut::Whole;  // experts travel whole (expert_parallel.h)
+  }
+  switch (cut) {
     case Cut::Whole:
       return w;
     case Cut::QHeads:

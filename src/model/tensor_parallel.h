@@ -26,6 +26,9 @@ struct TensorParallel {
   int rank = 0;
   int size = 1;
   Communicator* comm = nullptr;  // the device group's communicator; set when size > 1
+  // Experts whole, spread over the ranks (expert_parallel.h), instead of a
+  // slice of every expert's width.
+  bool expert_parallel = false;
   bool active() const { return size > 1; }
 };
 
@@ -60,7 +63,10 @@ struct TpShardPlan {
 
   // `ffn_unit`: the column granularity of the down projections (the block
   // size of quantised weights), which the width slices must respect.
-  static TpShardPlan make(const ModelConfig& full, int rank, int size, int64_t ffn_unit);
+  bool expert_parallel = false;  // routed and shared experts stay whole
+
+  static TpShardPlan make(const ModelConfig& full, int rank, int size, int64_t ffn_unit,
+                          bool expert_parallel = false);
   // The model this rank runs: its heads and widths; the vocabulary stays whole
   // (the logits are gathered).
   ModelConfig local_config(const ModelConfig& full) const;

@@ -29,4 +29,12 @@ Tensor WeightLoader::expert_stack(const std::string& name, int64_t experts, int6
   return store_.expert_stack(t);
 }
 
+Tensor WeightLoader::host_experts(const std::string& name, int64_t experts, int64_t rows, int64_t cols,
+                                  int64_t used, int32_t ranks) {
+  Tensor t = source_.get_experts(name, experts, rows, cols);
+  bytes_ += store_.stored_bytes(t) / static_cast<size_t>(experts) * static_cast<size_t>(used) /
+            static_cast<size_t>(ranks);
+  return t;
+}
+
 }  // namespace deepinfer

@@ -35,6 +35,11 @@ class WeightLoader {
   // [experts, rows, cols] in the store, counted as the `used` experts a
   // token routes to.
   Tensor expert_stack(const std::string& name, int64_t experts, int64_t rows, int64_t cols, int64_t used);
+  // [experts, rows, cols] left where the source keeps it (expert
+  // parallelism copies a rank's experts out), counted as the rank's share of
+  // the `used` experts a token routes to, over `ranks` ranks.
+  Tensor host_experts(const std::string& name, int64_t experts, int64_t rows, int64_t cols, int64_t used,
+                      int32_t ranks);
   // Bytes read per step by something stored another way (a tied output
   // projection, a weight the caller stores after changing it).
   void count(size_t bytes) { bytes_ += bytes; }

@@ -71,10 +71,11 @@ void ExpertLoadMonitor::record_step(std::span<const int32_t> counts) {
   const double before = moe_lb();
   for (ExpertLoadStats& s : stats_) s.rebalance(topology);
   ++replacements_;
-  log_info("eplb: step {}: re-placement {}: experts of {} MoE layers over {} simulated ranks ({} redundant slot(s) "
-           "each) from a {}-step window: moe_lb {:.3f} -> {:.3f} (contiguous {:.3f}); simulation: no weights move",
-           steps_, replacements_, stats_.size(), options_.num_ranks, options_.schedule.redundant_slots_per_rank,
-           stats_.front().window_fill(), before, moe_lb(), moe_lb_contiguous());
+  log_info("eplb: step {}: re-placement {}: experts of {} MoE layers over {} {} ranks ({} redundant slot(s) "
+           "each) from a {}-step window: moe_lb {:.3f} -> {:.3f} (contiguous {:.3f}){}",
+           steps_, replacements_, stats_.size(), options_.num_ranks, options_.ranks_are_real ? "expert-parallel" : "simulated",
+           options_.schedule.redundant_slots_per_rank, stats_.front().window_fill(), before, moe_lb(),
+           moe_lb_contiguous(), options_.ranks_are_real ? "" : "; simulation: no weights move");
 }
 
 double ExpertLoadMonitor::mean_window_lb(bool contiguous) const {

@@ -22,6 +22,9 @@ struct ExpertLoadMonitorOptions {
   EplbSchedule schedule = EplbSchedule::decode();
   // Non-empty: one trace file per MoE layer, trace_file(trace_path, layer).
   std::string trace_path;
+  // The ranks are real (expert parallelism): the engine moves the weights to
+  // each new placement. Otherwise the placement is a simulation.
+  bool ranks_are_real = false;
 };
 
 class ExpertLoadMonitor {

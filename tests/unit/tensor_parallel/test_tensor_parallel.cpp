@@ -20,6 +20,7 @@
 #include "kv/kv_storage.h"
 #include "model/model_loader.h"
 #include "model/tensor_parallel.h"
+#include "moe/eplb.h"
 #include "runner/model_runner.h"
 #include "../../support/prompt_logits.h"
 #include "../../support/smollm2_model.h"
@@ -144,10 +145,20 @@ struct GroupResult {
   std::vector<int32_t> tokens;             // greedy, sampled by rank 0
 };
 
+struct GroupOptions {
+  bool expert_parallel = false;
+  bool batch_invariant = false;
+  // Before decode step `replace_at` (>= 1), every rank moves every MoE
+  // layer's experts to replacement(layer) (expert parallelism).
+  int replace_at = -1;
+  std::function<moe::ExpertPlacement(size_t)> replacement;
+};
+
 // Runs the prompt and `steps` greedy decode steps on `size` ranks (threads).
 // Decode inputs are the previous step's device-sampled token, so every rank
 // must have received rank 0's tokens.
-GroupResult run_group(const std::string& path, int size, const std::vector<int32_t>& prompt, int steps) {
+GroupResult run_group(const std::string& path, int size, const std::vector<int32_t>& prompt, int steps,
+                      const GroupOptions& opt = {}) {
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
   GroupResult result;
   std::vector<std::string> errors(static_cast<size_t>(size));
@@ -155,12 +166,14 @@ GroupResult run_group(const std::string& path, int size, const std::vector<int32
     try {
       BackendOptions options;
       options.num_threads = 1;
+      options.batch_invariant = opt.batch_invariant;
       std::unique_ptr<Backend> backend = create_backend(DeviceType::CPU, options);
       std::unique_ptr<GlooCommunicator> comm;
       TensorParallel tp;
       if (size > 1) {
         comm = std::make_unique<GlooCommunicator>(store, "tp", rank, size, std::chrono::seconds(60));
         tp = {rank, size, comm.get()};
+        tp.expert_parallel = opt.expert_parallel;
       }
       std::unique_ptr<LoadedModel> loaded = LoadedModel::open(path, *backend, tp);
       const int32_t page = 16, n = static_cast<int32_t>(prompt.size());
@@ -169,6 +182,11 @@ GroupResult run_group(const std::string& path, int size, const std::vector<int32
       ModelRunner runner(loaded->model(), *backend, kv, {n, 1}, rr);
       int slot = -1;
       for (int s = 0; s <= steps; ++s) {
+        if (s == opt.replace_at) {
+          for (size_t k = 0; loaded->model().expert_placement(k); ++k) {
+            loaded->model().set_expert_placement(k, opt.replacement(k));
+          }
+        }
         StepPlan plan;
         if (s == 0) {
           plan = testing::single_sequence_plan(prompt, 0, n, page, true);
@@ -214,12 +232,13 @@ constexpr Tolerance kExact{1e-3, 1e-5};
 constexpr Tolerance kQuantised{2.5, 0.6};
 constexpr double kNearTie = 0.5;
 
-void expect_same_as_one_rank(const std::string& path, const std::vector<int32_t>& prompt, int steps, Tolerance tol) {
+void expect_same_as_one_rank(const std::string& path, const std::vector<int32_t>& prompt, int steps, Tolerance tol,
+                             const GroupOptions& opt = {}) {
   const GroupResult one = run_group(path, 1, prompt, steps);
   ASSERT_EQ(one.logits.size(), static_cast<size_t>(steps + 1));
   for (int size : {2, 4}) {
-    SCOPED_TRACE("tensor-parallel size " + std::to_string(size));
-    const GroupResult tp = run_group(path, size, prompt, steps);
+    SCOPED_TRACE("tensor-parallel size " + std::to_string(size) + (opt.expert_parallel ? ", expert parallel" : ""));
+    const GroupResult tp = run_group(path, size, prompt, steps, opt);
     ASSERT_EQ(tp.tokens.size(), one.tokens.size());
     for (size_t s = 0; s < one.tokens.size(); ++s) {
       const std::vector<float>& a = one.logits[s];
@@ -260,6 +279,45 @@ INSTANTIATE_TEST_SUITE_P(Archs, TinyCheckpoint,
 // The default model against the exact reference of tests/data/e2e (its
 // dequantised weights run in float64): split over 2 and 4 ranks, the logits
 // stay as close to it as one rank's, and llama.cpp's, are.
+class TinyMoeCheckpoint : public ::testing::TestWithParam<const char*> {};
+
+// Expert parallelism: whole experts spread over the ranks, tokens sent to
+// them and back over all-to-alls; attention still split by heads.
+TEST_P(TinyMoeCheckpoint, ExpertsOverTwoAndFourRanksMatchOneRank) {
+  GroupOptions opt;
+  opt.expert_parallel = true;
+  expect_same_as_one_rank((kTiny / GetParam()).string(), kPrompt, 8, kExact, opt);
+}
+
+// A live re-placement mid-generation (replicas of some experts, every expert
+// moved to other slots, weights sent between ranks) changes no logit bit:
+// each token's expert outputs are added in choice order wherever they were
+// computed, and the batch-invariant kernels compute a row the same in any
+// batch.
+TEST_P(TinyMoeCheckpoint, LiveReplacementChangesNoOutput) {
+  const std::string path = (kTiny / GetParam()).string();
+  for (int size : {2, 4}) {
+    SCOPED_TRACE("size " + std::to_string(size));
+    GroupOptions opt;
+    opt.expert_parallel = true;
+    opt.batch_invariant = true;
+    const GroupResult fixed = run_group(path, size, kPrompt, 8, opt);
+    opt.replace_at = 3;
+    opt.replacement = [size](size_t layer) {
+      // A skewed load, different per layer: the hot experts get the replicas.
+      std::vector<double> load(8);
+      for (size_t e = 0; e < load.size(); ++e) load[e] = double((e * 7 + layer * 3) % 8 + 1) * (e == layer % 8 ? 10 : 1);
+      return moe::place_experts_global(load, size, 1);
+    };
+    const GroupResult moved = run_group(path, size, kPrompt, 8, opt);
+    ASSERT_EQ(moved.tokens.size(), fixed.tokens.size());
+    EXPECT_EQ(moved.tokens, fixed.tokens);
+    for (size_t s = 0; s < fixed.logits.size(); ++s) EXPECT_EQ(moved.logits[s], fixed.logits[s]) << "step " << s;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, TinyMoeCheckpoint, ::testing::Values("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss"));
+
 TEST(TensorParallelSmolLM2, SplitOverTwoAndFourRanksStaysAsCloseToTheExactReference) {
   REQUIRE_SMOLLM2();
   const fs::path dir = fs::path(DEEPINFER_SOURCE_DIR) / "tests" / "data" / "e2e";
