@@ -20,16 +20,17 @@ KvCacheSpec Model::kv_spec(int32_t page_size, DType dtype) const {
 }
 
 DecoderModel::DecoderModel(ModelConfig config, const WeightSource& full_source, Backend& backend, TensorParallel tp)
-    : tp_(tp), config_(std::move(config)), backend_(backend), store_(backend) {
+    : config_(std::move(config)), backend_(backend), store_(backend) {
   config_.validate();
   const WeightSource* shard_source = &full_source;
-  if (tp_.active()) {
-    DI_CHECK(tp_.comm != nullptr, "tensor parallelism without a communicator");
-    tp_plan_ = TpShardPlan::make(config_, tp_.rank, tp_.size, tp_ffn_unit(full_source, config_), tp_.expert_parallel);
-    if (tp_.expert_parallel) ep_ = std::make_unique<ExpertParallelMoe>(backend_, *tp_.comm);
-    sharded_ = std::make_unique<ShardedWeightSource>(full_source, tp_plan_, config_.head_dim);
+  if (tp.active()) {
+    DI_CHECK(tp.comm != nullptr, "tensor parallelism without a communicator");
+    tp_ = TpForward(tp, TpShardPlan::make(config_, tp.rank, tp.size, tp_ffn_unit(full_source, config_),
+                                          tp.expert_parallel));
+    if (tp.expert_parallel) ep_ = std::make_unique<ExpertParallelMoe>(backend_, *tp.comm);
+    sharded_ = std::make_unique<ShardedWeightSource>(full_source, tp_.plan(), HeadSizes::of(config_));
     shard_source = sharded_.get();
-    config_ = tp_plan_.local_config(config_);
+    config_ = tp_.plan().local_config(config_);
     config_.validate();
   }
   const WeightSource& source = *shard_source;
@@ -41,7 +42,7 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& full_source, 
   const int64_t q_dim = int64_t{c.n_heads_q} * D, kv_dim = int64_t{c.n_heads_kv} * D;
 
   WeightLoader load(source, store_);
-  const int64_t vocab_rows = tp_.active() ? tp_plan_.vocab.size() : c.vocab_size;
+  const int64_t vocab_rows = tp_.active() ? tp_.plan().vocab.size() : c.vocab_size;
   token_embd_ = load.matrix("token_embd.weight", vocab_rows, H);
   output_norm_ = load.vector("output_norm.weight", H);
   if (load.has("output.weight") && !c.tied_embeddings) {
@@ -112,16 +113,17 @@ void DecoderModel::load_moe(Layer& l, WeightLoader& load, const std::string& p) 
   if (ep_) {
     // This rank's slots only, copied out of the checkpoint's stacks.
     MoeExpertWeights full;
-    full.gate = load.host_experts(p + "ffn_gate_exps.weight", E, F, H, used, tp_.size);
-    full.up = load.host_experts(p + "ffn_up_exps.weight", E, F, H, used, tp_.size);
-    full.down = load.host_experts(p + "ffn_down_exps.weight", E, H, F, used, tp_.size);
+    const int32_t ranks = tp_.tp().size;
+    full.gate = load.host_experts(p + "ffn_gate_exps.weight", E, F, H, used, ranks);
+    full.up = load.host_experts(p + "ffn_up_exps.weight", E, F, H, used, ranks);
+    full.down = load.host_experts(p + "ffn_down_exps.weight", E, H, F, used, ranks);
     if (c.moe.expert_bias) {
       full.gate_bias = load.f32_table(p + "ffn_gate_exps.bias", E, F);
       full.up_bias = load.f32_table(p + "ffn_up_exps.bias", E, F);
       full.down_bias = load.f32_table(p + "ffn_down_exps.bias", E, H);
     }
     l.ep_layer = static_cast<int32_t>(ep_->num_layers());
-    ep_->add_layer(full, moe::contiguous_placement(static_cast<int32_t>(E), tp_.size));
+    ep_->add_layer(full, moe::contiguous_placement(static_cast<int32_t>(E), ranks));
   } else {
     m.experts.gate = load.expert_stack(p + "ffn_gate_exps.weight", E, F, H, used);
     m.experts.up = load.expert_stack(p + "ffn_up_exps.weight", E, F, H, used);
@@ -195,11 +197,7 @@ void DecoderModel::reserve(int32_t max_tokens, int32_t max_logit_rows) {
     }
     bytes += (moe_workspace_bytes_ + 63) & ~size_t{63};
   }
-  if (tp_.active()) {
-    // This rank's logits and everyone's, gathered (f32).
-    const size_t slice = R * static_cast<size_t>(tp_plan_.vocab_max);
-    bytes += padded(slice) + padded(slice * static_cast<size_t>(tp_.size));
-  }
+  bytes += padded(tp_.logits_scratch_floats(max_logit_rows));  // this rank's logits and everyone's
   workspace_ = Buffer(backend_, bytes);
   max_tokens_ = max_tokens;
   max_logit_rows_ = max_logit_rows;
@@ -252,12 +250,7 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
   const int rot = c.rotary_dim ? c.rotary_dim : c.head_dim;
   const float eps = c.rms_eps, off1 = c.norm_weight_offset;
 
-  if (tp_.active()) {
-    ops::embedding_slice(backend_, token_embd_, in.token_ids, tp_plan_.vocab.begin, c.vocab_size, x);
-    reduce_partial(x);
-  } else {
-    ops::embedding(backend_, token_embd_, in.token_ids, x);
-  }
+  tp_.embed(backend_, token_embd_, in.token_ids, c.vocab_size, x);
   if (c.embedding_scale != 1.0f) ops::scale(backend_, x, c.embedding_scale, x);
 
   int64_t moe_index = 0;  // row of in.expert_counts
@@ -278,7 +271,7 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
     params.sinks = l.sinks;
     layers::attention_layer(backend_, l.attn, shape, rope, params, h, in, in.kv_groups[kv.group_of_layer(i)],
                             kv.layer(i), attn, delta);
-    reduce_partial(delta);
+    tp_.reduce(delta);
     if (l.post_attn_norm.defined()) ops::rms_norm(backend_, delta, l.post_attn_norm, eps, off1, delta);
     ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, off1, h);
     if (l.ep_layer >= 0) {
@@ -288,10 +281,10 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
     } else if (l.moe.router.defined()) {
       const Tensor counts = in.expert_counts.defined() ? in.expert_counts.row(moe_index++) : Tensor();
       layers::moe_layer(backend_, l.moe, route_, c.activation, h, moe, delta, in.padding_mask(), counts);
-      reduce_partial(delta);
+      tp_.reduce(delta);
     } else {
       layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp, delta);
-      reduce_partial(delta);
+      tp_.reduce(delta);
     }
     if (l.post_ffw_norm.defined()) ops::rms_norm(backend_, delta, l.post_ffw_norm, eps, off1, delta);
   }
@@ -300,11 +293,9 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
   ops::gather_rows(backend_, delta, in.logit_rows, h_rows);
   ops::add(backend_, x_rows, h_rows, x_rows);
   ops::rms_norm(backend_, x_rows, output_norm_, eps, off1, h_rows);
-  if (tp_.active()) {
-    if (R > 0) tp_logits(h_rows, logits, off);
-  } else {
-    ops::linear(backend_, h_rows, output_, Tensor(), logits);
-  }
+  const auto tp_floats = static_cast<int64_t>(tp_.logits_scratch_floats(R));
+  float* tp_scratch = tp_floats > 0 ? workspace_.view(DType::F32, {tp_floats}, off).data_as<float>() : nullptr;
+  tp_.logits(backend_, h_rows, output_, logits, tp_scratch);
 }
 
 const moe::ExpertPlacement* DecoderModel::expert_placement(size_t moe_layer) const {
@@ -314,31 +305,6 @@ const moe::ExpertPlacement* DecoderModel::expert_placement(size_t moe_layer) con
 void DecoderModel::set_expert_placement(size_t moe_layer, const moe::ExpertPlacement& placement) {
   DI_CHECK(ep_ && moe_layer < ep_->num_layers(), "MoE layer {} is not spread over ranks", moe_layer);
   ep_->set_placement(moe_layer, placement);
-}
-
-void DecoderModel::reduce_partial(Tensor t) const {
-  if (tp_.active()) tp_.comm->all_reduce(t);
-}
-
-void DecoderModel::tp_logits(const Tensor& h_rows, Tensor logits, size_t& off) const {
-  const int64_t R = h_rows.size(0), V_max = tp_plan_.vocab_max;
-  DI_CHECK(logits.is_contiguous() && logits.dtype() == DType::F32 && logits.size(1) == config_.vocab_size,
-           "tensor-parallel logits must be a contiguous f32 [rows, vocab], got {}", logits.describe());
-  // Every rank sends R x V_max floats (its R x V_r logits first): equal sizes
-  // for the all-gather, whatever the slices.
-  Tensor mine = work_view(DType::F32, 1, R * V_max, off);
-  Tensor all = work_view(DType::F32, 1, R * V_max * tp_.size, off);
-  const Tensor local = mine.reshape({R * V_max}).narrow(0, 0, R * tp_plan_.vocab.size()).reshape(
-      {R, tp_plan_.vocab.size()});
-  ops::linear(backend_, h_rows, output_, Tensor(), local);
-  tp_.comm->all_gather(mine, all);
-  const size_t pitch = static_cast<size_t>(config_.vocab_size) * sizeof(float);
-  for (int r = 0; r < tp_.size; ++r) {
-    const IndexRange v = tp_plan_.vocab_of(r);
-    const auto* src = all.data_as<const float>() + static_cast<size_t>(r) * R * V_max;
-    backend_.copy_rows_async(logits.data_as<float>() + v.begin, pitch, src, v.size() * sizeof(float),
-                             v.size() * sizeof(float), R);
-  }
 }
 
 }  // namespace deepinfer

@@ -58,14 +58,8 @@ class DecoderModel final : public Model {
   Tensor work_view(DType dtype, int64_t rows, int64_t cols, size_t& offset) const;
   void load_moe(Layer& l, WeightLoader& load, const std::string& prefix);
   layers::MoeScratch moe_scratch(int64_t n, size_t& offset) const;
-  // Sums the ranks' partial [n, hidden] outputs (no-op on one rank).
-  void reduce_partial(Tensor t) const;
-  // The output projection of this rank's vocabulary slice into `logits`,
-  // the other ranks' slices gathered into the rest.
-  void tp_logits(const Tensor& h_rows, Tensor logits, size_t& offset) const;
 
-  TensorParallel tp_;
-  TpShardPlan tp_plan_;
+  TpForward tp_;
   // This rank's slices of the checkpoint (tensor parallelism only); the
   // weights may view its copies, so it lives as long as the model.
   std::unique_ptr<ShardedWeightSource> sharded_;

@@ -29,9 +29,22 @@ float softmax_scale(const ModelConfig& c) {
 
 }  // namespace
 
-DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& source, Backend& backend, int32_t mtp_layer)
+DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& full_source, Backend& backend, int32_t mtp_layer,
+                             TensorParallel tp)
     : config_(std::move(config)), backend_(backend), store_(backend), mtp_layer_(mtp_layer) {
   config_.validate();
+  const WeightSource* shard_source = &full_source;
+  if (tp.active()) {
+    DI_CHECK(tp.comm != nullptr && mtp_layer < 0, "tensor parallelism: the decoder only, with a communicator");
+    tp_ = TpForward(tp, TpShardPlan::make(config_, tp.rank, tp.size, tp_ffn_unit(full_source, config_),
+                                          tp.expert_parallel));
+    if (tp.expert_parallel) ep_ = std::make_unique<ExpertParallelMoe>(backend_, *tp.comm);
+    sharded_ = std::make_unique<ShardedWeightSource>(full_source, tp_.plan(), HeadSizes::of(config_));
+    shard_source = sharded_.get();
+    config_ = tp_.plan().local_config(config_);
+    config_.validate();
+  }
+  const WeightSource& source = *shard_source;
   const ModelConfig& c = config_;
   DI_CHECK(c.mla.enabled(), "{}: DeepseekModel needs a Multi-head Latent Attention config", c.arch);
   mla_shape_ = {c.n_heads_q,         c.mla.q_lora_rank, c.mla.kv_lora_rank, c.mla.qk_nope_head_dim,
@@ -44,10 +57,11 @@ DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& source, Bac
   if (mtp_layer_ >= 0) {
     load_mtp(load);
   } else {
-    token_embd_ = load.matrix("token_embd.weight", c.vocab_size, H);
+    const int64_t vocab_rows = tp_.active() ? tp_.plan().vocab.size() : c.vocab_size;
+    token_embd_ = load.matrix("token_embd.weight", vocab_rows, H);
     output_norm_ = load.vector("output_norm.weight", H);
     if (load.has("output.weight") && !c.tied_embeddings) {
-      output_ = load.matrix("output.weight", c.vocab_size, H);
+      output_ = load.matrix("output.weight", vocab_rows, H);
     } else {
       output_ = token_embd_;
       load.count(token_embd_.nbytes());  // read again by the output projection
@@ -184,9 +198,20 @@ void DeepseekModel::load_moe(Layer& l, WeightLoader& load, const std::string& p)
   const int64_t H = c.hidden_size, E = c.moe.n_experts, F = c.moe.expert_ffn_size, S = c.moe.shared_ffn_size;
   const int64_t used = c.moe.n_experts_used;
   l.moe.router = load.matrix(p + "ffn_gate_inp.weight", E, H);
-  l.moe.experts.gate = load.expert_stack(p + "ffn_gate_exps.weight", E, F, H, used);
-  l.moe.experts.up = load.expert_stack(p + "ffn_up_exps.weight", E, F, H, used);
-  l.moe.experts.down = load.expert_stack(p + "ffn_down_exps.weight", E, H, F, used);
+  if (ep_) {
+    // This rank's slots only, copied out of the checkpoint's stacks.
+    const int32_t ranks = tp_.tp().size;
+    MoeExpertWeights full;
+    full.gate = load.host_experts(p + "ffn_gate_exps.weight", E, F, H, used, ranks);
+    full.up = load.host_experts(p + "ffn_up_exps.weight", E, F, H, used, ranks);
+    full.down = load.host_experts(p + "ffn_down_exps.weight", E, H, F, used, ranks);
+    l.ep_layer = static_cast<int32_t>(ep_->num_layers());
+    ep_->add_layer(full, moe::contiguous_placement(static_cast<int32_t>(E), ranks));
+  } else {
+    l.moe.experts.gate = load.expert_stack(p + "ffn_gate_exps.weight", E, F, H, used);
+    l.moe.experts.up = load.expert_stack(p + "ffn_up_exps.weight", E, F, H, used);
+    l.moe.experts.down = load.expert_stack(p + "ffn_down_exps.weight", E, H, F, used);
+  }
   if (S > 0) {
     l.mlp = layers::load_mlp(load, store_, p, "_shexp", S, H);
   }
@@ -229,14 +254,16 @@ void DeepseekModel::reserve(int32_t max_tokens, int32_t max_logit_rows) {
   moe_workspace_bytes_ = 0;
   if (has_moe_) {
     bytes += padded(T * c.moe.n_experts) + 2 * padded(T * c.moe.n_experts_used);
+    if (ep_) bytes += padded(T * c.hidden_size);  // the routed experts' output, added to the shared experts'
     for (const Layer& l : layers_) {
-      if (l.moe.router.defined()) {
+      if (l.moe.router.defined() && l.ep_layer < 0) {
         moe_workspace_bytes_ = std::max(moe_workspace_bytes_,
                                         ops::moe_workspace_bytes(backend_, max_tokens, l.route.top_k, l.moe.experts));
       }
     }
     bytes += (moe_workspace_bytes_ + 63) & ~size_t{63};
   }
+  bytes += padded(tp_.logits_scratch_floats(max_logit_rows));  // this rank's logits and everyone's
   workspace_ = Buffer(backend_, bytes);
   max_tokens_ = max_tokens;
   max_logit_rows_ = max_logit_rows;
@@ -284,7 +311,9 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
     expert_ids = work_view(DType::I32, n, c.moe.n_experts_used, off);
     expert_weights = work_view(DType::F32, n, c.moe.n_experts_used, off);
     moe_ws = workspace_.view(DType::U8, {static_cast<int64_t>(moe_workspace_bytes_)}, off);
+    off += (moe_workspace_bytes_ + 63) & ~size_t{63};
   }
+  const Tensor ep_out = ep_ ? work_view(act, n, c.hidden_size, off) : Tensor();
   auto mlp_scratch = [&](const layers::MlpWeights& w) {
     const int64_t f = layers::mlp_ffn(w);
     if (w.w_gate_up.defined()) {
@@ -302,7 +331,7 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
   if (mtp_layer_ >= 0) {
     mtp_input(in, x, h, delta);
   } else {
-    ops::embedding(backend_, token_embd_, in.token_ids, x);
+    tp_.embed(backend_, token_embd_, in.token_ids, c.vocab_size, x);
   }
   int64_t moe_index = 0;  // row of in.expert_counts
   for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
@@ -316,13 +345,27 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
     }
     layers::mla_layer(backend_, l.mla, s, rope, params, h, in, in.kv_groups[kv.group_of_layer(kv_layer)],
                       kv.layer(kv_layer), mla, delta);
+    tp_.reduce(delta);
     ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, 0.0f, h);
     if (!l.moe.router.defined()) {
       layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp_scratch(l.mlp), delta);
+      tp_.reduce(delta);
       continue;
     }
     // Shared experts: every token, no gate; the routed experts add onto them.
     const bool shared = l.mlp.w_down.defined();
+    if (l.ep_layer >= 0) {
+      // Every rank ends with every row of the routed experts' output; the
+      // shared experts are whole on every rank (expert parallelism).
+      const Tensor counts = in.expert_counts.defined() ? in.expert_counts.row(moe_index++) : Tensor();
+      ep_->forward(static_cast<size_t>(l.ep_layer), l.moe, l.route, c.activation, h, shared ? ep_out : delta,
+                   counts);
+      if (shared) {
+        layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp_scratch(l.mlp), delta);
+        ops::add(backend_, delta, ep_out, delta);
+      }
+      continue;
+    }
     if (shared) layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp_scratch(l.mlp), delta);
     ops::linear(backend_, h, l.moe.router, Tensor(), router_logits);
     ops::moe_route(backend_, router_logits, l.route, expert_ids, expert_weights);
@@ -330,6 +373,7 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
       ops::count_experts(backend_, expert_ids, in.padding_mask(), in.expert_counts.row(moe_index++));
     }
     ops::moe_experts(backend_, h, expert_ids, expert_weights, l.moe.experts, c.activation, shared, moe_ws, delta);
+    tp_.reduce(delta);
   }
   ops::add(backend_, x, delta, x);
   if (in.hidden_out.defined() && mtp_layer_ < 0) {
@@ -341,7 +385,18 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
     ops::gather_rows(backend_, x, in.logit_rows, x_rows);
     ops::rms_norm(backend_, x_rows, output_norm_, eps, 0.0f, h_rows);
   }
-  ops::linear(backend_, h_rows, output_, Tensor(), logits);
+  const auto tp_floats = static_cast<int64_t>(tp_.logits_scratch_floats(R));
+  float* tp_scratch = tp_floats > 0 ? workspace_.view(DType::F32, {tp_floats}, off).data_as<float>() : nullptr;
+  tp_.logits(backend_, h_rows, output_, logits, tp_scratch);
+}
+
+const moe::ExpertPlacement* DeepseekModel::expert_placement(size_t moe_layer) const {
+  return ep_ && moe_layer < ep_->num_layers() ? &ep_->placement(moe_layer) : nullptr;
+}
+
+void DeepseekModel::set_expert_placement(size_t moe_layer, const moe::ExpertPlacement& placement) {
+  DI_CHECK(ep_ && moe_layer < ep_->num_layers(), "MoE layer {} is not spread over ranks", moe_layer);
+  ep_->set_placement(moe_layer, placement);
 }
 
 }  // namespace deepinfer

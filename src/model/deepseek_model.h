@@ -8,12 +8,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "model/expert_parallel.h"
 #include "model/layers/mla_layer.h"
 #include "model/layers/mlp_layer.h"
 #include "model/layers/moe_layer.h"
 #include "model/model.h"
+#include "model/tensor_parallel.h"
 #include "model/weight_loader.h"
 #include "model/weight_source.h"
 #include "model/weight_store.h"
@@ -29,7 +32,13 @@ class DeepseekModel final : public Model {
   // (eh_proj), one decoder layer, then the shared head's norm and projection.
   // Its KV is that layer of the target's KV cache (kv_spec of the target
   // with the MTP layer).
-  DeepseekModel(ModelConfig config, const WeightSource& source, Backend& backend, int32_t mtp_layer = -1);
+  //
+  // With tensor parallelism (the decoder only) the heads, the MLPs' and
+  // shared experts' widths and the vocabulary are cut as in DecoderModel; the
+  // latent KV row serves every head, so each rank keeps it whole. With expert
+  // parallelism the routed experts spread over the ranks (expert_parallel.h).
+  DeepseekModel(ModelConfig config, const WeightSource& source, Backend& backend, int32_t mtp_layer = -1,
+                TensorParallel tp = {});
 
   const ModelConfig& config() const override { return config_; }
   void reserve(int32_t max_tokens, int32_t max_logit_rows) override;
@@ -38,6 +47,8 @@ class DeepseekModel final : public Model {
   // being its first kv_lora_rank channels.
   KvCacheSpec kv_spec(int32_t page_size, DType dtype) const override;
   size_t weight_bytes() const override { return weight_bytes_; }
+  const moe::ExpertPlacement* expert_placement(size_t moe_layer) const override;
+  void set_expert_placement(size_t moe_layer, const moe::ExpertPlacement& placement) override;
 
  private:
   struct Layer {
@@ -47,6 +58,7 @@ class DeepseekModel final : public Model {
     layers::MlpWeights mlp;     // dense layers, and the shared experts of MoE layers
     layers::MoeWeights moe;     // MoE layers (moe.router defined)
     MoeRouteParams route;       // with this layer's correction bias (V3)
+    int32_t ep_layer = -1;      // the layer's index in ep_ (expert parallelism), else -1
   };
 
   void load_mla(Layer& l, WeightLoader& load, const std::string& prefix);
@@ -57,6 +69,9 @@ class DeepseekModel final : public Model {
   void mtp_input(const ForwardInputs& in, Tensor x, Tensor h, Tensor delta);
   Tensor work_view(DType dtype, int64_t rows, int64_t cols, size_t& offset) const;
 
+  TpForward tp_;
+  std::unique_ptr<ShardedWeightSource> sharded_;  // this rank's slices (tensor parallelism)
+  std::unique_ptr<ExpertParallelMoe> ep_;         // --enable-expert-parallel
   ModelConfig config_;
   Backend& backend_;
   WeightStore store_;

@@ -67,9 +67,7 @@ std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend&
   }
   log_info("model: {}", config.summary());
   if (config.mla.enabled()) {
-    DI_CHECK(!tp.active(), "--tensor-parallel-size {}: {} uses multi-head latent attention, which is not split "
-             "across ranks yet", tp.size, config.arch);
-    m->model_ = std::make_unique<DeepseekModel>(std::move(config), *m->source_, backend);
+    m->model_ = std::make_unique<DeepseekModel>(std::move(config), *m->source_, backend, -1, tp);
   } else {
     m->model_ = std::make_unique<DecoderModel>(std::move(config), *m->source_, backend, tp);
   }

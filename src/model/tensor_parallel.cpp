@@ -5,6 +5,8 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "dist/communicator.h"
+#include "ops/ops.h"
 
 namespace deepinfer {
 
@@ -17,10 +19,16 @@ IndexRange split_range(int64_t n, int parts, int part, int64_t unit) {
   return {begin * unit, (begin + count) * unit};
 }
 
+HeadSizes HeadSizes::of(const ModelConfig& c) {
+  if (c.mla.enabled()) {
+    return {c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim, c.mla.qk_nope_head_dim + c.mla.v_head_dim,
+            c.mla.v_head_dim};
+  }
+  return {c.head_dim, c.head_dim, c.head_dim};
+}
+
 TpShardPlan TpShardPlan::make(const ModelConfig& c, int rank, int size, int64_t ffn_unit, bool expert_parallel) {
   DI_CHECK(size >= 1 && rank >= 0 && rank < size, "tensor parallel rank {} of {} is out of range", rank, size);
-  DI_CHECK(!c.mla.enabled(), "--tensor-parallel-size > 1 is not supported for multi-head latent attention ({}) yet",
-           c.arch);
   DI_CHECK(c.n_heads_q >= size,
            "--tensor-parallel-size {} exceeds the model's {} attention heads: every rank needs at least one", size,
            c.n_heads_q);
@@ -32,9 +40,12 @@ TpShardPlan TpShardPlan::make(const ModelConfig& c, int rank, int size, int64_t 
   const int64_t group = c.n_heads_q / c.n_heads_kv;
   // Whole KV groups per rank while there are at least as many KV heads as
   // ranks (no KV head is then replicated); otherwise query heads split evenly.
-  p.q_heads = split_range(c.n_heads_q, size, rank, c.n_heads_kv >= size ? group : 1);
+  p.q_heads = split_range(c.n_heads_q, size, rank, c.n_heads_kv >= size && !c.mla.enabled() ? group : 1);
   const int64_t a = p.q_heads.begin, b = p.q_heads.end;
-  if (a % group == 0 && b % group == 0) {
+  if (c.mla.enabled()) {
+    // One latent row per token serves every head: every rank keeps it whole.
+    for (int64_t h = a; h < b; ++h) p.kv_heads.push_back(static_cast<int32_t>(h));
+  } else if (a % group == 0 && b % group == 0) {
     for (int64_t h = a / group; h < b / group; ++h) p.kv_heads.push_back(static_cast<int32_t>(h));
   } else if (a / group == (b - 1) / group) {
     p.kv_heads.push_back(static_cast<int32_t>(a / group));
@@ -80,8 +91,8 @@ ModelConfig TpShardPlan::local_config(const ModelConfig& full) const {
 
 namespace {
 
-enum class Cut : uint8_t { Whole, QHeads, KvHeads, QHeadCols, QHeadSinks, Ffn, FfnCols, ExpertFfn, ExpertFfnCols,
-                           SharedFfn, SharedFfnCols, Vocab, RankZero };
+enum class Cut : uint8_t { Whole, QHeads, KvHeads, KvbHeads, QHeadCols, QHeadSinks, Ffn, FfnCols, ExpertFfn,
+                           ExpertFfnCols, SharedFfn, SharedFfnCols, Vocab, RankZero };
 
 struct CutRule {
   const char* suffix;
@@ -91,6 +102,7 @@ struct CutRule {
 // Canonical per-layer names (after "blk.N.") and how each is cut.
 constexpr CutRule kLayerRules[] = {
     {"attn_q.weight", Cut::QHeads},         {"attn_q.bias", Cut::QHeads},
+    {"attn_q_b.weight", Cut::QHeads},       {"attn_kv_b.weight", Cut::KvbHeads},
     {"attn_k.weight", Cut::KvHeads},        {"attn_k.bias", Cut::KvHeads},
     {"attn_v.weight", Cut::KvHeads},        {"attn_v.bias", Cut::KvHeads},
     {"attn_output.weight", Cut::QHeadCols}, {"attn_output.bias", Cut::RankZero},
@@ -119,8 +131,8 @@ Cut cut_of(std::string_view name) {
 
 }  // namespace
 
-ShardedWeightSource::ShardedWeightSource(const WeightSource& inner, TpShardPlan plan, int64_t head_dim)
-    : inner_(inner), plan_(std::move(plan)), head_dim_(head_dim) {}
+ShardedWeightSource::ShardedWeightSource(const WeightSource& inner, TpShardPlan plan, HeadSizes heads)
+    : inner_(inner), plan_(std::move(plan)), heads_(heads) {}
 
 std::vector<IndexRange> ShardedWeightSource::head_rows(const std::vector<int32_t>& heads, int64_t per_head) const {
   std::vector<IndexRange> out;
@@ -151,11 +163,13 @@ std::optional<Tensor> ShardedWeightSource::find(std::string_view name) const {
     case Cut::Whole:
       return w;
     case Cut::QHeads:
-      return slice(name, w, 0, head_rows(q_heads, head_dim_));
+      return slice(name, w, 0, head_rows(q_heads, heads_.q));
     case Cut::KvHeads:
-      return slice(name, w, 0, head_rows(plan_.kv_heads, head_dim_));
+      return slice(name, w, 0, head_rows(plan_.kv_heads, heads_.kv));
+    case Cut::KvbHeads:
+      return slice(name, w, 0, head_rows(q_heads, heads_.kv));
     case Cut::QHeadCols:
-      return slice(name, w, last, head_rows(q_heads, head_dim_));
+      return slice(name, w, last, head_rows(q_heads, heads_.out));
     case Cut::QHeadSinks:
       return slice(name, w, 0, {plan_.q_heads});
     case Cut::Ffn:
@@ -262,6 +276,49 @@ int64_t tp_ffn_unit(const WeightSource& source, const ModelConfig& c) {
     }
   }
   return unit;
+}
+
+void TpForward::embed(Backend& backend, const Tensor& table, const Tensor& ids, int64_t vocab, Tensor out) const {
+  if (!active()) {
+    ops::embedding(backend, table, ids, out);
+    return;
+  }
+  ops::embedding_slice(backend, table, ids, plan_.vocab.begin, vocab, out);
+  reduce(out);
+}
+
+void TpForward::reduce(Tensor t) const {
+  if (active()) tp_.comm->all_reduce(t);
+}
+
+size_t TpForward::logits_scratch_floats(int64_t rows) const {
+  return static_cast<size_t>(rows) * static_cast<size_t>(plan_.vocab_max) * (1 + static_cast<size_t>(tp_.size));
+}
+
+void TpForward::logits(Backend& backend, const Tensor& h_rows, const Tensor& output, Tensor logits,
+                       float* scratch) const {
+  if (!active()) {
+    ops::linear(backend, h_rows, output, Tensor(), logits);
+    return;
+  }
+  const int64_t R = h_rows.size(0), V_max = plan_.vocab_max, vocab = logits.size(1);
+  if (R == 0) return;
+  DI_CHECK(logits.is_contiguous() && logits.dtype() == DType::F32 && vocab == plan_.vocab_size,
+           "tensor-parallel logits must be a contiguous f32 [rows, vocab], got {}", logits.describe());
+  // Every rank sends R x V_max floats (its R x V_r logits first): equal sizes
+  // for the all-gather, whatever the slices.
+  const Device dev = logits.device();
+  const Tensor mine(scratch, DType::F32, {R * V_max}, dev);
+  const Tensor all(scratch + R * V_max, DType::F32, {R * V_max * tp_.size}, dev);
+  ops::linear(backend, h_rows, output, Tensor(), mine.narrow(0, 0, R * plan_.vocab.size()).reshape({R, plan_.vocab.size()}));
+  tp_.comm->all_gather(mine, all);
+  const size_t pitch = static_cast<size_t>(vocab) * sizeof(float);
+  for (int r = 0; r < tp_.size; ++r) {
+    const IndexRange v = plan_.vocab_of(r);
+    const float* src = all.data_as<const float>() + static_cast<size_t>(r) * R * V_max;
+    backend.copy_rows_async(logits.data_as<float>() + v.begin, pitch, src, v.size() * sizeof(float),
+                            v.size() * sizeof(float), R);
+  }
 }
 
 }  // namespace deepinfer

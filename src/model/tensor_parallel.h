@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/backend.h"
 #include "model/model_config.h"
 #include "model/weight_source.h"
 
@@ -73,6 +74,17 @@ struct TpShardPlan {
   IndexRange vocab_of(int r) const;
 };
 
+// Rows (or columns) per attention head of the cut projections: q (and the
+// output projection's columns) and KV for a plain decoder; for multi-head
+// latent attention the q rows (nope + rope), kv_b rows (nope + v) and the
+// output projection's columns (v).
+struct HeadSizes {
+  int64_t q = 0;
+  int64_t kv = 0;
+  int64_t out = 0;
+  static HeadSizes of(const ModelConfig& config);
+};
+
 // The rank's slices of the wrapped source's tensors, by canonical name. A
 // slice of whole outer rows is a view of the file; any other is copied once
 // into memory owned here. Tensors every rank holds whole (norms, routers)
@@ -80,7 +92,7 @@ struct TpShardPlan {
 // elsewhere).
 class ShardedWeightSource final : public WeightSource {
  public:
-  ShardedWeightSource(const WeightSource& inner, TpShardPlan plan, int64_t head_dim);
+  ShardedWeightSource(const WeightSource& inner, TpShardPlan plan, HeadSizes heads);
   std::optional<Tensor> find(std::string_view canonical_name) const override;
 
  private:
@@ -91,12 +103,36 @@ class ShardedWeightSource final : public WeightSource {
 
   const WeightSource& inner_;
   TpShardPlan plan_;
-  int64_t head_dim_ = 0;
+  HeadSizes heads_;
   mutable std::deque<std::vector<uint8_t>> owned_;
 };
 
 // The column granularity of the checkpoint's down projections (1 for plain
 // dtypes, the block size of block-quantised ones).
 int64_t tp_ffn_unit(const WeightSource& source, const ModelConfig& config);
+
+// The pieces of a tensor-parallel forward both decoder classes use.
+class TpForward {
+ public:
+  TpForward() = default;
+  TpForward(TensorParallel tp, TpShardPlan plan) : tp_(tp), plan_(std::move(plan)) {}
+  bool active() const { return tp_.active(); }
+  const TensorParallel& tp() const { return tp_; }
+  const TpShardPlan& plan() const { return plan_; }
+  // Rows of the embedding for the rank's vocabulary slice, the ranks' rows
+  // added up (on one rank: the plain lookup).
+  void embed(Backend& backend, const Tensor& table, const Tensor& ids, int64_t vocab, Tensor out) const;
+  // Sums the ranks' partial [n, hidden] outputs in place (no-op on one rank).
+  void reduce(Tensor t) const;
+  // Bytes of f32 scratch logits() needs for `rows` logit rows.
+  size_t logits_scratch_floats(int64_t rows) const;
+  // The rank's vocabulary slice of the output projection, everyone's gathered
+  // into logits f32[rows, vocab] (contiguous); scratch: logits_scratch_floats.
+  void logits(Backend& backend, const Tensor& h_rows, const Tensor& output, Tensor logits, float* scratch) const;
+
+ private:
+  TensorParallel tp_;
+  TpShardPlan plan_;
+};
 
 }  // namespace deepinfer

@@ -122,7 +122,7 @@ TEST(ShardedWeightSource, CutsRowsColumnsAndExpertWidths) {
   src.add("blk.0.attn_norm.weight", {5});
   TpShardPlan plan = TpShardPlan::make(c, 1, 2, 1);  // q heads 2-3, kv head 1, ffn [48, 96)
   plan.expert_ffn = {48, 96};
-  ShardedWeightSource s(src, plan, 16);
+  ShardedWeightSource s(src, plan, HeadSizes{16, 16, 16});
 
   const Tensor k = s.get("blk.0.attn_k.weight");  // rows of KV head 1: a view of the file
   ASSERT_EQ(k.size(0), 16);
@@ -151,7 +151,7 @@ struct GroupOptions {
   // Before decode step `replace_at` (>= 1), every rank moves every MoE
   // layer's experts to replacement(layer) (expert parallelism).
   int replace_at = -1;
-  std::function<moe::ExpertPlacement(size_t)> replacement;
+  std::function<moe::ExpertPlacement(size_t layer, int32_t experts)> replacement;
 };
 
 // Runs the prompt and `steps` greedy decode steps on `size` ranks (threads).
@@ -184,7 +184,8 @@ GroupResult run_group(const std::string& path, int size, const std::vector<int32
       for (int s = 0; s <= steps; ++s) {
         if (s == opt.replace_at) {
           for (size_t k = 0; loaded->model().expert_placement(k); ++k) {
-            loaded->model().set_expert_placement(k, opt.replacement(k));
+            const int32_t experts = loaded->model().expert_placement(k)->num_logical();
+            loaded->model().set_expert_placement(k, opt.replacement(k, experts));
           }
         }
         StepPlan plan;
@@ -274,7 +275,7 @@ TEST_P(TinyCheckpoint, SplitOverTwoAndFourRanksMatchesOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, TinyCheckpoint,
                          ::testing::Values("llama", "qwen2_bias", "qwen3_qknorm", "gemma3", "mixtral", "qwen2_moe",
-                                           "qwen3_moe", "gpt_oss"));
+                                           "qwen3_moe", "gpt_oss", "deepseek_v2", "deepseek_v2_lite", "deepseek_v3"));
 
 // The default model against the exact reference of tests/data/e2e (its
 // dequantised weights run in float64): split over 2 and 4 ranks, the logits
@@ -303,10 +304,12 @@ TEST_P(TinyMoeCheckpoint, LiveReplacementChangesNoOutput) {
     opt.batch_invariant = true;
     const GroupResult fixed = run_group(path, size, kPrompt, 8, opt);
     opt.replace_at = 3;
-    opt.replacement = [size](size_t layer) {
+    opt.replacement = [size](size_t layer, int32_t experts) {
       // A skewed load, different per layer: the hot experts get the replicas.
-      std::vector<double> load(8);
-      for (size_t e = 0; e < load.size(); ++e) load[e] = double((e * 7 + layer * 3) % 8 + 1) * (e == layer % 8 ? 10 : 1);
+      std::vector<double> load(static_cast<size_t>(experts));
+      for (size_t e = 0; e < load.size(); ++e) {
+        load[e] = double((e * 7 + layer * 3) % 8 + 1) * (e == layer % load.size() ? 10 : 1);
+      }
       return moe::place_experts_global(load, size, 1);
     };
     const GroupResult moved = run_group(path, size, kPrompt, 8, opt);
@@ -316,7 +319,9 @@ TEST_P(TinyMoeCheckpoint, LiveReplacementChangesNoOutput) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, TinyMoeCheckpoint, ::testing::Values("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss"));
+INSTANTIATE_TEST_SUITE_P(Archs, TinyMoeCheckpoint,
+                         ::testing::Values("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v2_lite",
+                                           "deepseek_v3"));
 
 TEST(TensorParallelSmolLM2, SplitOverTwoAndFourRanksStaysAsCloseToTheExactReference) {
   REQUIRE_SMOLLM2();
@@ -360,11 +365,11 @@ TEST(TensorParallelGemma3, KQuantSlicesOverTwoAndFourRanksMatchOneRank) {
   expect_same_as_one_rank(gguf.string(), {2, 818, 5279, 529, 7001, 563, 236743, 2, 1437, 29104}, 6, kQuantised);
 }
 
-TEST(TensorParallel, MultiHeadLatentAttentionIsRefused) {
+TEST(TensorParallel, TooManyRanksForTheHeadsIsRefused) {
   std::unique_ptr<Backend> backend = create_backend(DeviceType::CPU, {});
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
   GlooCommunicator one(nullptr, "tp", 0, 1, std::chrono::seconds(5));
-  EXPECT_THROW(LoadedModel::open((kTiny / "deepseek_v3").string(), *backend, {0, 2, &one}), Error);
+  // 4 query heads cannot be split over 8 ranks.
+  EXPECT_THROW(LoadedModel::open((kTiny / "deepseek_v3").string(), *backend, {0, 8, &one}), Error);
 }
 
 }  // namespace
