@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,e2e,bench,kvtiers,disagg,bi,decode_ab,pdl,moe,kernels,mtp,spec,structured,sweep,eval,profile,peer_llamacpp
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,dist,e2e,bench,kvtiers,disagg,bi,decode_ab,pdl,moe,kernels,mtp,spec,structured,sweep,eval,profile,peer_llamacpp
 #                                   (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
@@ -109,6 +109,15 @@ if has test; then
     echo "$t (CUDA cases): exit code $?; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/$t.log" | tr '\n' ' ')" >> "$REPORT"
     grep -E '^\[  FAILED  \]|Failure|max|diff' "$OUT/$t.log" | head -20 | sed 's/^/    /' >> "$REPORT"
   done
+fi
+if has dist; then
+  # The communicators: NCCL with one rank (every collective, a captured
+  # graph), and the Gloo tests on this machine's cores.
+  echo -e "\n## Distributed (test_dist)\n" >> "$REPORT"
+  timeout 120 "$BIN/test_dist" --gtest_brief=1 > "$OUT/test_dist.log" 2>&1
+  echo "test_dist: exit code $?; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test_dist.log" | tr '\n' ' ')" >> "$REPORT"
+  grep -E '^\[  FAILED  \]|Failure|NcclOneRank' "$OUT/test_dist.log" | head -20 | sed 's/^/    /' >> "$REPORT"
+  "$BIN/test_dist" --gtest_filter='NcclOneRank*' 2>&1 | grep -E '^\[ +(OK|SKIPPED|FAILED) ' | sed 's/^/    /' >> "$REPORT"
 fi
 if has e2e; then
   echo -e "\n## End-to-end vs transformers\n" >> "$REPORT"
