@@ -2,8 +2,8 @@
 # Same-run A/B of two deepinfer builds on the GPU machine: scripts/gpu_bench.py
 # (batch-1 decode, 256 x 1k/1k at --max-num-batched-tokens 8192) for each,
 # interleaved ROUNDS times, on the Llama-3-8B-shaped random model.
-#   scripts/gpu_ab.sh DIR_A DIR_B     each DIR holds bin.tar.gz (deepinfer); the
-#                                     shared libraries from $LIBS (default build-gpu/lib.tar.gz)
+#   scripts/gpu_ab.sh DIR_A DIR_B     each DIR holds bin.tar.xz (deepinfer); the
+#                                     shared libraries from $LIBS (default build-gpu/lib.tar.xz)
 # Writes ab.md and the per-run JSON into $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,11 +14,11 @@ export PYTHONUNBUFFERED=1
 for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, q, "lib") for p in nvidia.__path__ for q in os.listdir(p)))' 2>/dev/null); do
   [ -d "$d" ] && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
 done
-tar -C /tmp/deepinfer_libs -xzf "${LIBS:-build-gpu/lib.tar.gz}"
+tar -C /tmp/deepinfer_libs -xJf "${LIBS:-build-gpu/lib.tar.xz}"
 export LD_LIBRARY_PATH="/tmp/deepinfer_libs/lib:$LD_LIBRARY_PATH"
 for side in A B; do
   dir=$([ $side = A ] && echo "$1" || echo "$2")
-  mkdir -p "/tmp/ab_$side" && tar -C "/tmp/ab_$side" -xzf "$dir/bin.tar.gz"
+  mkdir -p "/tmp/ab_$side" && tar -C "/tmp/ab_$side" -xJf "$dir/bin.tar.xz"
 done
 [ -f /tmp/deepinfer_e2e/llama8b/config.json ] || timeout 300 python3 -c "import sys; sys.path.insert(0, 'scripts'); \
 import gpu_e2e; gpu_e2e.build_model('llama8b', '/tmp/deepinfer_e2e/llama8b')" > "$OUT/make_llama8b.log" 2>&1

@@ -25,9 +25,9 @@ for exe in $EXES; do
     grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcublas[^/]*|libcudart|libnccl)\.so' |
     while read -r lib; do cp -Ln "$lib" build-gpu/lib/ 2>/dev/null || true; done
 done
-# Compressed: the device tool carries at most 64 MiB with the working tree.
-tar -C build-gpu -czf build-gpu/lib.tar.gz lib && rm -rf build-gpu/lib
-tar -C build-gpu -czf build-gpu/bin.tar.gz bin && rm -rf build-gpu/bin
+# Compressed (xz: the device tool carries at most 64 MiB with the working tree).
+XZ_OPT=-9 tar -C build-gpu -cJf build-gpu/lib.tar.xz lib && rm -rf build-gpu/lib
+XZ_OPT=-9 tar -C build-gpu -cJf build-gpu/bin.tar.xz bin && rm -rf build-gpu/bin
 git rev-parse HEAD > build-gpu/COMMIT
 [ "${SKIP_BUILD:-0}" = 1 ] && echo "${STAGED_COMMIT:-unknown}" > build-gpu/COMMIT
 git status --short -- src tests tools CMakeLists.txt > build-gpu/DIRTY || true

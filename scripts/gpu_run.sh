@@ -33,9 +33,9 @@ done
 export LD_LIBRARY_PATH
 
 BIN=""
-[ -f build-gpu/bin.tar.gz ] && tar -C build-gpu -xzf build-gpu/bin.tar.gz
+[ -f build-gpu/bin.tar.xz ] && tar -C build-gpu -xJf build-gpu/bin.tar.xz
 if [ -x build-gpu/bin/deepinfer ]; then
-  mkdir -p /tmp/deepinfer_libs && tar -C /tmp/deepinfer_libs -xzf build-gpu/lib.tar.gz
+  mkdir -p /tmp/deepinfer_libs && tar -C /tmp/deepinfer_libs -xJf build-gpu/lib.tar.xz
   export LD_LIBRARY_PATH="/tmp/deepinfer_libs/lib:$LD_LIBRARY_PATH"
   if build-gpu/bin/deepinfer --help >/dev/null 2>/tmp/prebuilt_check.log; then
     BIN=build-gpu/bin
