@@ -33,9 +33,11 @@ done
 export LD_LIBRARY_PATH
 
 BIN=""
-[ -f build-gpu/bin.tar.xz ] && tar -C build-gpu -xJf build-gpu/bin.tar.xz
+# Python's tarfile reads xz whether or not the image has the xz tool.
+untar() { python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" "$2"; }
+[ -f build-gpu/bin.tar.xz ] && untar build-gpu/bin.tar.xz build-gpu
 if [ -x build-gpu/bin/deepinfer ]; then
-  mkdir -p /tmp/deepinfer_libs && tar -C /tmp/deepinfer_libs -xJf build-gpu/lib.tar.xz
+  mkdir -p /tmp/deepinfer_libs && untar build-gpu/lib.tar.xz /tmp/deepinfer_libs
   export LD_LIBRARY_PATH="/tmp/deepinfer_libs/lib:$LD_LIBRARY_PATH"
   if build-gpu/bin/deepinfer --help >/dev/null 2>/tmp/prebuilt_check.log; then
     BIN=build-gpu/bin
