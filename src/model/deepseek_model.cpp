@@ -35,14 +35,12 @@ DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& full_source
   config_.validate();
   const WeightSource* shard_source = &full_source;
   if (tp.active()) {
-    DI_CHECK(tp.comm != nullptr && mtp_layer < 0, "tensor parallelism: the decoder only, with a communicator");
-    tp_ = TpForward(tp, TpShardPlan::make(config_, tp.rank, tp.size, tp_ffn_unit(full_source, config_),
-                                          tp.expert_parallel));
-    if (tp.expert_parallel) ep_ = std::make_unique<ExpertParallelMoe>(backend_, *tp.comm);
-    sharded_ = std::make_unique<ShardedWeightSource>(full_source, tp_.plan(), HeadSizes::of(config_));
+    DI_CHECK(mtp_layer < 0, "tensor parallelism: the decoder only, not the MTP layer");
+    RankShard shard = shard_for_rank(config_, full_source, tp);
+    tp_ = shard.forward;
+    sharded_ = std::move(shard.source);
     shard_source = sharded_.get();
-    config_ = tp_.plan().local_config(config_);
-    config_.validate();
+    if (tp.expert_parallel) ep_ = std::make_unique<ExpertParallelMoe>(backend_, *tp.comm);
   }
   const WeightSource& source = *shard_source;
   const ModelConfig& c = config_;
@@ -385,17 +383,15 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
     ops::gather_rows(backend_, x, in.logit_rows, x_rows);
     ops::rms_norm(backend_, x_rows, output_norm_, eps, 0.0f, h_rows);
   }
-  const auto tp_floats = static_cast<int64_t>(tp_.logits_scratch_floats(R));
-  float* tp_scratch = tp_floats > 0 ? workspace_.view(DType::F32, {tp_floats}, off).data_as<float>() : nullptr;
-  tp_.logits(backend_, h_rows, output_, logits, tp_scratch);
+  tp_.logits(backend_, h_rows, output_, logits, workspace_, off);
 }
 
 const moe::ExpertPlacement* DeepseekModel::expert_placement(size_t moe_layer) const {
-  return ep_ && moe_layer < ep_->num_layers() ? &ep_->placement(moe_layer) : nullptr;
+  return ep_ ? ep_->find_placement(moe_layer) : nullptr;
 }
 
 void DeepseekModel::set_expert_placement(size_t moe_layer, const moe::ExpertPlacement& placement) {
-  DI_CHECK(ep_ && moe_layer < ep_->num_layers(), "MoE layer {} is not spread over ranks", moe_layer);
+  if (!ep_) Model::set_expert_placement(moe_layer, placement);  // refuses
   ep_->set_placement(moe_layer, placement);
 }
 

@@ -101,7 +101,8 @@ void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const
   // 1. Route this rank's tokens.
   Tensor logits = host_tensor(scratch(0, static_cast<size_t>(std::max<int64_t>(m, 1) * E)).data(), DType::F32,
                               {m, E});
-  std::vector<int32_t> ids(static_cast<size_t>(m * k));
+  ids_.resize(static_cast<size_t>(m * k));
+  std::vector<int32_t>& ids = ids_;
   Tensor ids_t = host_tensor(ids.data(), DType::I32, {m, k});
   Tensor weights_t = host_tensor(scratch(1, static_cast<size_t>(std::max<int64_t>(m * k, 1))).data(), DType::F32,
                                  {m, k});
@@ -115,7 +116,10 @@ void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const
   // 2. Each (token, choice) to a replica of its expert, grouped by owner rank.
   const int32_t spr = p.slots_per_rank();
   std::vector<int64_t> send_rows(static_cast<size_t>(size), 0), recv_rows(static_cast<size_t>(size), 0);
-  std::vector<int32_t> dest(static_cast<size_t>(m * k)), slot(static_cast<size_t>(m * k));
+  dest_.resize(static_cast<size_t>(m * k));
+  slot_.resize(static_cast<size_t>(m * k));
+  std::vector<int32_t>& dest = dest_;
+  std::vector<int32_t>& slot = slot_;
   for (int64_t t = 0; t < m; ++t) {
     for (int64_t j = 0; j < k; ++j) {
       const size_t c = static_cast<size_t>(t * k + j);
@@ -128,10 +132,12 @@ void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const
   std::vector<int64_t> offset(static_cast<size_t>(size) + 1, 0);
   for (int r = 0; r < size; ++r) offset[static_cast<size_t>(r) + 1] = offset[static_cast<size_t>(r)] + send_rows[static_cast<size_t>(r)];
   const int64_t S = offset.back();
-  std::vector<int64_t> position(static_cast<size_t>(m * k));  // where each choice sits in the send order
+  position_.resize(static_cast<size_t>(m * k));
+  std::vector<int64_t>& position = position_;  // where each choice sits in the send order
   std::vector<int64_t> cursor(offset.begin(), offset.end() - 1);
   float* send_x = scratch(2, static_cast<size_t>(std::max<int64_t>(S, 1) * hidden)).data();
-  std::vector<int32_t> send_slot(static_cast<size_t>(std::max<int64_t>(S, 1)));
+  send_slot_.resize(static_cast<size_t>(std::max<int64_t>(S, 1)));
+  std::vector<int32_t>& send_slot = send_slot_;
   for (int64_t c = 0; c < m * k; ++c) {
     const int64_t at = cursor[static_cast<size_t>(dest[static_cast<size_t>(c)])]++;
     position[static_cast<size_t>(c)] = at;
@@ -147,7 +153,8 @@ void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const
   int64_t R = 0;
   for (int64_t r : recv_rows) R += r;
   float* recv_x = scratch(3, static_cast<size_t>(std::max<int64_t>(R, 1) * hidden)).data();
-  std::vector<int32_t> recv_slot(static_cast<size_t>(std::max<int64_t>(R, 1)));
+  recv_slot_.resize(static_cast<size_t>(std::max<int64_t>(R, 1)));
+  std::vector<int32_t>& recv_slot = recv_slot_;
   comm_.all_to_all(host_tensor(send_x, DType::F32, {S, hidden}), send_rows,
                    host_tensor(recv_x, DType::F32, {R, hidden}), recv_rows);
   comm_.all_to_all(host_tensor(send_slot.data(), DType::I32, {S, 1}), send_rows,
@@ -177,7 +184,8 @@ void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const
   const Tensor own_t = host_tensor(own, DType::F32, {m, hidden});
   if (m > 0 && w.shared.gate.defined()) {
     std::vector<float>& gate = scratch(8, static_cast<size_t>(2 * m));
-    std::vector<int32_t> zero_ids(static_cast<size_t>(m), 0);
+    zero_ids_.assign(static_cast<size_t>(m), 0);
+    std::vector<int32_t>& zero_ids = zero_ids_;
     const Tensor gate_logits = host_tensor(gate.data(), DType::F32, {m, 1});
     const Tensor gate_weights = host_tensor(gate.data() + m, DType::F32, {m, 1});
     const Tensor gate_ids = host_tensor(zero_ids.data(), DType::I32, {m, 1});
@@ -210,7 +218,8 @@ void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const
 }
 
 void ExpertParallelMoe::set_placement(size_t layer, moe::ExpertPlacement next) {
-  Layer& l = layers_.at(layer);
+  DI_CHECK(layer < layers_.size(), "expert parallelism: no MoE layer {} (of {})", layer, layers_.size());
+  Layer& l = layers_[layer];
   const moe::ExpertPlacement& old = l.placement;
   DI_CHECK(next.num_logical() == old.num_logical() && next.num_ranks() == old.num_ranks(),
            "expert parallelism: a placement of {} experts over {} ranks replaces one of {} over {}",

@@ -38,7 +38,10 @@ class ExpertParallelMoe {
   // [experts, ...]) of which this rank keeps its slots of `placement`.
   void add_layer(const MoeExpertWeights& full, moe::ExpertPlacement placement);
   size_t num_layers() const { return layers_.size(); }
-  const moe::ExpertPlacement& placement(size_t layer) const { return layers_.at(layer).placement; }
+  // The layer's placement; null for a layer it does not have.
+  const moe::ExpertPlacement* find_placement(size_t layer) const {
+    return layer < layers_.size() ? &layers_[layer].placement : nullptr;
+  }
   const MoeExpertWeights& local_experts(size_t layer) const { return layers_.at(layer).local; }
 
   // out[n, hidden] = the layer's mixture of h[n, hidden] (routed experts and,
@@ -68,8 +71,11 @@ class ExpertParallelMoe {
   Backend& backend_;
   Communicator& comm_;
   std::vector<Layer> layers_;
+  // Host buffers of forward(), kept between calls (grown, never shrunk).
   std::vector<std::vector<float>> scratch_;
   std::vector<uint8_t> workspace_;
+  std::vector<int32_t> ids_, dest_, slot_, send_slot_, recv_slot_, zero_ids_;
+  std::vector<int64_t> position_;
 };
 
 }  // namespace deepinfer

@@ -296,13 +296,15 @@ size_t TpForward::logits_scratch_floats(int64_t rows) const {
 }
 
 void TpForward::logits(Backend& backend, const Tensor& h_rows, const Tensor& output, Tensor logits,
-                       float* scratch) const {
+                       const Buffer& workspace, size_t offset) const {
   if (!active()) {
     ops::linear(backend, h_rows, output, Tensor(), logits);
     return;
   }
   const int64_t R = h_rows.size(0), V_max = plan_.vocab_max, vocab = logits.size(1);
   if (R == 0) return;
+  float* scratch =
+      workspace.view(DType::F32, {static_cast<int64_t>(logits_scratch_floats(R))}, offset).data_as<float>();
   DI_CHECK(logits.is_contiguous() && logits.dtype() == DType::F32 && vocab == plan_.vocab_size,
            "tensor-parallel logits must be a contiguous f32 [rows, vocab], got {}", logits.describe());
   // Every rank sends R x V_max floats (its R x V_r logits first): equal sizes
@@ -319,6 +321,17 @@ void TpForward::logits(Backend& backend, const Tensor& h_rows, const Tensor& out
     backend.copy_rows_async(logits.data_as<float>() + v.begin, pitch, src, v.size() * sizeof(float),
                             v.size() * sizeof(float), R);
   }
+}
+
+RankShard shard_for_rank(ModelConfig& config, const WeightSource& full, TensorParallel tp) {
+  DI_CHECK(tp.active() && tp.comm != nullptr, "tensor parallelism without a communicator");
+  RankShard shard;
+  shard.forward = TpForward(tp, TpShardPlan::make(config, tp.rank, tp.size, tp_ffn_unit(full, config),
+                                                  tp.expert_parallel));
+  shard.source = std::make_unique<ShardedWeightSource>(full, shard.forward.plan(), HeadSizes::of(config));
+  config = shard.forward.plan().local_config(config);
+  config.validate();
+  return shard;
 }
 
 }  // namespace deepinfer

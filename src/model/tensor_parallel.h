@@ -11,6 +11,7 @@
 #pragma once
 
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -127,12 +128,22 @@ class TpForward {
   // Bytes of f32 scratch logits() needs for `rows` logit rows.
   size_t logits_scratch_floats(int64_t rows) const;
   // The rank's vocabulary slice of the output projection, everyone's gathered
-  // into logits f32[rows, vocab] (contiguous); scratch: logits_scratch_floats.
-  void logits(Backend& backend, const Tensor& h_rows, const Tensor& output, Tensor logits, float* scratch) const;
+  // into logits f32[rows, vocab] (contiguous); the scratch is
+  // logits_scratch_floats(rows) floats of `workspace` from `offset`.
+  void logits(Backend& backend, const Tensor& h_rows, const Tensor& output, Tensor logits, const Buffer& workspace,
+              size_t offset) const;
 
  private:
   TensorParallel tp_;
   TpShardPlan plan_;
 };
+
+// One model's rank under tensor parallelism (tp.active()): its plan and the
+// source of its slices; `config`, the full model's, becomes the rank's.
+struct RankShard {
+  TpForward forward;
+  std::unique_ptr<ShardedWeightSource> source;
+};
+RankShard shard_for_rank(ModelConfig& config, const WeightSource& full, TensorParallel tp);
 
 }  // namespace deepinfer
