@@ -142,10 +142,13 @@ void run_group(ChannelKind kind, int size, const RankBody& body, std::chrono::mi
           vote_comm.barrier();
           moe_comm.barrier();
         }
-      } catch (...) {
+      } catch (const std::exception& e) {
         errors[static_cast<size_t>(r)] = std::current_exception();
-        fake_vote.abort("rank " + std::to_string(r) + " failed");
-        fake_moe.abort("rank " + std::to_string(r) + " failed");
+        // The cause goes along: a peer waiting in the other group reports it,
+        // whichever rank's error is rethrown.
+        const std::string why = "rank " + std::to_string(r) + " failed: " + e.what();
+        fake_vote.abort(why);
+        fake_moe.abort(why);
       }
     });
   }
