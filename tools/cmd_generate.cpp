@@ -4,12 +4,14 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "command.h"
 #include "core/error.h"
 #include "core/json_parse.h"
 #include "core/logging.h"
 #include "deepinfer/llm.h"
+#include "dist/host_exchange.h"
 #include "engine/generate_io.h"
 #include "engine_flags.h"
 
@@ -31,8 +33,23 @@ struct GenerateFlags {
   bool quiet = false;
 };
 
-std::vector<GenerateInput> read_jsonl(const std::string& path, const SamplingParams& defaults) {
-  DI_CHECK(std::ifstream(path).good(), "cannot read input file '{}'", path);
+// The input file's text: on a data-parallel group, rank 0 reads it and hands
+// it to the others (the file need not exist on their nodes).
+std::string read_input(const std::string& path, const std::optional<Engine::DataParallelRank>& dp) {
+  std::string text;
+  if (!dp || dp->rank == 0) {
+    std::ifstream in(path, std::ios::binary);
+    DI_CHECK(in.good(), "cannot read input file '{}'", path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  if (dp) broadcast_string(*dp->control, text, 0);
+  return text;
+}
+
+std::vector<GenerateInput> parse_jsonl(const std::string& path, const std::string& text,
+                                       const SamplingParams& defaults) {
   nlohmann::ordered_json default_fields = nlohmann::ordered_json::object();
   default_fields["temperature"] = defaults.temperature;
   default_fields["max_tokens"] = *defaults.max_tokens;
@@ -41,7 +58,8 @@ std::vector<GenerateInput> read_jsonl(const std::string& path, const SamplingPar
   JsonLimits limits;
   limits.duplicates = DuplicateKeys::LastWins;
   // Ordered: a JSON schema's properties keep the order they were written in.
-  for_each_jsonl_object(path, limits, [&](nlohmann::ordered_json&& j, const std::string& where) {
+  std::istringstream in(text);
+  for_each_jsonl_object(in, path, limits, [&](nlohmann::ordered_json&& j, const std::string& where) {
     inputs.push_back(parse_generate_input(j, default_fields, where));
   });
   return inputs;
@@ -72,12 +90,45 @@ void print_kv_tier_summary(const EngineStats& st) {
   std::fprintf(stderr, "\n");
 }
 
+// A data-parallel group's share of the inputs for `rank`: every size-th one.
+std::vector<GenerateInput> share_of(const std::vector<GenerateInput>& inputs, int rank, int size) {
+  std::vector<GenerateInput> mine;
+  for (size_t i = static_cast<size_t>(rank); i < inputs.size(); i += static_cast<size_t>(size)) mine.push_back(inputs[i]);
+  return mine;
+}
+
+// The output lines of every input, in input order: this rank's own, or on a
+// data-parallel group every rank's (share_of's order) on rank 0, nothing on the others.
+std::vector<std::string> collect_lines(std::vector<std::string> mine, size_t total,
+                                       const std::optional<Engine::DataParallelRank>& dp) {
+  if (!dp) return mine;
+  std::string joined;
+  for (const std::string& line : mine) joined += line + "\n";
+  const std::vector<std::string> all = all_gather_strings(*dp->control, joined);
+  if (dp->rank != 0) return {};
+  std::vector<std::vector<std::string>> per_rank(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    std::istringstream in(all[r]);
+    for (std::string line; std::getline(in, line);) per_rank[r].push_back(std::move(line));
+  }
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < total; ++i) {
+    const size_t r = i % all.size(), k = i / all.size();
+    DI_CHECK(k < per_rank[r].size(), "data parallel: rank {} returned {} outputs, fewer than its share", r,
+             per_rank[r].size());
+    lines.push_back(std::move(per_rank[r][k]));
+  }
+  return lines;
+}
+
 int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) {
-  std::vector<GenerateInput> inputs = read_jsonl(g.input_path, defaults);
-  DI_CHECK(!inputs.empty(), "input file '{}' holds no prompts", g.input_path);
+  const std::optional<Engine::DataParallelRank> dp = llm.engine().data_parallel();
+  const std::vector<GenerateInput> all_inputs = parse_jsonl(g.input_path, read_input(g.input_path, dp), defaults);
+  DI_CHECK(!all_inputs.empty(), "input file '{}' holds no prompts", g.input_path);
+  const std::vector<GenerateInput> inputs = dp ? share_of(all_inputs, dp->rank, dp->size) : all_inputs;
   const auto start = std::chrono::steady_clock::now();
   auto progress = [&](const GenerateProgress& p) {
-    if (g.quiet) return;
+    if (g.quiet || (dp && dp->rank != 0)) return;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const int width = 30;
     const int filled = static_cast<int>(width * p.finished / std::max<size_t>(p.total, 1));
@@ -86,8 +137,17 @@ int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) 
                  p.generated_tokens / std::max(secs, 1e-9));
     if (p.finished == p.total) std::fprintf(stderr, "\n");
   };
-  std::vector<CompletionOutput> outputs = llm.generate(inputs, progress);
+  const std::vector<CompletionOutput> outputs = llm.generate(inputs, progress);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const bool speculative = llm.engine().config().speculative.enabled();
+  std::vector<std::string> mine;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    nlohmann::json j = completion_json(outputs[i], speculative);
+    j["index"] = dp ? i * static_cast<size_t>(dp->size) + static_cast<size_t>(dp->rank) : i;
+    mine.push_back(j.dump());
+  }
+  const std::vector<std::string> lines = collect_lines(std::move(mine), all_inputs.size(), dp);
+  if (dp && dp->rank != 0) return 0;
 
   std::ofstream out_file;
   std::ostream* out = &std::cout;
@@ -98,30 +158,32 @@ int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) 
   }
   int64_t prompt_tokens = 0, generated = 0, cached = 0;
   double ttft_sum = 0;
-  const bool speculative = llm.engine().config().speculative.enabled();
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const CompletionOutput& o = outputs[i];
-    int64_t completion_tokens = 0;
-    for (const auto& c : o.choices) completion_tokens += static_cast<int64_t>(c.token_ids.size());
-    nlohmann::json j = completion_json(o, speculative);
-    j["index"] = i;
-    *out << j.dump() << "\n";
-    prompt_tokens += static_cast<int64_t>(o.prompt_ids.size());
-    generated += completion_tokens;
-    cached += o.num_cached_prompt_tokens;
-    ttft_sum += o.time_to_first_token_s;
+  for (const std::string& line : lines) {
+    *out << line << "\n";
+    // The totals from the lines themselves: on a data-parallel group they
+    // hold every rank's outputs.
+    const nlohmann::json j = nlohmann::json::parse(line);
+    prompt_tokens += j.value("prompt_tokens", int64_t{0});
+    generated += j.value("completion_tokens", int64_t{0});
+    cached += j.value("cached_prompt_tokens", int64_t{0});
+    ttft_sum += j.value("time_to_first_token_s", 0.0);
   }
   out->flush();
   std::fprintf(stderr,
                "summary: %zu requests, %lld prompt tokens (%lld from prefix cache), %lld generated tokens in "
-               "%.2f s: %.1f generated tok/s, %.1f total tok/s, mean time to first token %.3f s\n",
-               outputs.size(), static_cast<long long>(prompt_tokens), static_cast<long long>(cached),
+               "%.2f s: %.1f generated tok/s, %.1f total tok/s, mean time to first token %.3f s%s\n",
+               lines.size(), static_cast<long long>(prompt_tokens), static_cast<long long>(cached),
                static_cast<long long>(generated), secs, generated / secs, (prompt_tokens + generated) / secs,
-               ttft_sum / outputs.size());
+               ttft_sum / static_cast<double>(lines.size()),
+               dp ? fmt::format(" ({} data-parallel ranks)", dp->size).c_str() : "");
   const EngineStats st = llm.engine().stats();
   std::fprintf(stderr, "steps: %lld (%lld as graphs), device busy %.1f ms, idle %.1f ms between steps (max %.2f ms)\n",
                static_cast<long long>(st.steps), static_cast<long long>(st.graph_steps), st.device_busy_ms,
                st.device_idle_ms, st.device_idle_max_ms);
+  if (dp) {
+    std::fprintf(stderr, "data parallel (rank 0): %lld group votes, %lld padding steps for the group's collectives\n",
+                 static_cast<long long>(st.group_votes), static_cast<long long>(st.padding_steps));
+  }
   if (st.grammar_masked_rows > 0) {
     std::fprintf(stderr, "structured output: %lld rows masked, %.1f ms filling masks (%.1f us per row)\n",
                  static_cast<long long>(st.grammar_masked_rows), st.grammar_mask_ms,
@@ -184,6 +246,10 @@ int run_generate(int argc, char** argv) {
     input.messages.push_back({{"role", "user"}, {"content", g.prompt}});
   } else {
     input.prompt = g.prompt;
+  }
+  if (const auto dp = llm.engine().data_parallel(); dp && dp->rank != 0) {
+    llm.engine().drain_group();  // rank 0 runs the prompt; this rank steps with it
+    return 0;
   }
   const auto start = std::chrono::steady_clock::now();
   CompletionOutput o = llm.stream(input, [](std::string_view text) {

@@ -30,6 +30,18 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                "MoE models on several ranks: each rank holds whole experts (an EPLB placement with live "
                "re-placement: --eplb-window-steps, --eplb-interval-steps, --eplb-redundant-slots) and tokens "
                "travel to them; CPU only for now");
+  app.add_option("--data-parallel-size,--dp", c.data_parallel_size,
+                 "ranks (processes) that each run the whole model on their own requests; with "
+                 "--enable-expert-parallel their MoE layers share one expert-parallel group and vote on every "
+                 "step's type; without a launcher the ranks are started on this machine")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--dp-vote-mode", f.dp_vote_mode,
+                 "data parallel + expert parallel: when the group prefills: any (a rank's waiting prompt, at most "
+                 "every --dp-vote-interval steps) or all (when every rank is ready)")
+      ->check(CLI::IsMember({"any", "all"}));
+  app.add_option("--dp-vote-interval", f.dp_vote_interval,
+                 "data parallel + expert parallel: steps between two group prefills (default: 4 for any, 1 for all)")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--threads", c.num_threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 1024));
   app.add_option("--max-model-len", c.max_model_len, "maximum tokens per sequence (prompt + output)")
       ->check(CLI::Range(0, 1 << 24));
@@ -122,14 +134,26 @@ EngineConfig finish_engine_flags(EngineFlags& f, const char* argv0) {
   c.kv_cache_dir_bytes = static_cast<uint64_t>(f.kv_cache_dir_gib * 1073741824.0);
   if (!f.speculative_config.empty()) c.speculative = spec::SpeculativeConfig::parse(f.speculative_config);
   c = with_environment(std::move(c));
-  if (c.tensor_parallel_size > 1 && c.dist.world_size == 1) {
-    DI_CHECK(f.start_local_ranks,
-             "--tensor-parallel-size {} from Python needs a launcher (torchrun, mpirun or srun) to start the ranks",
-             c.tensor_parallel_size);
-    c.dist = start_local_ranks(c.tensor_parallel_size, c.dist.timeout);
+  GroupVoteConfig& vote = c.data_parallel_vote;
+  vote.mode = f.dp_vote_mode == "all" ? VoteMode::All : VoteMode::Any;
+  if (f.dp_vote_interval > 0) {
+    (vote.mode == VoteMode::All ? vote.all_interval_steps : vote.any_interval_steps) = f.dp_vote_interval;
   }
-  // A follower rank never returns to the command: it runs rank 0's steps.
-  if (c.dist.rank > 0) std::exit(run_follower_rank(std::move(c)));
+  DI_CHECK(c.tensor_parallel_size == 1 || c.data_parallel_size == 1,
+           "--tensor-parallel-size {} with --data-parallel-size {}: one or the other for now (a data-parallel rank "
+           "of several tensor-parallel ranks is not built yet)",
+           c.tensor_parallel_size, c.data_parallel_size);
+  const int32_t ranks = c.tensor_parallel_size * c.data_parallel_size;
+  if (ranks > 1 && c.dist.world_size == 1) {
+    DI_CHECK(f.start_local_ranks,
+             "--tensor-parallel-size / --data-parallel-size {} from Python needs a launcher (torchrun, mpirun or "
+             "srun) to start the ranks",
+             ranks);
+    c.dist = start_local_ranks(ranks, c.dist.timeout);
+  }
+  // A tensor-parallel follower never returns to the command: it runs rank 0's
+  // steps. A data-parallel rank runs the command on its own share of the work.
+  if (c.dist.rank > 0 && c.data_parallel_size == 1) std::exit(run_follower_rank(std::move(c)));
   if (!f.cost_model_path.empty()) {
     std::ifstream in(f.cost_model_path);
     DI_CHECK(in.good(), "cannot read cost model file '{}'", f.cost_model_path);

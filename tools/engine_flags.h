@@ -20,6 +20,8 @@ struct EngineFlags {
   // --tensor-parallel-size without a launcher starts the other ranks as
   // copies of this process (the CLI); an embedding process (Python) cannot.
   bool start_local_ranks = true;
+  std::string dp_vote_mode = "any";  // --dp-vote-mode
+  int32_t dp_vote_interval = 0;      // --dp-vote-interval; 0 = the mode's default
 };
 
 void add_engine_flags(CLI::App& app, EngineFlags& flags);

@@ -47,7 +47,7 @@ void watch_follower(int rank, pid_t pid) {
   } while (got < 0 && errno == EINTR);
   if (got != pid) return;
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;  // stopped by rank 0
-  log_error("tensor parallel: rank {} (pid {}) {} {}; stopping", rank, pid,
+  log_error("rank {} (pid {}) {} {}; stopping", rank, pid,
               WIFSIGNALED(status) ? "was killed by signal" : "exited with status",
               WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
   std::_Exit(1);
@@ -56,7 +56,7 @@ void watch_follower(int rank, pid_t pid) {
 }  // namespace
 
 DistConfig start_local_ranks(int world_size, std::chrono::milliseconds timeout) {
-  DI_CHECK(world_size >= 2 && world_size <= 64, "--tensor-parallel-size {} out of range [1, 64]", world_size);
+  DI_CHECK(world_size >= 2 && world_size <= 64, "{} ranks out of range [2, 64]", world_size);
   char dir_template[] = "/tmp/deepinfer-ranks-XXXXXX";
   DI_CHECK(mkdtemp(dir_template) != nullptr, "cannot create a rendezvous directory under /tmp");
   const std::string init = std::string("file://") + dir_template;
@@ -65,7 +65,7 @@ DistConfig start_local_ranks(int world_size, std::chrono::milliseconds timeout) 
   for (int rank = 1; rank < world_size; ++rank) {
     std::fflush(nullptr);
     const pid_t pid = fork();
-    DI_CHECK(pid >= 0, "cannot start tensor-parallel rank {}", rank);
+    DI_CHECK(pid >= 0, "cannot start rank {}", rank);
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() == 1) _exit(1);  // rank 0 is already gone
@@ -80,13 +80,13 @@ DistConfig start_local_ranks(int world_size, std::chrono::milliseconds timeout) 
       for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
       execv("/proc/self/exe", argv.data());
-      std::fprintf(stderr, "error: cannot start tensor-parallel rank %d\n", rank);
+      std::fprintf(stderr, "error: cannot start rank %d\n", rank);
       _exit(127);
     }
     pids.push_back(pid);
   }
   for (size_t i = 0; i < pids.size(); ++i) std::thread(watch_follower, static_cast<int>(i) + 1, pids[i]).detach();
-  log_info("tensor parallel: started ranks 1..{} (rendezvous {})", world_size - 1, init);
+  log_info("started ranks 1..{} on this machine (rendezvous {})", world_size - 1, init);
   DistConfig d;
   d.rank = 0;
   d.world_size = world_size;

@@ -1,4 +1,4 @@
-// `--tensor-parallel-size N` without a launcher: this process becomes rank 0
+// `--tensor-parallel-size N` or `--data-parallel-size N` without a launcher: this process becomes rank 0
 // and starts ranks 1..N-1 itself — the same binary and command line, told
 // their rank through the launcher variables (RANK, WORLD_SIZE, LOCAL_RANK)
 // and a rendezvous directory of their own. The followers die with rank 0

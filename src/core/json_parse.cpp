@@ -160,12 +160,17 @@ void for_each_jsonl_object(const std::string& path, const JsonLimits& limits,
                            const std::function<void(nlohmann::ordered_json&& object, const std::string& where)>& fn) {
   std::ifstream in(path);
   DI_CHECK(in.good(), "cannot read '{}'", path);
+  for_each_jsonl_object(in, path, limits, fn);
+}
+
+void for_each_jsonl_object(std::istream& in, const std::string& name, const JsonLimits& limits,
+                           const std::function<void(nlohmann::ordered_json&& object, const std::string& where)>& fn) {
   std::string line;
   size_t line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(line_no);
+    const std::string where = name + ":" + std::to_string(line_no);
     nlohmann::ordered_json j = parse_ordered_json(line, where, limits);
     DI_CHECK(j.is_object(), "{}: not a JSON object", where);
     fn(std::move(j), where);

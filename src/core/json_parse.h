@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <istream>
 #include <string>
 #include <string_view>
 
@@ -35,6 +36,9 @@ nlohmann::ordered_json parse_ordered_json(std::string_view text, std::string_vie
 // `where` being "path:line" for error messages. Throws Error when the file
 // cannot be read or a line is not a JSON object.
 void for_each_jsonl_object(const std::string& path, const JsonLimits& limits,
+                           const std::function<void(nlohmann::ordered_json&& object, const std::string& where)>& fn);
+// The same over a stream, its lines named `name`:N in errors.
+void for_each_jsonl_object(std::istream& in, const std::string& name, const JsonLimits& limits,
                            const std::function<void(nlohmann::ordered_json&& object, const std::string& where)>& fn);
 
 // Text for an error message, cut to kExcerptBytes: values and keys come from

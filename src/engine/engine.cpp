@@ -10,6 +10,7 @@
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "dist/gloo_communicator.h"
 #include "engine/draft_model_proposer.h"
 #include "engine/mtp_proposer.h"
 #include "engine/output_processor.h"
@@ -22,6 +23,7 @@
 #include "runner/model_runner.h"
 #include "runner/penalty_state.h"
 #include "runner/rng.h"
+#include "sched/group_vote.h"
 #include "sched/scheduler.h"
 #include "sched/step_plan_builder.h"
 #include "structured/grammar_compiler.h"
@@ -122,7 +124,8 @@ void Engine::move_experts() {
     model.set_expert_placement(k, *placement);
   }
   log_info("expert parallel: experts of {} MoE layers re-placed over {} ranks (weights moved between ranks)",
-           monitor.moe_layers().size(), parts_.config.tensor_parallel_size);
+           monitor.moe_layers().size(),
+           std::max(parts_.config.tensor_parallel_size, parts_.config.data_parallel_size));
 }
 
 void Engine::observe_for_mtp(const InflightStep& step) {
@@ -560,7 +563,7 @@ std::vector<RequestOutput> Engine::step() {
     keep_proposer_up();
   }
 
-  ScheduledBatch batch = parts_.scheduler->schedule();
+  ScheduledBatch batch = schedule();
   stats_.num_preemptions += static_cast<int64_t>(batch.preempted.size());
   // Launch this step before finishing the previous one: the device works on
   // it while the host reads the previous step's tokens.
@@ -568,6 +571,8 @@ std::vector<RequestOutput> Engine::step() {
   if (!batch.empty()) {
     inflight_ = std::make_unique<InflightStep>(launch(batch));
     inflight_->drafting = drafting;
+  } else if (group_forward_) {
+    inflight_ = std::make_unique<InflightStep>(launch_padding());
   }
   if (previous) complete(*previous, outputs);
   // The new step's grammar masks need the tokens just read: the device runs
@@ -589,6 +594,68 @@ std::vector<RequestOutput> Engine::step() {
     if (batch.empty() && !kv_loading_.empty()) std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
   return outputs;
+}
+
+ScheduledBatch Engine::schedule() {
+  if (!parts_.group_vote) return parts_.scheduler->schedule();
+  GroupVote& vote = *parts_.group_vote;
+  const Scheduler& sched = *parts_.scheduler;
+  GroupVote::LocalState local;
+  // A request reading its prefix from a KV tier is prefill work to come.
+  local.waiting_prefill_tokens = sched.pending_prompt_tokens() + static_cast<int64_t>(kv_loading_.size());
+  local.has_waiting_prefill = local.waiting_prefill_tokens > 0;
+  // A step in flight is work too: its results are read by a later step().
+  local.has_running_decodes = sched.has_decodes() || inflight_ != nullptr;
+  ++stats_.group_votes;
+  ScheduledBatch batch;
+  bool prefill = false;
+  if (vote.propose(local) == StepType::Prefill) {
+    batch = parts_.scheduler->schedule(true);
+    // No rank got prefill work (no KV memory): the group decodes, and this
+    // rank's batch, which then holds no prompt chunk, is its decode step.
+    prefill = vote.confirm(batch.num_prompt_tokens > 0).type == StepType::Prefill;
+  } else {
+    batch = parts_.scheduler->schedule(false);
+  }
+  bool decodes = false, waiting = false;
+  for (const GroupVote::RankVote& v : vote.votes()) {
+    decodes = decodes || v.has_running_decodes;
+    waiting = waiting || v.has_waiting_prefill;
+  }
+  group_busy_ = decodes || waiting;
+  // With experts spread over the group, every rank runs the forward of a step
+  // in which any rank computes something (the MoE layers' collectives); all
+  // ranks derive this from the same gathered votes.
+  group_forward_ = parts_.config.enable_expert_parallel && (prefill || decodes);
+  DI_CHECK(batch.empty() || prefill || decodes,
+           "data parallel: rank {} scheduled {} tokens in a step its group voted empty", parts_.config.dist.rank,
+           batch.num_tokens);
+  return batch;
+}
+
+Engine::InflightStep Engine::launch_padding() {
+  InflightStep step;
+  step.id = next_step_id_++;
+  step.slot = parts_.runner->launch_padding();
+  if (parts_.kv_tiers) parts_.kv_tiers->step_launched(step.id);
+  ++stats_.padding_steps;
+  return step;
+}
+
+std::optional<Engine::DataParallelRank> Engine::data_parallel() const {
+  if (!parts_.group_vote) return std::nullopt;
+  return DataParallelRank{parts_.config.dist.rank, parts_.config.dist.world_size, parts_.control_group.get()};
+}
+
+void Engine::drain_group() {
+  if (!parts_.group_vote) return;
+  // Every rank votes at least once here, so that a rank that had no work
+  // (and never stepped) meets the others' votes; all ranks leave after the
+  // same vote, the first that shows no work anywhere. The outputs are of this
+  // rank's own requests, if any are left, which the caller no longer reads.
+  do {
+    step();
+  } while (has_unfinished() || group_busy_);
 }
 
 std::optional<RequestSummary> Engine::summary(uint64_t request_id) const {

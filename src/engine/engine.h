@@ -27,6 +27,7 @@
 namespace deepinfer {
 
 struct StepPlan;
+class Communicator;
 class MtpProposer;
 namespace cpu {
 class ThreadPool;
@@ -47,6 +48,10 @@ struct EngineStats {
   int64_t prompt_tokens = 0;
   int64_t generation_tokens = 0;
   int64_t steps = 0;
+  // Data parallelism: steps that ran one padding token for the group's
+  // collectives (no work of this rank's own), and group votes held.
+  int64_t padding_steps = 0;
+  int64_t group_votes = 0;
   // Sampling rows whose logits were copied to the host (host sampling, logprobs).
   int64_t logits_rows_copied = 0;
   // Device timeline (from events around every step): time the device spent
@@ -136,6 +141,21 @@ class Engine {
   // whose outputs it returns, so the device never waits for the host.
   std::vector<RequestOutput> step();
   bool has_unfinished() const { return !requests_.empty(); }
+  // Data parallelism (--data-parallel-size > 1): this rank and its group. The
+  // ranks step together (a vote before every step), so a rank keeps calling
+  // step() while group_busy(), its own requests done or not; an idle group's
+  // step() only votes. `control` carries the commands' own exchanges between
+  // ranks (inputs, outputs), never during a step().
+  struct DataParallelRank {
+    int rank = 0;
+    int size = 1;
+    Communicator* control = nullptr;
+  };
+  std::optional<DataParallelRank> data_parallel() const;
+  // Some rank of the group had work at the last vote (false without a group).
+  bool group_busy() const { return group_busy_; }
+  // Steps until no rank of the group has work (own requests finished first).
+  void drain_group();
   bool pipelined() const { return parts_.config.zero_overhead_scheduling; }
 
   // Summary of a request that finished in the last step() (valid until the next step).
@@ -159,6 +179,12 @@ class Engine {
   // A launched step waiting for its results.
   struct InflightStep;
   InflightStep launch(const ScheduledBatch& batch);
+  // The step's batch; in a data-parallel group after the group's vote on the
+  // step's type, setting group_busy_ and group_forward_.
+  ScheduledBatch schedule();
+  // A forward of one padding token: a data-parallel rank without work of its
+  // own in a step its group's MoE collectives need it in.
+  InflightStep launch_padding();
   // Waits for the step's results and turns them into outputs; rows of
   // requests that finished, were aborted or were preempted meanwhile are dropped.
   void complete(const InflightStep& step, std::vector<RequestOutput>& outputs);
@@ -217,6 +243,8 @@ class Engine {
   EngineStats stats_;
   uint64_t next_step_id_ = 1;
   std::unique_ptr<InflightStep> inflight_;  // the launched step not yet completed (pipelined loop)
+  bool group_busy_ = false;     // data parallel: some rank had work at the last vote
+  bool group_forward_ = false;  // data parallel with experts: every rank runs this step's forward
 };
 
 }  // namespace deepinfer

@@ -12,6 +12,7 @@
 #include "core/logging.h"
 #include "dist/device_communicator.h"
 #include "dist/gloo_communicator.h"
+#include "engine/gloo_vote_channel.h"
 #include "engine/step_broadcast.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_storage.h"
@@ -21,6 +22,7 @@
 #include "model/model_loader.h"
 #include "moe/expert_load_monitor.h"
 #include "runner/model_runner.h"
+#include "sched/group_vote.h"
 #include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -206,15 +208,57 @@ void build_kv_tiers(EngineParts& p) {
   build_kv_transport(p);
 }
 
+// The ranks of --data-parallel-size > 1: the control channel and its vote,
+// and with expert parallelism the MoE layers' group.
+TensorParallel build_data_parallel_group(EngineParts& p) {
+  EngineConfig& c = p.config;
+  const DistConfig& d = c.dist;
+  DI_CHECK(d.world_size == c.data_parallel_size,
+           "--data-parallel-size {} but the launcher started {} rank(s) (WORLD_SIZE or equivalent): one process per "
+           "data-parallel rank",
+           c.data_parallel_size, d.world_size);
+  DI_CHECK(!c.enable_expert_parallel || (c.speculative.method != spec::SpecMethod::DraftModel &&
+                                         c.speculative.method != spec::SpecMethod::Mtp),
+           "--data-parallel-size {} with --enable-expert-parallel: draft-model and MTP speculation run forwards "
+           "of their own, which the group's steps do not align (n-gram and suffix speculation work)",
+           c.data_parallel_size);
+  DI_CHECK(c.kv_transport_listen.empty() && !c.kv_transport_fetch,
+           "--data-parallel-size {}: --kv-transport serves one engine per node; run one engine per rank behind "
+           "`deepinfer router` instead",
+           c.data_parallel_size);
+  const auto t0 = std::chrono::steady_clock::now();
+  p.control_group = std::make_unique<GlooCommunicator>(d, "control");
+  p.vote_channel = std::make_unique<GlooVoteChannel>(*p.control_group);
+  p.group_vote = std::make_unique<GroupVote>(c.data_parallel_vote, *p.vote_channel);
+  TensorParallel tp;
+  if (c.enable_expert_parallel) {
+    p.device_group = make_device_communicator(*p.backend, d, *p.control_group, "ep");
+    tp.data_parallel_experts = p.device_group.get();
+    // The experts move between ranks at a step boundary every rank reaches
+    // at the same point: a step is finished before the next is planned.
+    c.zero_overhead_scheduling = false;
+  }
+  const GroupVoteConfig& v = c.data_parallel_vote;
+  log_info("engine: data-parallel rank {} of {} (local rank {}), joined through {} in {:.2f} s; {}; group vote {} "
+           "(every {} step(s){})",
+           d.rank, d.world_size, d.local_rank, d.init_method, seconds_since(t0),
+           c.enable_expert_parallel ? fmt::format("experts spread over the group ({} collectives)", p.device_group->name())
+                                    : std::string("the whole model on every rank"),
+           vote_mode_name(v.mode), v.mode == VoteMode::All ? v.all_interval_steps : v.any_interval_steps,
+           v.mode == VoteMode::All ? fmt::format(", at most {} steps' wait", v.all_max_wait_steps) : std::string());
+  return tp;
+}
+
 // The ranks of --tensor-parallel-size > 1: the control channel and the
 // device group, joined through the launcher's rendezvous.
 TensorParallel build_rank_group(EngineParts& p) {
   const EngineConfig& c = p.config;
   const DistConfig& d = c.dist;
+  if (c.data_parallel_size > 1) return build_data_parallel_group(p);
   if (c.tensor_parallel_size <= 1 && d.world_size <= 1) return {};
   DI_CHECK(d.world_size == c.tensor_parallel_size,
            "--tensor-parallel-size {} but the launcher started {} rank(s) (WORLD_SIZE or equivalent): one process "
-           "per tensor-parallel rank (data parallelism is not built yet)",
+           "per tensor-parallel rank (or pass --data-parallel-size)",
            c.tensor_parallel_size, d.world_size);
   DI_CHECK(c.speculative.method != spec::SpecMethod::DraftModel && c.speculative.method != spec::SpecMethod::Mtp,
            "--tensor-parallel-size {}: draft-model and MTP speculation run a second model, which is not split "
@@ -238,10 +282,11 @@ TensorParallel build_rank_group(EngineParts& p) {
 void build_expert_load(EngineParts& p, RunnerLimits& limits) {
   const EngineConfig& config = p.config;
   // Expert parallelism balances for real: the placement's ranks are the group's.
-  const bool ep = config.enable_expert_parallel && config.tensor_parallel_size > 1;
-  DI_CHECK(!ep || config.eplb_ep_size == 0 || config.eplb_ep_size == config.tensor_parallel_size,
+  const int32_t ep_ranks = std::max(config.tensor_parallel_size, config.data_parallel_size);
+  const bool ep = config.enable_expert_parallel && ep_ranks > 1;
+  DI_CHECK(!ep || config.eplb_ep_size == 0 || config.eplb_ep_size == ep_ranks,
            "--eplb-ep-size {} with --enable-expert-parallel over {} ranks: leave it out (the ranks are the group's)",
-           config.eplb_ep_size, config.tensor_parallel_size);
+           config.eplb_ep_size, ep_ranks);
   if (config.eplb_ep_size == 0 && config.routing_trace_path.empty() && !ep) return;
   const ModelConfig& mc = p.model->config();
   std::vector<int32_t> moe_layers;
@@ -253,7 +298,7 @@ void build_expert_load(EngineParts& p, RunnerLimits& limits) {
            "no MoE layer",
            mc.arch);
   moe::ExpertLoadMonitorOptions eo;
-  eo.num_ranks = ep ? config.tensor_parallel_size : config.eplb_ep_size;
+  eo.num_ranks = ep ? ep_ranks : config.eplb_ep_size;
   eo.ranks_are_real = ep;
   eo.schedule = {config.eplb_window_steps, config.eplb_interval_steps, config.eplb_redundant_slots};
   eo.trace_path = config.routing_trace_path;

@@ -23,6 +23,8 @@ class UcxKvServer;
 class GlooCommunicator;
 class Communicator;
 class StepBroadcaster;
+class GlooVoteChannel;
+class GroupVote;
 namespace moe {
 class ExpertLoadMonitor;
 }
@@ -37,6 +39,11 @@ struct EngineParts {
   std::unique_ptr<GlooCommunicator> control_group;
   std::unique_ptr<Communicator> device_group;
   std::unique_ptr<StepBroadcaster> step_broadcaster;
+  // Data parallelism (--data-parallel-size > 1): control_group carries the
+  // vote before every step (and, outside steps, the commands' own exchanges);
+  // device_group, with --enable-expert-parallel, the MoE layers' all-to-alls.
+  std::unique_ptr<GlooVoteChannel> vote_channel;
+  std::unique_ptr<GroupVote> group_vote;
   std::unique_ptr<LoadedModel> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<KvStorage> kv;

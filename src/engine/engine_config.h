@@ -11,6 +11,7 @@
 
 #include "core/tensor.h"
 #include "dist/dist_config.h"
+#include "sched/group_vote.h"
 #include "sched/cost_model.h"
 #include "spec/speculative_config.h"
 
@@ -26,6 +27,12 @@ struct EngineConfig {
   // --enable-expert-parallel: the MoE layers' experts spread whole over those
   // ranks (EPLB placement, live re-placement) instead of split in width.
   bool enable_expert_parallel = false;
+  // --data-parallel-size: ranks (one process each) that each run a whole
+  // engine on their own requests. With --enable-expert-parallel their MoE
+  // layers form one expert-parallel group, and a vote before every step
+  // (`data_parallel_vote`, sched/group_vote.h) keeps the ranks' steps aligned.
+  int32_t data_parallel_size = 1;
+  GroupVoteConfig data_parallel_vote;
   DistConfig dist;
   std::string tokenizer_path;  // empty = the model's own (GGUF metadata or the model folder)
   // --chat-template: a Jinja file or the template itself, replacing the

@@ -182,6 +182,8 @@ std::vector<CompletionOutput> LLM::generate(const std::vector<GenerateInput>& in
         if (progress) progress(prog);
       }
     }
+    // A data-parallel rank steps on with its group until no rank has work.
+    engine_.drain_group();
   } catch (...) {
     for (GenerationHandle h : handles) release(h);
     throw;
@@ -202,6 +204,7 @@ CompletionOutput LLM::stream(const GenerateInput& input, const std::function<voi
         if (!d.text.empty()) on_text(d.text);
       }
     }
+    engine_.drain_group();
   } catch (...) {
     release(handle);
     throw;

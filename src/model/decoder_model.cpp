@@ -28,7 +28,11 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& full_source, 
     tp_ = shard.forward;
     sharded_ = std::move(shard.source);
     shard_source = sharded_.get();
-    if (tp.expert_parallel) ep_ = std::make_unique<ExpertParallelMoe>(backend_, *tp.comm);
+    if (tp.expert_parallel) {
+      ep_ = std::make_unique<ExpertParallelMoe>(backend_, *tp.comm, ExpertParallelMoe::Tokens::Replicated);
+    }
+  } else if (tp.data_parallel_experts != nullptr) {
+    ep_ = std::make_unique<ExpertParallelMoe>(backend_, *tp.data_parallel_experts, ExpertParallelMoe::Tokens::PerRank);
   }
   const WeightSource& source = *shard_source;
   const ModelConfig& c = config_;
@@ -110,7 +114,7 @@ void DecoderModel::load_moe(Layer& l, WeightLoader& load, const std::string& p) 
   if (ep_) {
     // This rank's slots only, copied out of the checkpoint's stacks.
     MoeExpertWeights full;
-    const int32_t ranks = tp_.tp().size;
+    const int32_t ranks = ep_->num_ranks();
     full.gate = load.host_experts(p + "ffn_gate_exps.weight", E, F, H, used, ranks);
     full.up = load.host_experts(p + "ffn_up_exps.weight", E, F, H, used, ranks);
     full.down = load.host_experts(p + "ffn_down_exps.weight", E, H, F, used, ranks);
@@ -272,9 +276,9 @@ void DecoderModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor 
     if (l.post_attn_norm.defined()) ops::rms_norm(backend_, delta, l.post_attn_norm, eps, off1, delta);
     ops::add_rms_norm(backend_, x, delta, l.ffn_norm, eps, off1, h);
     if (l.ep_layer >= 0) {
-      // Every rank ends with every row: no partial sums to add.
+      // Every rank ends with every row of its own: no partial sums to add.
       const Tensor counts = in.expert_counts.defined() ? in.expert_counts.row(moe_index++) : Tensor();
-      ep_->forward(static_cast<size_t>(l.ep_layer), l.moe, route_, c.activation, h, delta, counts);
+      ep_->forward(static_cast<size_t>(l.ep_layer), l.moe, route_, c.activation, h, delta, counts, in.padding_mask());
     } else if (l.moe.router.defined()) {
       const Tensor counts = in.expert_counts.defined() ? in.expert_counts.row(moe_index++) : Tensor();
       layers::moe_layer(backend_, l.moe, route_, c.activation, h, moe, delta, in.padding_mask(), counts);

@@ -40,7 +40,11 @@ DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& full_source
     tp_ = shard.forward;
     sharded_ = std::move(shard.source);
     shard_source = sharded_.get();
-    if (tp.expert_parallel) ep_ = std::make_unique<ExpertParallelMoe>(backend_, *tp.comm);
+    if (tp.expert_parallel) {
+      ep_ = std::make_unique<ExpertParallelMoe>(backend_, *tp.comm, ExpertParallelMoe::Tokens::Replicated);
+    }
+  } else if (tp.data_parallel_experts != nullptr) {
+    ep_ = std::make_unique<ExpertParallelMoe>(backend_, *tp.data_parallel_experts, ExpertParallelMoe::Tokens::PerRank);
   }
   const WeightSource& source = *shard_source;
   const ModelConfig& c = config_;
@@ -198,7 +202,7 @@ void DeepseekModel::load_moe(Layer& l, WeightLoader& load, const std::string& p)
   l.moe.router = load.matrix(p + "ffn_gate_inp.weight", E, H);
   if (ep_) {
     // This rank's slots only, copied out of the checkpoint's stacks.
-    const int32_t ranks = tp_.tp().size;
+    const int32_t ranks = ep_->num_ranks();
     MoeExpertWeights full;
     full.gate = load.host_experts(p + "ffn_gate_exps.weight", E, F, H, used, ranks);
     full.up = load.host_experts(p + "ffn_up_exps.weight", E, F, H, used, ranks);
@@ -357,7 +361,7 @@ void DeepseekModel::forward(const ForwardInputs& in, const KvStorage& kv, Tensor
       // shared experts are whole on every rank (expert parallelism).
       const Tensor counts = in.expert_counts.defined() ? in.expert_counts.row(moe_index++) : Tensor();
       ep_->forward(static_cast<size_t>(l.ep_layer), l.moe, l.route, c.activation, h, shared ? ep_out : delta,
-                   counts);
+                   counts, in.padding_mask());
       if (shared) {
         layers::mlp_layer(backend_, l.mlp, c.activation, h, mlp_scratch(l.mlp), delta);
         ops::add(backend_, delta, ep_out, delta);

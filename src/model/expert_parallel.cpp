@@ -39,10 +39,13 @@ Tensor host_tensor(void* data, DType dtype, const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-ExpertParallelMoe::ExpertParallelMoe(Backend& backend, Communicator& comm) : backend_(backend), comm_(comm) {
+ExpertParallelMoe::ExpertParallelMoe(Backend& backend, Communicator& comm, Tokens tokens)
+    : backend_(backend), comm_(comm), tokens_(tokens) {
   DI_CHECK(backend.device().type == DeviceType::CPU && backend.reads_host_weights(),
            "--enable-expert-parallel runs on the CPU backend for now (the GPU dispatch is not built yet)");
 }
+
+int ExpertParallelMoe::num_ranks() const { return comm_.size(); }
 
 std::vector<float>& ExpertParallelMoe::scratch(size_t i, size_t floats) {
   if (scratch_.size() <= i) scratch_.resize(i + 1);
@@ -87,14 +90,16 @@ void ExpertParallelMoe::build_views(Layer& l) const {
 }
 
 void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const MoeRouteParams& route,
-                                Activation act, const Tensor& h, Tensor out, Tensor expert_counts) {
+                                Activation act, const Tensor& h, Tensor out, Tensor expert_counts,
+                                const Tensor& token_slots) {
   const Layer& l = layers_.at(layer);
   const moe::ExpertPlacement& p = l.placement;
   const int size = comm_.size(), rank = comm_.rank();
   const int64_t n = h.size(0), hidden = h.size(1), E = p.num_logical(), k = route.top_k;
   DI_CHECK(out.dtype() == DType::F32 && h.dtype() == DType::F32 && out.is_contiguous(),
            "expert parallelism: f32 activations expected, got {} -> {}", h.describe(), out.describe());
-  const IndexRange mine = split_range(n, size, rank, 1);
+  const bool per_rank = tokens_ == Tokens::PerRank;
+  const IndexRange mine = per_rank ? IndexRange{0, n} : split_range(n, size, rank, 1);
   const int64_t m = mine.size();
   const Tensor hm = h.slice_rows(mine.begin, m);
 
@@ -109,7 +114,10 @@ void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const
   if (m > 0) {
     ops::linear(backend_, hm, w.router, w.router_bias, logits);
     ops::moe_route(backend_, logits, route, ids_t, weights_t);
-    if (expert_counts.defined()) ops::count_experts(backend_, ids_t, Tensor(), expert_counts);
+    if (expert_counts.defined()) {
+      const Tensor slots = token_slots.defined() ? token_slots.slice_rows(mine.begin, m) : Tensor();
+      ops::count_experts(backend_, ids_t, slots, expert_counts);
+    }
   }
   if (expert_counts.defined()) comm_.all_reduce(expert_counts);
 
@@ -123,7 +131,9 @@ void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const
   for (int64_t t = 0; t < m; ++t) {
     for (int64_t j = 0; j < k; ++j) {
       const size_t c = static_cast<size_t>(t * k + j);
-      const int32_t phys = p.route(ids[c], static_cast<uint64_t>(mine.begin + t));
+      // The replica rotates with the token (and, for per-rank tokens, the
+      // rank), so the copies of a hot expert share its load.
+      const int32_t phys = p.route(ids[c], static_cast<uint64_t>(per_rank ? t + rank : mine.begin + t));
       dest[c] = p.rank_of(phys);
       slot[c] = phys - dest[c] * spr;
       ++send_rows[static_cast<size_t>(dest[c])];
@@ -177,8 +187,8 @@ void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const
                    send_rows);
 
   // 4. This rank's rows: the shared expert, then the routed outputs in choice
-  // order; then everyone's rows to everyone.
-  const int64_t rows_max = (n + size - 1) / size;
+  // order; then (replicated tokens) everyone's rows to everyone.
+  const int64_t rows_max = per_rank ? n : (n + size - 1) / size;
   float* own = scratch(7, static_cast<size_t>(std::max<int64_t>(rows_max, 1) * hidden)).data();
   std::fill(own, own + rows_max * hidden, 0.0f);
   const Tensor own_t = host_tensor(own, DType::F32, {m, hidden});
@@ -206,6 +216,10 @@ void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const
       const float* r = back + position[static_cast<size_t>(t * k + j)] * hidden;
       for (int64_t c = 0; c < hidden; ++c) o[c] += wj * r[c];
     }
+  }
+  if (per_rank) {
+    if (m > 0) std::memcpy(out.data_as<float>(), own, static_cast<size_t>(m * hidden) * sizeof(float));
+    return;
   }
   float* all = scratch(9, static_cast<size_t>(std::max<int64_t>(rows_max, 1) * hidden * size)).data();
   comm_.all_gather(host_tensor(own, DType::F32, {rows_max * hidden}),

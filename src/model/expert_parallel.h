@@ -1,17 +1,22 @@
-// Expert parallelism (--enable-expert-parallel) over the ranks of the
-// tensor-parallel group: instead of every rank holding a slice of every
-// expert's width, each rank holds whole experts — its physical slots of an
-// EPLB placement (moe/eplb.h), replicas of hot experts included — and the
-// tokens travel to them:
+// Expert parallelism (--enable-expert-parallel) over a group of ranks:
+// instead of every rank holding a slice of every expert's width, each rank
+// holds whole experts — its physical slots of an EPLB placement
+// (moe/eplb.h), replicas of hot experts included — and the tokens travel to
+// them. The group is the tensor-parallel one (every rank has the step's
+// tokens: Tokens::Replicated) or the data-parallel one (each rank has its own
+// requests' tokens: Tokens::PerRank, sched/group_vote.h keeps the ranks'
+// steps aligned):
 //
-//   1. every rank takes an equal slice of the step's tokens and routes them;
+//   1. every rank routes its tokens: an equal slice of the step's
+//      (Replicated), or all of its own (PerRank);
 //   2. each (token, choice) goes to a replica of its expert (the placement's
 //      rotation by token index) over an all-to-all, with the slot it wants;
 //   3. the owners run their slots' experts on what they received and send the
 //      outputs back over a second all-to-all;
 //   4. each rank adds its tokens' outputs with the routing weights, in choice
 //      order (so the result does not depend on which replica computed what),
-//      plus the shared expert, and an all-gather gives every rank every row.
+//      plus the shared expert; with Replicated tokens an all-gather then gives
+//      every rank every row.
 //
 // Placements change while serving (set_placement): the rank's new slots are
 // filled from ranks that hold those experts now, over the device group.
@@ -32,7 +37,9 @@ class Communicator;
 
 class ExpertParallelMoe {
  public:
-  ExpertParallelMoe(Backend& backend, Communicator& comm);
+  enum class Tokens : uint8_t { Replicated, PerRank };
+  ExpertParallelMoe(Backend& backend, Communicator& comm, Tokens tokens);
+  int num_ranks() const;
 
   // Adds the next MoE layer: the checkpoint's full expert stacks (host views,
   // [experts, ...]) of which this rank keeps its slots of `placement`.
@@ -45,10 +52,11 @@ class ExpertParallelMoe {
   const MoeExpertWeights& local_experts(size_t layer) const { return layers_.at(layer).local; }
 
   // out[n, hidden] = the layer's mixture of h[n, hidden] (routed experts and,
-  // when w has one, the shared expert), on every rank. expert_counts
-  // (i32[n_experts], optional) gets every rank's routed choices.
+  // when w has one, the shared expert). expert_counts (i32[n_experts],
+  // optional) gets every rank's routed choices, skipping padding tokens
+  // (a negative entry of token_slots, i32[n], when given).
   void forward(size_t layer, const layers::MoeWeights& w, const MoeRouteParams& route, Activation act,
-               const Tensor& h, Tensor out, Tensor expert_counts);
+               const Tensor& h, Tensor out, Tensor expert_counts, const Tensor& token_slots);
 
   // Every rank, together, at a step boundary: the layer moves to `next`;
   // weights the rank lacks come from a rank that holds them.
@@ -70,6 +78,7 @@ class ExpertParallelMoe {
 
   Backend& backend_;
   Communicator& comm_;
+  Tokens tokens_;
   std::vector<Layer> layers_;
   // Host buffers of forward(), kept between calls (grown, never shrunk).
   std::vector<std::vector<float>> scratch_;

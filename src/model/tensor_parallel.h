@@ -31,6 +31,11 @@ struct TensorParallel {
   // Experts whole, spread over the ranks (expert_parallel.h), instead of a
   // slice of every expert's width.
   bool expert_parallel = false;
+  // Data-parallel attention with an expert-parallel MoE (--data-parallel-size
+  // with --enable-expert-parallel): size stays 1, so every weight but the
+  // experts is whole, and the experts spread over this group, each rank
+  // bringing its own requests' tokens. Null otherwise.
+  Communicator* data_parallel_experts = nullptr;
   bool active() const { return size > 1; }
 };
 

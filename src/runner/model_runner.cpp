@@ -277,6 +277,8 @@ ModelRunner::Staged ModelRunner::stage(int slot, const StepPlan& plan, GraphShap
       logit_rows[plan.num_rows() + (si - real_seqs) * pad_q + i] = pt;
     }
     q_indptr[si + 1] = t + (si - real_seqs + 1) * pad_q;
+    st.max_q = std::max(st.max_q, pad_q);
+    st.max_kv = std::max(st.max_kv, pad_q);
   }
 
   if (!plan.hidden_rows.empty()) {
@@ -464,16 +466,27 @@ int ModelRunner::launch(const StepPlan& plan) {
                static_cast<int32_t>(plan.seqs.size()) <= limits_.max_num_seqs && plan.num_rows() <= max_rows_,
            "step of {} tokens / {} sequences / {} rows exceeds the runner's limits", plan.num_tokens(),
            plan.seqs.size(), plan.num_rows());
+  // The other ranks must run this forward with us (its collectives).
+  if (rank_.publisher) rank_.publisher->publish(plan);
+  const GraphShape shape = graph_shape(plan);
+  return launch_staged(plan, shape, shape.seqs > 0);
+}
+
+int ModelRunner::launch_padding() {
+  DI_CHECK(rank_.publisher == nullptr, "ModelRunner: a padding step is for a data-parallel rank, not a tensor-parallel group");
+  StepPlan plan;
+  plan.page_size = kv_.page_size();
+  plan.groups.resize(static_cast<size_t>(num_groups_));  // empty tables
+  return launch_staged(plan, GraphShape{1, 1}, false);
+}
+
+int ModelRunner::launch_staged(const StepPlan& plan, GraphShape shape, bool graph) {
   for (const Slot& other : slots_) {
     DI_CHECK(!other.awaiting_masks, "ModelRunner: a launched step still waits for its token masks (finish_launch)");
   }
   const int slot = next_slot_;
   Slot& s = slots_[slot];
   DI_CHECK(!s.in_flight, "ModelRunner: more than {} steps in flight; wait() for the oldest first", kSlots);
-  // The other ranks must run this forward with us (its collectives).
-  if (rank_.publisher) rank_.publisher->publish(plan);
-  const GraphShape shape = graph_shape(plan);
-  const bool graph = shape.seqs > 0;
   const Staged st = stage(slot, plan, shape);
   const int64_t vocab = model_.config().vocab_size;
   const auto n_rows = static_cast<int64_t>(plan.num_rows());

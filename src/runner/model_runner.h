@@ -108,6 +108,10 @@ class ModelRunner {
   // Enqueues the step and returns its slot. A token sampled by an earlier
   // step names that step's slot and its row (StepResults::tokens index).
   int launch(const StepPlan& plan);
+  // A step of no sequence of this rank's own: one padding token (no KV
+  // written, no row sampled) through the whole model, so that a
+  // data-parallel rank with nothing to do joins its group's collectives.
+  int launch_padding();
   // A launched step with token_mask rows waits for their masks: the i-th such
   // row (in plan order) has token_mask(slot, i), mask_words() int32s to fill
   // (bit t % 32 of word t / 32 set: token t allowed). finish_launch() then
@@ -152,6 +156,8 @@ class ModelRunner {
   Layout layout(int32_t tokens, int32_t seqs, int32_t rows) const;
   // Fills the slot's staging with the plan (padded to the graph's shape).
   Staged stage(int slot, const StepPlan& plan, GraphShape graph);
+  // launch() of a checked plan; `shape` pads it (graph: replayed as a graph).
+  int launch_staged(const StepPlan& plan, GraphShape shape, bool graph);
   void stage_penalties(int slot, const StepPlan& plan, Staged& st);
   // graph_kv_len > 0: the inputs of a graph, whose attention plan must hold
   // for every context up to that length.

@@ -6,7 +6,7 @@
 
 namespace deepinfer {
 
-ScheduledBatch BatchPlanner::plan(const std::vector<Request*>& running) const {
+ScheduledBatch BatchPlanner::plan(const std::vector<Request*>& running, bool prompt_chunks) const {
   ScheduledBatch batch;
   int32_t budget = config_.max_num_batched_tokens;
   double time_left = config_.step_time_budget_s;
@@ -14,6 +14,7 @@ ScheduledBatch BatchPlanner::plan(const std::vector<Request*>& running) const {
     const int32_t start = r->num_computed_tokens;
     batch.seqs.push_back({r, start, q, start + q == r->total_tokens() ? 1 : 0, 0});
     batch.num_tokens += q;
+    batch.num_prompt_tokens += q;
     budget -= q;
   };
   // Tokens a request computes next, drafts aside.
@@ -34,7 +35,7 @@ ScheduledBatch BatchPlanner::plan(const std::vector<Request*>& running) const {
   }
   // Prompt chunks (first admission, chunked continuation, or recompute after preemption).
   for (Request* r : running) {
-    if (budget <= 0) break;
+    if (budget <= 0 || !prompt_chunks) break;
     if (!r->schedulable()) continue;
     if (remaining(r) <= 1) continue;
     const int32_t remaining = r->total_tokens() - r->num_computed_tokens;

@@ -23,8 +23,9 @@ class BatchPlanner {
  public:
   explicit BatchPlanner(PlannerConfig config) : config_(std::move(config)) {}
 
-  // `running` in priority order (from the capacity stage).
-  ScheduledBatch plan(const std::vector<Request*>& running) const;
+  // `running` in priority order (from the capacity stage). Without
+  // prompt_chunks, decodes only (a data-parallel group's decode step).
+  ScheduledBatch plan(const std::vector<Request*>& running, bool prompt_chunks = true) const;
 
   const PlannerConfig& config() const { return config_; }
 

@@ -33,7 +33,8 @@ bool CapacityScheduler::admit(Request& request) {
   return true;
 }
 
-CapacityDecision CapacityScheduler::run(const std::vector<Request*>& running, std::deque<Request*>& waiting) {
+CapacityDecision CapacityScheduler::run(const std::vector<Request*>& running, std::deque<Request*>& waiting,
+                                        bool admit_waiting) {
   CapacityDecision d;
   d.running.assign(running.begin(), running.end());
   // Each running request needs room for every token it has not computed yet
@@ -62,6 +63,7 @@ CapacityDecision CapacityScheduler::run(const std::vector<Request*>& running, st
   // Preempted requests go back first, oldest first.
   for (auto it = d.preempted.rbegin(); it != d.preempted.rend(); ++it) waiting.push_front(*it);
   if (!d.preempted.empty()) return d;  // memory is tight: admit nobody this step
+  if (!admit_waiting) return d;
 
   // First come, first served, except that a request still loading its
   // prefix from a KV tier lets the ones behind it pass.

@@ -30,8 +30,10 @@ class CapacityScheduler {
   CapacityScheduler(CapacityConfig config, KvCacheManager& kv) : config_(config), kv_(kv) {}
 
   // `running` is in priority order; `waiting` is consumed from the front.
-  // Preempted requests are pushed to the front of `waiting`.
-  CapacityDecision run(const std::vector<Request*>& running, std::deque<Request*>& waiting);
+  // Preempted requests are pushed to the front of `waiting`. Without
+  // `admit_waiting`, nobody is admitted (a data-parallel group's decode step).
+  CapacityDecision run(const std::vector<Request*>& running, std::deque<Request*>& waiting,
+                       bool admit_waiting = true);
 
   // Frees a request's pages now and resets its progress (abort, preemption).
   void release(Request& request);

@@ -26,6 +26,7 @@ struct ScheduledSeq {
 struct ScheduledBatch {
   std::vector<ScheduledSeq> seqs;
   int32_t num_tokens = 0;
+  int32_t num_prompt_tokens = 0;  // of num_tokens, those of prompt chunks (not decodes or drafts)
   std::vector<Request*> preempted;  // lost their KV this step; back in the waiting queue
   bool empty() const { return seqs.empty(); }
 };

@@ -20,14 +20,32 @@ void Scheduler::add(Request* request) {
   waiting_.push_back(request);
 }
 
-ScheduledBatch Scheduler::schedule() {
-  CapacityDecision d = capacity_.run(running_, waiting_);
+int64_t Scheduler::pending_prompt_tokens() const {
+  int64_t n = 0;
+  // A waiting request counts at least one token: it has work to do even when
+  // all of its prompt is cached.
+  for (const Request* r : waiting_) n += std::max<int64_t>(1, r->num_tokens() - r->num_computed_tokens);
+  for (const Request* r : running_) {
+    const int64_t left = r->total_tokens() - r->num_draft_tokens() - r->num_computed_tokens;
+    if (left > 1) n += left;
+  }
+  return n;
+}
+
+bool Scheduler::has_decodes() const {
+  return std::any_of(running_.begin(), running_.end(), [](const Request* r) {
+    return r->total_tokens() - r->num_draft_tokens() - r->num_computed_tokens <= 1;
+  });
+}
+
+ScheduledBatch Scheduler::schedule(bool prefill) {
+  CapacityDecision d = capacity_.run(running_, waiting_, prefill);
   const auto now = Clock::now();
   for (Request* r : d.admitted) {
     if (r->timings.first_scheduled == Clock::time_point{}) r->timings.first_scheduled = now;
   }
   running_ = std::move(d.running);
-  ScheduledBatch batch = planner_.plan(running_);
+  ScheduledBatch batch = planner_.plan(running_, prefill);
   batch.preempted = std::move(d.preempted);
   // Drafts the step does not verify (budget) are dropped: a request's drafts
   // are exactly what its next step verifies.

@@ -24,7 +24,9 @@ class Scheduler {
 
   // Throws deepinfer::Error when the request could never fit the KV cache.
   void add(Request* request);
-  ScheduledBatch schedule();
+  // Without `prefill`, a decode-only step: no admissions, no prompt chunks
+  // (the step type a data-parallel group voted for, sched/group_vote.h).
+  ScheduledBatch schedule(bool prefill = true);
   // After the step was launched: advance num_computed_tokens.
   void commit(const ScheduledBatch& batch);
   // After the results of a step that verified the request's drafts were
@@ -41,6 +43,11 @@ class Scheduler {
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  // Prompt tokens not computed yet, of waiting requests and of running ones
+  // mid-prompt (what a prefill step could work on).
+  int64_t pending_prompt_tokens() const;
+  // A running request past its prompt (what a decode step works on).
+  bool has_decodes() const;
   const SchedulerConfig& config() const { return config_; }
 
  private:
