@@ -19,6 +19,7 @@
 #include "core/logging.h"
 #include "engine/async_engine.h"
 #include "engine_flags.h"
+#include "serve_data_parallel.h"
 #include "router/etcd.h"
 #include "server/api_server.h"
 #include "server/http_server.h"
@@ -172,14 +173,29 @@ int run_serve(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Data parallelism: each rank's engine serves on a free port of its own,
+  // behind rank 0's router on the public one.
+  const bool data_parallel = config.data_parallel_size > 1;
+  std::unique_ptr<DataParallelFront> front;
+  server::HttpServerOptions own_http = http;
+  if (data_parallel) {
+    if (!etcd.empty()) {
+      log_error("serve: --etcd with --data-parallel-size: register the ranks' router instead (not built yet)");
+      return 2;
+    }
+    own_http.port = 0;
+    front = std::make_unique<DataParallelFront>(http, advertised_host(http.host), config.dist.timeout);
+    async.on_loaded = [f = front.get()](Engine& e) { f->exchange(e); };
+  }
   const auto load_start = std::chrono::steady_clock::now();
   AsyncEngine engine(config, async);
   server::ApiServer api_server(engine, api);
-  server::HttpServer server(http, [&api_server](server::HttpRequest&& r, std::shared_ptr<server::ResponseChannel> ch) {
+  server::HttpServer server(own_http, [&api_server](server::HttpRequest&& r, std::shared_ptr<server::ResponseChannel> ch) {
     api_server.handle(std::move(r), std::move(ch));
   });
   server.start();
-  log_info("serve: listening on http://{}:{} (model '{}' loading)", http.host, server.port(), api.served_model_name);
+  if (front) front->own_port_known(server.port());
+  log_info("serve: listening on http://{}:{} (model '{}' loading)", own_http.host, server.port(), api.served_model_name);
   std::unique_ptr<router::EtcdRegistration> registration;
   if (!etcd.empty()) {
     if (advertise_url.empty()) advertise_url = fmt::format("http://{}:{}", advertised_host(http.host), server.port());
@@ -211,13 +227,26 @@ int run_serve(int argc, char** argv) {
       log_info("serve: model loaded in {:.2f} s; ready (max-model-len {}, max-num-seqs {}, max-waiting {})", secs,
                engine.engine()->max_model_len(), config.max_num_seqs, async.max_waiting);
     }
-    if (engine.dead() && engine.engine() == nullptr) {
+    // A data-parallel rank cannot serve without its group: a lost peer ends it.
+    if (engine.dead() && (engine.engine() == nullptr || data_parallel)) {
       log_error("serve: {}", engine.error());
       server.stop();
       return 1;
     }
+    if (front && config.dist.rank == 0) {
+      try {
+        front->start_router_when_ready();
+      } catch (const Error& e) {
+        log_error("serve: the data-parallel router: {}", e.what());
+        server.stop();
+        return 1;
+      }
+    }
   }
   registration.reset();  // routers stop sending new requests here first
+  // Rank 0's router first: the requests it proxies finish on every rank,
+  // whose engines keep stepping together meanwhile.
+  if (front) front->stop(std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout * 1000)));
   server.stop_accepting();
   const size_t aborted = engine.drain(std::chrono::duration<double>(shutdown_timeout));
   // Let the last responses reach their clients.

@@ -29,6 +29,7 @@ bool AsyncEngine::wait_until_loaded() {
 void AsyncEngine::run(EngineConfig config) {
   try {
     engine_ = std::make_unique<Engine>(std::move(config));
+    if (options_.on_loaded) options_.on_loaded(*engine_);
   } catch (const std::exception& e) {
     std::lock_guard lock(mutex_);
     error_ = std::string("model loading failed: ") + e.what();
@@ -64,15 +65,23 @@ void AsyncEngine::run(EngineConfig config) {
 }
 
 void AsyncEngine::loop() {
+  const bool in_group = engine_->data_parallel().has_value();
   for (;;) {
     std::deque<Pending> pending;
     std::vector<uint64_t> aborts;
     bool abort_all = false;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] {
+      auto woken = [&] {
         return stop_ || abort_all_ || !pending_.empty() || !aborts_.empty() || engine_->has_unfinished();
-      });
+      };
+      if (!in_group) {
+        wake_.wait(lock, woken);
+      } else if (!engine_->group_busy()) {
+        // The group steps together: an idle rank still votes, now and then,
+        // to hear of another rank's work (and to be heard of its own).
+        wake_.wait_for(lock, options_.group_idle_poll, woken);
+      }
       if (stop_) break;
       pending.swap(pending_);
       aborts.swap(aborts_);
@@ -105,7 +114,7 @@ void AsyncEngine::loop() {
       for (const auto& [id, live] : live_) engine_->abort(live.engine_id);
     }
     std::vector<RequestOutput> outputs;
-    if (engine_->has_unfinished()) outputs = engine_->step();
+    if (engine_->has_unfinished() || in_group) outputs = engine_->step();
     const Clock::time_point now = Clock::now();
     size_t finished = refused;
     for (RequestOutput& out : outputs) {

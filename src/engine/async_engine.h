@@ -28,6 +28,14 @@ namespace deepinfer {
 
 struct AsyncEngineOptions {
   size_t max_waiting = 1024;  // sequences admitted beyond --max-num-seqs
+  // Runs on the engine thread once the engine is built, before its first
+  // step: the place for a data-parallel rank's exchanges with its group over
+  // Engine::data_parallel()'s control channel, which the steps use after it.
+  // An exception there fails the loading.
+  std::function<void(Engine&)> on_loaded;
+  // A data-parallel rank whose group is idle votes again after at most this
+  // long (new work on another rank waits about this much for the group).
+  std::chrono::microseconds group_idle_poll{2000};
 };
 
 // One delivery to a request's sink.

@@ -106,7 +106,8 @@ void RouterServer::answer_admin(const server::HttpRequest& r, std::string_view p
                                 const std::shared_ptr<ResponseChannel>& ch) {
   const bool get = r.method() == http::verb::get;
   const auto snapshot = pool_.snapshot();
-  if (path == "/health") {
+  // /ready as well: the probe a `serve` answers, for a router in its place.
+  if (path == "/health" || path == "/ready") {
     const bool any = std::any_of(snapshot.begin(), snapshot.end(), [](const BackendState& b) { return b.usable(); });
     if (!any) throw ApiError(503, "no backend is up");
     ch->send(200, "application/json", "{}");

@@ -1,0 +1,182 @@
+"""Data parallelism through the real binary: `--data-parallel-size` ranks as
+processes, each an engine on its own share of the requests. With
+`--enable-expert-parallel` the ranks' MoE layers form one expert-parallel
+group and vote before every step (ANY or ALL), ranks without work run
+one-padding-token steps, and EPLB moves experts between them while they run;
+the tokens must be one rank's. `serve` puts rank 0's router in front of the
+ranks; a rank that dies ends the group with an error, not a hang."""
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from conftest import ROOT, Server, binary, free_port, wait_for
+
+MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY = ROOT / "tests" / "data" / "hf_tiny"
+# Prompts of different lengths, two sharing a prefix (a prefix-cache hit on
+# the rank that runs both), and more of them than ranks.
+PROMPTS = ("hello world the cat", "one two three four", "a b c", "the quick brown fox jumps over",
+           "the quick brown fox sleeps", "x y z", "red green blue yellow", "seven")
+
+
+def generate_tiny(tmp_path, model, name, *extra, max_tokens=16):
+    src = tmp_path / "tiny.jsonl"
+    src.write_text("".join(json.dumps({"prompt": p, "max_tokens": max_tokens}) + "\n" for p in PROMPTS))
+    out = tmp_path / f"tiny_{model}_{name}.jsonl"
+    # A small step budget chunks the prompts over several steps.
+    args = [str(binary()), "generate", "--model", str(TINY / model), "--tokenizer", str(TINY / "tokenizer.json"),
+            "--threads", "1", "--input", str(src), "--output", str(out), "--max-num-batched-tokens", "4", *extra]
+    run = subprocess.run(args, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "DEEPINFER_DIST_TIMEOUT_S": "30"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["index"] for line in lines] == list(range(len(PROMPTS)))
+    return [line["token_ids"] for line in lines], run.stderr
+
+
+def padding_steps(log):
+    m = re.search(r"data parallel \(rank 0\): (\d+) group votes, (\d+) padding steps", log)
+    assert m, log[-2000:]
+    return int(m.group(1)), int(m.group(2))
+
+
+@pytest.mark.parametrize("model,dp,mode", [("mixtral", 2, "any"), ("mixtral", 4, "all"), ("mixtral", 4, "any"),
+                                           ("qwen3_moe", 2, "all"), ("deepseek_v3", 2, "any")])
+def test_expert_parallel_data_parallel_group_matches_one_rank(tmp_path, model, dp, mode):
+    """Experts spread over the data-parallel ranks, each rank with its own
+    requests (every dp-th prompt), a vote before every step, EPLB re-placing
+    the experts (weights moved between ranks) every 3 steps: one rank's greedy
+    tokens. Rank 0's share runs out before the others' on 4 ranks, so it runs
+    padding steps for their collectives."""
+    one, _ = generate_tiny(tmp_path, model, "one")
+    got, log = generate_tiny(tmp_path, model, f"dp{dp}", "--data-parallel-size", str(dp), "--enable-expert-parallel",
+                             "--dp-vote-mode", mode, "--eplb-window-steps", "4", "--eplb-interval-steps", "3")
+    assert got == one
+    assert f"({dp} data-parallel ranks)" in log
+    assert f"re-placed over {dp} ranks" in log, log[-2000:]
+    votes, padding = padding_steps(log)
+    assert votes > 0
+    if dp == 4:
+        assert padding > 0, log[-2000:]
+
+
+def test_dense_data_parallel_matches_one_rank_on_the_default_model(tmp_path):
+    """SmolLM2 (Q4_1), two ranks with the whole model each: one rank's tokens,
+    and no padding steps (no collectives in the forward)."""
+    src = tmp_path / "in.jsonl"
+    questions = ("What is the capital of France?", "Name a primary colour.", "What do bees make?",
+                 "How many legs does a spider have?", "Why is the sky blue?")
+    src.write_text("".join(json.dumps({"messages": [{"role": "user", "content": q}], "max_tokens": 16}) + "\n"
+                           for q in questions))
+    outs = []
+    for dp in (1, 2):
+        out = tmp_path / f"out{dp}.jsonl"
+        run = subprocess.run([str(binary()), "generate", "--model", str(MODEL), "--threads", "1", "--input", str(src),
+                              "--output", str(out), "--max-num-batched-tokens", "16", "--data-parallel-size", str(dp)],
+                             capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        outs.append([json.loads(line)["token_ids"] for line in out.read_text().splitlines()])
+        if dp == 2:
+            assert padding_steps(run.stderr)[1] == 0
+    assert len(outs[1]) == len(questions) and outs[0] == outs[1]
+
+
+def test_a_single_prompt_on_a_group_streams_from_rank_0():
+    args = [str(binary()), "generate", "--model", str(TINY / "mixtral"), "--tokenizer", str(TINY / "tokenizer.json"),
+            "--threads", "1", "--prompt", "hello world", "--max-tokens", "8", "-q"]
+    one = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    dp = subprocess.run(args + ["--data-parallel-size", "2", "--enable-expert-parallel"], capture_output=True,
+                        text=True, timeout=300)
+    assert one.returncode == 0 and dp.returncode == 0, dp.stderr[-2000:]
+    assert dp.stdout == one.stdout and one.stdout.strip()
+
+
+def completions(url, prompts):
+    texts = []
+    for p in prompts:
+        r = httpx.post(url + "/v1/completions", timeout=300,
+                       json={"model": "smollm2", "prompt": p, "max_tokens": 12, "temperature": 0})
+        assert r.status_code == 200, r.text
+        texts.append(r.json()["choices"][0]["text"])
+    return texts
+
+
+def tiny_server(*extra, env=None):
+    return Server("--threads", "1", "--tokenizer", str(TINY / "tokenizer.json"), *extra, model=TINY / "mixtral",
+                  env=env)
+
+
+def children(pid):
+    kids = []
+    for t in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        kids += [int(c) for c in (t / "children").read_text().split()]
+    return kids
+
+
+def test_serve_routes_over_the_ranks_and_a_killed_rank_stops_the_group():
+    one = tiny_server()
+    try:
+        want = completions(one.url, PROMPTS[:4])
+    finally:
+        one.stop()
+    s = tiny_server("--data-parallel-size", "2", "--enable-expert-parallel", env={"DEEPINFER_DIST_TIMEOUT_S": "10"})
+    try:
+        assert completions(s.url, PROMPTS[:4]) == want
+        backends = httpx.get(s.url + "/router/backends", timeout=10).json()
+        assert len(backends["backends"]) == 2, backends
+        followers = children(s.proc.pid)
+        assert len(followers) == 1
+        os.kill(followers[0], signal.SIGKILL)
+        assert wait_for(lambda: s.proc.poll() is not None, timeout=20)
+        assert s.proc.returncode != 0
+        log = s.log_path.read_text()
+        assert "rank 1" in log and "stopping" in log, log[-2000:]
+    finally:
+        s.stop()
+
+
+def test_launcher_started_ranks_and_a_killed_rank_end_the_other(tmp_path):
+    """Two serve processes started as torchrun would start them; killing rank 1
+    ends rank 0 with an error within the timeout: the idle group still votes,
+    and the vote finds the peer gone."""
+    port, rdv = free_port(), free_port()
+    base = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(rdv),
+            "DEEPINFER_DIST_TIMEOUT_S": "10"}
+    args = [str(binary()), "serve", "--model", str(TINY / "mixtral"), "--tokenizer", str(TINY / "tokenizer.json"),
+            "--threads", "1", "--port", str(port), "--served-model-name", "smollm2", "--data-parallel-size", "2",
+            "--enable-expert-parallel"]
+    logs = [open(tmp_path / f"rank{r}.log", "w") for r in range(2)]
+    procs = [subprocess.Popen(args, stdout=logs[r], stderr=subprocess.STDOUT,
+                              env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def ready():
+            try:
+                return httpx.get(url + "/ready", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+        assert wait_for(ready, timeout=120), (tmp_path / "rank0.log").read_text()[-2000:]
+        assert all(completions(url, PROMPTS[:2]))
+        procs[1].send_signal(signal.SIGKILL)
+        procs[1].wait()
+        start = time.time()
+        procs[0].wait(timeout=60)
+        assert time.time() - start < 20
+        assert procs[0].returncode != 0
+        log = (tmp_path / "rank0.log").read_text()
+        assert "engine loop died" in log and "gloo" in log, log[-2000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in logs:
+            f.close()
