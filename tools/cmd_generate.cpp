@@ -11,7 +11,7 @@
 #include "core/json_parse.h"
 #include "core/logging.h"
 #include "deepinfer/llm.h"
-#include "dist/host_exchange.h"
+#include "dist/gloo_communicator.h"
 #include "engine/generate_io.h"
 #include "engine_flags.h"
 
@@ -44,7 +44,11 @@ std::string read_input(const std::string& path, const std::optional<Engine::Data
     ss << in.rdbuf();
     text = ss.str();
   }
-  if (dp) broadcast_string(*dp->control, text, 0);
+  if (dp) {
+    std::vector<uint8_t> bytes(text.begin(), text.end());
+    dp->control->broadcast_bytes(bytes, 0);
+    text.assign(bytes.begin(), bytes.end());
+  }
   return text;
 }
 
@@ -102,13 +106,16 @@ std::vector<GenerateInput> share_of(const std::vector<GenerateInput>& inputs, in
 std::vector<std::string> collect_lines(std::vector<std::string> mine, size_t total,
                                        const std::optional<Engine::DataParallelRank>& dp) {
   if (!dp) return mine;
-  std::string joined;
-  for (const std::string& line : mine) joined += line + "\n";
-  const std::vector<std::string> all = all_gather_strings(*dp->control, joined);
+  std::vector<uint8_t> joined;
+  for (const std::string& line : mine) {
+    joined.insert(joined.end(), line.begin(), line.end());
+    joined.push_back('\n');
+  }
+  const std::vector<std::vector<uint8_t>> all = dp->control->all_gather_bytes(joined);
   if (dp->rank != 0) return {};
   std::vector<std::vector<std::string>> per_rank(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
-    std::istringstream in(all[r]);
+    std::istringstream in(std::string(all[r].begin(), all[r].end()));
     for (std::string line; std::getline(in, line);) per_rank[r].push_back(std::move(line));
   }
   std::vector<std::string> lines;

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
-#include "dist/host_exchange.h"
+#include "dist/gloo_communicator.h"
 #include "engine/engine.h"
 #include "router/backend_pool.h"
 #include "router/router_server.h"
@@ -31,11 +31,12 @@ void DataParallelFront::exchange(Engine& engine) {
   DI_CHECK(port_future_.wait_for(timeout_) == std::future_status::ready,
            "serve: data-parallel rank {}: its API server did not start", dp->rank);
   const std::string mine = fmt::format("http://{}:{}", advertised_host_, port_future_.get());
-  std::vector<std::string> all = all_gather_strings(*dp->control, mine);
+  const auto all = dp->control->all_gather_bytes(std::vector<uint8_t>(mine.begin(), mine.end()));
   log_info("serve: data-parallel rank {} of {} serves at {}", dp->rank, dp->size, mine);
   if (dp->rank != 0) return;
   std::lock_guard lock(mutex_);
-  urls_ = std::move(all);
+  urls_.emplace();
+  for (const std::vector<uint8_t>& url : all) urls_->emplace_back(url.begin(), url.end());
 }
 
 bool DataParallelFront::start_router_when_ready() {

@@ -9,6 +9,7 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <cstring>
 #include <filesystem>
@@ -375,6 +376,27 @@ void GlooCommunicator::broadcast_bytes(std::vector<uint8_t>& bytes, int root) {
     bytes.resize(static_cast<size_t>(n));
   }
   broadcast_host(bytes.data(), bytes.size(), root, "broadcast_bytes");
+}
+
+std::vector<std::vector<uint8_t>> GlooCommunicator::all_gather_bytes(const std::vector<uint8_t>& mine) {
+  // The sizes first; then every rank's bytes padded to the largest.
+  auto n = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> sizes(static_cast<size_t>(size_), 0);
+  all_gather(Tensor(&n, DType::I64, {1}), Tensor(sizes.data(), DType::I64, {size_}));
+  const int64_t widest = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<std::vector<uint8_t>> all(static_cast<size_t>(size_));
+  if (widest <= 0) return all;
+  std::vector<uint8_t> padded(mine);
+  padded.resize(static_cast<size_t>(widest));
+  std::vector<uint8_t> joined(static_cast<size_t>(widest) * static_cast<size_t>(size_));
+  all_gather(Tensor(padded.data(), DType::U8, {widest}), Tensor(joined.data(), DType::U8, {widest * size_}));
+  for (int r = 0; r < size_; ++r) {
+    const int64_t got = sizes[static_cast<size_t>(r)];
+    DI_CHECK(got >= 0 && got <= widest, "gloo all_gather_bytes: rank {} sent the size {}", r, got);
+    const auto first = joined.begin() + static_cast<ptrdiff_t>(r * widest);
+    all[static_cast<size_t>(r)].assign(first, first + static_cast<ptrdiff_t>(got));
+  }
+  return all;
 }
 
 int64_t GlooCommunicator::all_reduce_min(int64_t value) {

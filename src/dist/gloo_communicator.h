@@ -80,6 +80,8 @@ class GlooCommunicator final : public Communicator {
   // The control plane's helpers. bytes = root's bytes, whatever their size
   // (the size travels first, so the other ranks need not know it).
   void broadcast_bytes(std::vector<uint8_t>& bytes, int root);
+  // Every rank's bytes, whatever their sizes, in rank order on every rank.
+  std::vector<std::vector<uint8_t>> all_gather_bytes(const std::vector<uint8_t>& mine);
   // The smallest / largest of every rank's value.
   int64_t all_reduce_min(int64_t value);
   int64_t all_reduce_max(int64_t value);

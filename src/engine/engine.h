@@ -27,7 +27,7 @@
 namespace deepinfer {
 
 struct StepPlan;
-class Communicator;
+class GlooCommunicator;
 class MtpProposer;
 namespace cpu {
 class ThreadPool;
@@ -149,7 +149,7 @@ class Engine {
   struct DataParallelRank {
     int rank = 0;
     int size = 1;
-    Communicator* control = nullptr;
+    GlooCommunicator* control = nullptr;
   };
   std::optional<DataParallelRank> data_parallel() const;
   // Some rank of the group had work at the last vote (false without a group).

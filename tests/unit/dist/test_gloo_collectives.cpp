@@ -142,6 +142,20 @@ void check_broadcast_bytes(GlooCommunicator& comm) {
   }
 }
 
+// Every rank's bytes of its own length (rank 0's empty), and all empty.
+void check_all_gather_bytes(GlooCommunicator& comm) {
+  auto bytes_of = [](int rank, int round) {
+    std::vector<uint8_t> b(static_cast<size_t>(rank * (round == 0 ? 0 : 997)));
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 13 + static_cast<size_t>(rank));
+    return b;
+  };
+  for (int round : {0, 1}) {
+    const auto all = comm.all_gather_bytes(bytes_of(comm.rank(), round));
+    ASSERT_EQ(all.size(), static_cast<size_t>(comm.size()));
+    for (int r = 0; r < comm.size(); ++r) EXPECT_EQ(all[static_cast<size_t>(r)], bytes_of(r, round)) << "rank " << r;
+  }
+}
+
 void check_min_max(GlooCommunicator& comm) {
   const int64_t mine = (comm.rank() * 7919) % 5 - 2 + (int64_t{1} << 40);
   int64_t lo = mine, hi = mine;
@@ -166,6 +180,7 @@ TEST_P(GlooCollectives, EveryCollectiveMatchesExpectedValues) {
     check_broadcast(comm);
     check_all_to_all(comm);
     check_broadcast_bytes(comm);
+    check_all_gather_bytes(comm);
     check_min_max(comm);
     comm.barrier();
   });
