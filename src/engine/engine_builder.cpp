@@ -305,9 +305,10 @@ void build_expert_load(EngineParts& p, RunnerLimits& limits) {
   p.expert_load = std::make_unique<moe::ExpertLoadMonitor>(moe_layers, mc.moe.n_experts, eo);
   limits.count_experts = true;
   if (p.expert_load->balancing()) {
-    log_info("engine: EPLB statistics for {} MoE layers x {} experts, simulating {} ranks: window {} steps, "
+    log_info("engine: EPLB statistics for {} MoE layers x {} experts, {} {} ranks: window {} steps, "
              "re-placement every {} steps, {} redundant slot(s) per rank",
-             moe_layers.size(), mc.moe.n_experts, eo.num_ranks, eo.schedule.window_steps,
+             moe_layers.size(), mc.moe.n_experts, ep ? "placed over" : "simulating", eo.num_ranks,
+             eo.schedule.window_steps,
              eo.schedule.interval_steps, eo.schedule.redundant_slots_per_rank);
   }
   if (!eo.trace_path.empty()) {
