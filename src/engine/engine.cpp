@@ -606,10 +606,11 @@ ScheduledBatch Engine::schedule() {
   local.has_waiting_prefill = local.waiting_prefill_tokens > 0;
   // A step in flight is work too: its results are read by a later step().
   local.has_running_decodes = sched.has_decodes() || inflight_ != nullptr;
-  ++stats_.group_votes;
   ScheduledBatch batch;
   bool prefill = false;
-  if (vote.propose(local) == StepType::Prefill) {
+  const StepType proposed = vote.propose(local);
+  ++stats_.group_votes;
+  if (proposed == StepType::Prefill) {
     batch = parts_.scheduler->schedule(true);
     // No rank got prefill work (no KV memory): the group decodes, and this
     // rank's batch, which then holds no prompt chunk, is its decode step.
