@@ -23,7 +23,7 @@ constexpr size_t kMaxRank = 16;
 // tell "unsupported" from "not a dtype at all".
 bool is_known_unsupported(std::string_view name) {
   static constexpr std::string_view kNames[] = {"BOOL", "I16", "U16", "U32", "U64", "F64",
-                                                "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3",
+                                                "F8_E5M2", "F8_E8M0", "F6_E2M3",
                                                 "F6_E3M2", "F4", "C64"};
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
@@ -44,6 +44,7 @@ DType dtype_from_safetensors(std::string_view name) {
   if (name == "I64") return DType::I64;
   if (name == "I8") return DType::I8;
   if (name == "U8") return DType::U8;
+  if (name == "F8_E4M3") return DType::F8E4M3;  // FP8 weights (with their scales, model/weight_source.h)
   DI_CHECK(!is_known_unsupported(name), "unsupported safetensors dtype '{}'", name);
   fail("unknown safetensors dtype '{}'", name);
 }

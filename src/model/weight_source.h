@@ -73,6 +73,11 @@ class GgufWeightSource final : public WeightSource {
 // the copy seen as [E, F, 2H], columns [0, H) and [H, 2H)), and their biases
 // "blk.N.ffn_{gate,up,down}_exps.bias" owned, de-interleaved [E, F] copies
 // (down's a view of the file). MXFP4 expert blocks are rejected.
+//
+// FP8 checkpoints (quantization_config.quant_method "fp8", e4m3 weights) come
+// dequantised to bf16 with their scales: a `weight_scale_inv` per block of
+// weight_block_size (default 128 x 128; DeepSeek-V3 and Qwen3 FP8), or a
+// `weight_scale` per tensor or output channel. The copies are owned here.
 class HfWeightSource final : public WeightSource {
  public:
   HfWeightSource(const HfCheckpoint& checkpoint, bool post_attention_is_ffn_norm,
@@ -97,6 +102,9 @@ class HfWeightSource final : public WeightSource {
   Tensor transposed_stack(const std::string& hf_name) const;
   Tensor interleaved_part(const std::string& canonical, const ExpertStack& stack) const;
   OwnedStack& own(const std::string& key, DType dtype, std::initializer_list<int64_t> shape) const;
+  // The file's tensor, FP8 weights dequantised (see above).
+  Tensor file_tensor(const std::string& hf_name) const;
+  Tensor dequantized_fp8(const std::string& hf_name, const Tensor& weight) const;
 
   const HfCheckpoint& checkpoint_;
   std::unordered_map<std::string, std::string> canonical_to_hf_;
