@@ -48,14 +48,22 @@ DraftModelProposer::DraftModelProposer(const EngineConfig& target, int32_t targe
 DraftModelProposer::~DraftModelProposer() = default;
 
 void DraftModelProposer::start(uint64_t request_id, std::span<const int32_t> prompt) {
-  auto [it, fresh] = contexts_.try_emplace(request_id, prompt.begin(), prompt.end());
+  auto [it, fresh] = contexts_.try_emplace(request_id);
   DI_CHECK(fresh, "draft model proposer: request {} started twice", request_id);
+  it->second.tokens.assign(prompt.begin(), prompt.end());
+  it->second.prompt_len = static_cast<int32_t>(prompt.size());
+}
+
+void DraftModelProposer::set_target_sampling(uint64_t request_id, const spec::TargetSampling& sampling) {
+  auto it = contexts_.find(request_id);
+  DI_CHECK(it != contexts_.end(), "draft model proposer: unknown request {}", request_id);
+  it->second.sampling = sampling;
 }
 
 void DraftModelProposer::append(uint64_t request_id, std::span<const int32_t> tokens) {
   auto it = contexts_.find(request_id);
   DI_CHECK(it != contexts_.end(), "draft model proposer: unknown request {}", request_id);
-  it->second.insert(it->second.end(), tokens.begin(), tokens.end());
+  it->second.tokens.insert(it->second.tokens.end(), tokens.begin(), tokens.end());
 }
 
 void DraftModelProposer::propose(uint64_t request_id, int32_t max_tokens, spec::Draft& out) {
@@ -72,15 +80,21 @@ void DraftModelProposer::propose_batch(std::span<const uint64_t> request_ids, st
   for (size_t i = 0; i < request_ids.size(); ++i) {
     auto it = contexts_.find(request_ids[i]);
     DI_CHECK(it != contexts_.end(), "draft model proposer: unknown request {}", request_ids[i]);
-    const auto len = static_cast<int32_t>(it->second.size());
+    const Context& ctx = it->second;
+    const auto len = static_cast<int32_t>(ctx.tokens.size());
     const int32_t k = std::min(max_tokens[i], engine_->max_model_len() - len);
     if (k <= 0) continue;
     SamplingParams p;
-    p.temperature = 0.0f;
+    p.temperature = ctx.sampling.temperature;
+    p.top_k = ctx.sampling.top_k;
+    p.top_p = ctx.sampling.top_p;
+    p.min_p = ctx.sampling.min_p;
+    p.seed = ctx.sampling.seed;
     p.max_tokens = k;
     p.ignore_eos = true;
     p.logprobs = 0;  // the chosen token's probability is its confidence
-    slot[engine_->add_request(it->second, p)] = i;
+    // The first draft is the target's output number len - prompt_len.
+    slot[engine_->add_request(ctx.tokens, p, {}, {}, len - ctx.prompt_len)] = i;
   }
   while (engine_->has_unfinished()) {
     for (const RequestOutput& o : engine_->step()) {

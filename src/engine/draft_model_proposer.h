@@ -1,7 +1,11 @@
 // DraftModelProposer: drafts from a smaller model with the target's
 // vocabulary, run by an Engine of its own (its own weights, KV cache,
-// scheduler and runner, on the target's device). A proposal is a greedy
-// generation of k tokens from the request's whole context; the draft engine's
+// scheduler and runner, on the target's device). A proposal is a generation
+// of k tokens from the request's whole context, sampled as the target samples
+// (temperature, top-k/p, min-p) with the target's random numbers: the draft
+// request has the target's seed and continues its output positions, so where
+// the draft model's distribution is close to the target's, its token is the
+// one the target draws (greedy requests: greedy drafts); the draft engine's
 // prefix cache holds the context's full blocks from the previous proposal, so
 // each round computes only the tokens accepted since (and the last partial
 // block) before the k decode steps — the draft's KV is rolled back simply by
@@ -41,13 +45,19 @@ class DraftModelProposer final : public spec::Proposer {
   void propose(uint64_t request_id, int32_t max_tokens, spec::Draft& out) override;
   void propose_batch(std::span<const uint64_t> request_ids, std::span<const int32_t> max_tokens,
                      std::vector<spec::Draft>& out) override;
+  void set_target_sampling(uint64_t request_id, const spec::TargetSampling& sampling) override;
   void finish(uint64_t request_id) override { contexts_.erase(request_id); }
 
   const Engine& engine() const { return *engine_; }
 
  private:
   std::unique_ptr<Engine> engine_;
-  std::unordered_map<uint64_t, std::vector<int32_t>> contexts_;  // prompt + accepted outputs
+  struct Context {
+    std::vector<int32_t> tokens;  // prompt + accepted outputs
+    int32_t prompt_len = 0;
+    spec::TargetSampling sampling;  // greedy until set_target_sampling
+  };
+  std::unordered_map<uint64_t, Context> contexts_;
 };
 
 }  // namespace deepinfer

@@ -153,7 +153,7 @@ int32_t Engine::vocab_size() const { return parts_.model->config().vocab_size; }
 const ModelConfig& Engine::model_config() const { return parts_.model->config(); }
 
 uint64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams params, std::string cache_salt,
-                             std::string_view kv_source) {
+                             std::string_view kv_source, int32_t first_sample_position) {
   const int32_t vocab = vocab_size();
   const int32_t max_len = parts_.max_model_len;
   DI_CHECK(!prompt_ids.empty(), "the prompt is empty");
@@ -186,6 +186,8 @@ uint64_t Engine::add_request(std::vector<int32_t> prompt_ids, SamplingParams par
   const int32_t token_limit = std::min(max_len, prompt_len + *params.max_tokens);
   auto request = std::make_unique<Request>(id, std::move(prompt_ids), std::move(params), seed, std::move(cache_salt));
   request->token_limit = token_limit;
+  DI_CHECK(first_sample_position >= 0, "a request's first sample position must not be negative");
+  request->sample_position_base = first_sample_position;
   request->host_sampling = needs_host_sampling(request->params());
   auto live = std::make_unique<Live>(std::move(request), *parts_.tokenizer);
   const Request& r = *live->request;
@@ -314,7 +316,7 @@ SampleResult Engine::sample_on_host(Live& live, std::span<const float> logits) {
   srow.prompt_ids = r.prompt_ids();
   srow.output_ids = r.output_ids();
   srow.seed = r.seed();
-  srow.position = r.num_output_tokens();
+  srow.position = r.sample_position_base + r.num_output_tokens();
   srow.eos_ids = parts_.tokenizer->eos_ids();
   srow.processor = live.grammar_processor.get();
   return sampler_->sample_row(logits, srow);

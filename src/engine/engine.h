@@ -126,8 +126,9 @@ class Engine {
   // kv_source: the engine that computed the prompt's KV on another node
   // (ucx://host:port, from a prefill engine's answer), fetched before the
   // request runs where the tiers fetch remotely (--kv-transport ucx).
+  // first_sample_position: Request::sample_position_base (a draft model's request).
   uint64_t add_request(std::vector<int32_t> prompt_ids, SamplingParams params, std::string cache_salt = {},
-                       std::string_view kv_source = {});
+                       std::string_view kv_source = {}, int32_t first_sample_position = 0);
   // Compiles (or finds in the cache) a structured-output constraint; throws
   // ParamError when it is invalid or too costly to compile. Thread-safe, so a
   // server checks a request's schema in its handler before submitting it;

@@ -12,9 +12,16 @@ namespace deepinfer {
 
 namespace {
 
-RowSampling greedy_row() {
+// The row that draws the token at sequence position `position` as the
+// target will: its sampling parameters and its random numbers.
+RowSampling target_row(const spec::TargetSampling& t, int32_t prompt_len, int32_t position) {
   RowSampling rs;
-  rs.params.temperature = 0.0f;
+  rs.params.temperature = t.temperature;
+  rs.params.top_k = t.top_k;
+  rs.params.top_p = t.top_p;
+  rs.params.min_p = t.min_p;
+  rs.params.seed = t.seed;
+  rs.params.position = std::max(0, position - prompt_len);  // a position inside the prompt drafts nothing
   return rs;
 }
 
@@ -66,10 +73,13 @@ void MtpProposer::observe(int target_slot, std::span<const ObservedSeq> seqs) {
       plan.tokens.push_back(TokenSource::host(s.next_tokens[static_cast<size_t>(i)]));
       plan.hidden_rows.push_back(s.token_begin + i);
     }
-    plan.rows.push_back({static_cast<int32_t>(plan.seqs.size()), n - 1, greedy_row()});
+    const State& state = states_[s.request_id];
+    // The layer at position i predicts token i + 2: the last row's draft is
+    // the token at start + n + 1.
+    plan.rows.push_back({static_cast<int32_t>(plan.seqs.size()), n - 1,
+                         target_row(state.sampling, state.prompt_len, s.start + n + 1)});
     add_sequence_pages(plan, kv_manager_, s.request_id, s.start, s.start + n);
     plan.seqs.push_back(ps);
-    states_.try_emplace(s.request_id);
     p.ids.push_back(s.request_id);
     p.ends.push_back(s.start + n);
     p.rows.push_back(ps.token_begin + n - 1);
@@ -99,7 +109,13 @@ void MtpProposer::settle() {
 }
 
 void MtpProposer::start(uint64_t request_id, std::span<const int32_t> prompt) {
-  states_[request_id].num_tokens = static_cast<int32_t>(prompt.size());
+  State& s = states_[request_id];
+  s.num_tokens = static_cast<int32_t>(prompt.size());
+  s.prompt_len = s.num_tokens;
+}
+
+void MtpProposer::set_target_sampling(uint64_t request_id, const spec::TargetSampling& sampling) {
+  states_[request_id].sampling = sampling;
 }
 
 void MtpProposer::append(uint64_t request_id, std::span<const int32_t> tokens) {
@@ -176,7 +192,9 @@ void MtpProposer::propose_batch(std::span<const uint64_t> request_ids, std::span
       ps.num_rows = 1;
       plan.tokens.push_back(TokenSource::host(out[c.out].tokens.back()));
       plan.hidden_rows.push_back(c.hidden_row);
-      plan.rows.push_back({static_cast<int32_t>(plan.seqs.size()), 0, greedy_row()});
+      const State& state = states_.at(c.id);
+      plan.rows.push_back({static_cast<int32_t>(plan.seqs.size()), 0,
+                           target_row(state.sampling, state.prompt_len, c.position + 2)});
       add_sequence_pages(plan, kv_manager_, c.id, c.position, c.position + 1);
       c.hidden_row = ps.token_begin;
       plan.seqs.push_back(ps);

@@ -10,8 +10,8 @@
 //    the positions the step computed whose next token is now known (a
 //    verify step's accepted prefix, a prefill chunk, a decode), reading the
 //    target's hidden states where the target runner left them, writing its
-//    KV, and sampling greedily after each sequence's last such position —
-//    that token is the sequence's first draft. Its results are read at the
+//    KV, and sampling after each sequence's last such position — that token
+//    is the sequence's first draft. Its results are read at the
 //    next observe() or propose, so the pipelined loop is not held up.
 //  - the draft chain (propose_batch()), for the remaining K - 1 drafts: one
 //    token per sequence per step, whose hidden input is the MTP layer's own
@@ -19,7 +19,11 @@
 //    token the previous step sampled fed on the device. The chain writes KV
 //    at positions the next verify step overwrites; it stops where the
 //    sequence's KV pages end (the scheduler reserves K slots ahead).
-// Each draft's confidence is the MTP layer's probability of it.
+// Drafts are sampled as the target samples the request, with the target's
+// random numbers (its seed, the draft's output position), so a draft is the
+// token the target draws wherever the layer's distribution is close to the
+// target's (greedy requests: the layer's argmax). Each draft's confidence is
+// the MTP layer's probability of it.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +65,7 @@ class MtpProposer final : public spec::Proposer {
   void observe(int target_slot, std::span<const ObservedSeq> seqs);
 
   void start(uint64_t request_id, std::span<const int32_t> prompt) override;
+  void set_target_sampling(uint64_t request_id, const spec::TargetSampling& sampling) override;
   void append(uint64_t request_id, std::span<const int32_t> tokens) override;
   void propose(uint64_t request_id, int32_t max_tokens, spec::Draft& out) override;
   void propose_batch(std::span<const uint64_t> request_ids, std::span<const int32_t> max_tokens,
@@ -71,6 +76,8 @@ class MtpProposer final : public spec::Proposer {
 
  private:
   struct State {
+    int32_t prompt_len = 0;
+    spec::TargetSampling sampling;  // greedy until set_target_sampling
     int32_t num_tokens = 0;  // tokens the engine reported (prompt + accepted)
     int32_t computed = 0;    // positions whose MTP KV the catch-ups wrote: [.., computed)
     // The last catch-up's draft after position computed - 1, and where its

@@ -30,6 +30,8 @@ int64_t Speculator::feed(const Request& r) {
   int64_t fed = 0;
   if (fresh) {
     proposer_->start(r.id(), r.prompt_ids());
+    const SamplingParams& p = r.params();
+    proposer_->set_target_sampling(r.id(), {p.temperature, p.top_k, p.top_p, p.min_p, r.seed()});
     t.fed = r.num_prompt_tokens();
     fed += t.fed;
   }

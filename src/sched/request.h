@@ -87,6 +87,10 @@ class Request {
   // capped by the model length); a request that has reached it with tokens in
   // flight is not scheduled again.
   int32_t token_limit = 0;
+  // The random draws' position of the first output token (sampling is keyed
+  // on (seed, position)): 0, except for a draft model's request continuing a
+  // target request's outputs, which draws the target's numbers.
+  int32_t sample_position_base = 0;
   // Sampled by the host from copied logits (logits processing that the
   // device cannot do for it, e.g. penalties together with raw logprobs): such
   // a request is never scheduled with a token in flight, because its next

@@ -21,7 +21,7 @@ RowSampling sampling_row(const Request& r, int32_t offset) {
   rs.params.seed = r.seed();
   // Index of the sampled token within the output: the RNG stream is keyed on
   // it, so a token's draw does not depend on how steps were cut.
-  rs.params.position = r.num_output_tokens() + r.num_inflight_tokens() + offset;
+  rs.params.position = r.sample_position_base + r.num_output_tokens() + r.num_inflight_tokens() + offset;
   rs.copy_logits = r.host_sampling || p.logprobs.has_value();
   // Host-sampled rows apply the grammar on the host (with their raw logits).
   rs.token_mask = r.grammar && !r.host_sampling;

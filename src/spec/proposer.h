@@ -16,9 +16,27 @@
 
 namespace deepinfer::spec {
 
+// How the target samples a request's outputs (sampling is keyed on
+// (seed, output position)).
+struct TargetSampling {
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+};
+
 class Proposer {
  public:
   virtual ~Proposer() = default;
+  // How the target samples the request (called after start()). A proposer
+  // that samples its drafts from a distribution draws them with the target's
+  // random numbers: where the two distributions agree the draft is the token
+  // the target samples, so it is accepted, at any temperature. Default: unused.
+  virtual void set_target_sampling(uint64_t request_id, const TargetSampling& sampling) {
+    (void)request_id;
+    (void)sampling;
+  }
   // A new request and its prompt.
   virtual void start(uint64_t request_id, std::span<const int32_t> prompt) = 0;
   // Tokens appended to the request's sequence (accepted outputs), in order.

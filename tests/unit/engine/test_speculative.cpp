@@ -145,6 +145,42 @@ TEST(Speculative, SameOutputsAsWithoutSpeculationForEveryMethod) {
   }
 }
 
+// A draft model samples its drafts as the target samples, with the target's
+// random numbers (its seed, its output positions): the target as its own
+// draft then draws the target's tokens, so nearly every sampled draft is
+// accepted, where greedy drafts would be accepted only as often as the target
+// happens to sample its most likely token. Outputs stay those of no speculation.
+TEST(Speculative, DraftModelDrawsTheTargetsRandomNumbers) {
+  REQUIRE_SMOLLM2();
+  std::vector<Job> jobs;
+  const std::vector<std::string> prompts = {"Write a short poem about the sea.", "Tell me about your favourite city.",
+                                            "List some fruits and their colours.", "What makes a good friend?"};
+  for (size_t i = 0; i < 8; ++i) {
+    Job j;
+    j.join_step = static_cast<int>(i % 3);
+    j.prompt = prompts[i % prompts.size()];
+    j.params = params(40, i % 2 == 0 ? 0.8f : 1.0f);
+    j.params.seed = 500 + i;
+    if (i % 4 == 1) j.params.top_p = 0.9f;
+    if (i % 4 == 2) j.params.top_k = 20;
+    jobs.push_back(j);
+  }
+  Engine plain(config("", 8192));
+  const auto expected = run(plain, jobs);
+  Engine engine(config(R"({"method": "draft_model", "dynamic": false, "num_speculative_tokens": 4, "model": ")" +
+                           testing::smollm2_path() + "\"}",
+                       8192));
+  const auto got = run(engine, jobs);
+  expect_same(expected, got, "sampled drafts");
+  const EngineStats s = engine.stats();
+  ASSERT_GT(s.spec.num_draft_tokens, 100);
+  const double rate = static_cast<double>(s.spec.num_accepted_tokens) / static_cast<double>(s.spec.num_draft_tokens);
+  std::printf("sampled drafts from the target itself: %lld of %lld accepted (%.1f%%)\n",
+              static_cast<long long>(s.spec.num_accepted_tokens), static_cast<long long>(s.spec.num_draft_tokens),
+              100.0 * rate);
+  EXPECT_GT(rate, 0.9);
+}
+
 // The throughput switch (on by default with the dynamic policy) turns
 // speculation on and off between windows of steps by wall-clock rates, so
 // what it chooses varies from run to run; the outputs must not.

@@ -379,16 +379,22 @@ TEST(Mtp, EngineSameOutputsAsWithoutSpeculation) {
 
 // The oracle checkpoint (scripts/gen_hf_mtp_reference.py): a bigram decoder
 // and an MTP layer that computes exactly its next-but-one token, so nearly
-// every draft must be accepted and greedy requests finish in far fewer steps,
-// with the same outputs.
-TEST(Mtp, ExactLayerDraftsAreAccepted) {
+// every draft must be accepted and requests finish in far fewer steps, with
+// the same outputs — greedy, and sampled too: the layer draws its drafts with
+// the target's random numbers, so it draws the token the target will.
+class MtpOracle : public ::testing::TestWithParam<float> {};
+
+TEST_P(MtpOracle, ExactLayerDraftsAreAccepted) {
+  const float temperature = GetParam();
   const std::string oracle = (kData / "deepseek_v3_mtp_oracle").string();
   std::vector<testing::ScriptedJob> jobs;
   for (int i = 0; i < 6; ++i) {
     testing::ScriptedJob j;
     j.join_step = i * 2;
     j.prompt = std::to_string(i) + " " + workload()[static_cast<size_t>(i)].prompt;
-    j.params.temperature = 0.0f;
+    j.params.temperature = temperature;
+    j.params.seed = 900 + i;
+    if (i % 3 == 1) j.params.top_p = 0.9f;
     j.params.ignore_eos = true;
     j.params.max_tokens = 30 + 3 * i;
     jobs.push_back(j);
@@ -401,13 +407,18 @@ TEST(Mtp, ExactLayerDraftsAreAccepted) {
     const auto got = testing::run_scripted(engine, jobs);
     testing::expect_same_results(expected, got, method);
     const EngineStats s = engine.stats();
-    std::printf("[mtp oracle] %s: %lld steps (plain %lld), drafts %lld verified / %lld accepted\n", method,
-                (long long)s.steps, (long long)plain.stats().steps, (long long)s.spec.num_draft_tokens,
-                (long long)s.spec.num_accepted_tokens);
-    EXPECT_GT(s.spec.num_accepted_tokens, 0.9 * static_cast<double>(s.spec.num_draft_tokens)) << method;
+    std::printf("[mtp oracle] %s, temperature %.1f: %lld steps (plain %lld), drafts %lld verified / %lld accepted\n",
+                method, temperature, (long long)s.steps, (long long)plain.stats().steps,
+                (long long)s.spec.num_draft_tokens, (long long)s.spec.num_accepted_tokens);
+    // Sampled drafts match the target's draws only as far as the layer's
+    // whole distribution (not just its argmax) matches the bigram's: 87% here,
+    // where drafting the layer's argmax got 29% (113 of 393).
+    const double want = temperature == 0.0f ? 0.9 : 0.75;
+    EXPECT_GT(s.spec.num_accepted_tokens, want * static_cast<double>(s.spec.num_draft_tokens)) << method;
     if (std::string(method).find("\"dynamic\": false") != std::string::npos) {
       EXPECT_GT(s.spec.num_draft_tokens, 100) << method;
-      EXPECT_LT(s.steps * 2, plain.stats().steps) << method << ": accepted drafts must save most decode steps";
+      EXPECT_LT(s.steps * (temperature == 0.0f ? 2 : 3), plain.stats().steps * (temperature == 0.0f ? 1 : 2))
+          << method << ": accepted drafts must save most decode steps";
     } else {
       // The dynamic length learns from timed steps and calibrated
       // confidences, so how much it drafts varies; it must draft.
@@ -415,6 +426,8 @@ TEST(Mtp, ExactLayerDraftsAreAccepted) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(GreedyAndSampled, MtpOracle, ::testing::Values(0.0f, 0.8f));
 
 TEST(Mtp, RefusedWithoutAnMtpLayer) {
   auto error_of = [](const std::string& model) {
