@@ -245,11 +245,17 @@ void ExpertParallelMoe::set_placement(size_t layer, moe::ExpertPlacement next) {
     fresh[i].slot_bytes = l.stacks[i].slot_bytes;
     fresh[i].bytes.resize(fresh[i].slot_bytes * static_cast<size_t>(new_spr));
   }
-  std::vector<uint8_t> staging;
   // Every rank walks the same list of new slots. An expert the slot's rank
   // already holds is copied there; any other comes from the first rank that
-  // holds it now, broadcast over the group (the old stacks stay intact until
-  // every slot is filled).
+  // holds it now. Those moves travel in one all-to-all per weight stack, each
+  // rank sending exactly the slots its peers take from it (the old stacks
+  // stay intact until every slot is filled).
+  struct Move {
+    int src = 0, dst = 0;
+    int32_t from_slot = 0, dst_slot = 0;  // slot numbers on the source and the destination rank
+  };
+  std::vector<Move> moves;
+  const int size = comm_.size();
   for (int32_t phys = 0; phys < next.num_physical(); ++phys) {
     const int32_t e = next.physical_to_logical()[static_cast<size_t>(phys)];
     const int dst = next.rank_of(phys);
@@ -269,16 +275,42 @@ void ExpertParallelMoe::set_placement(size_t layer, moe::ExpertPlacement next) {
     }
     const int32_t from = old.replicas(e).front();
     const int src = old.rank_of(from);
+    moves.push_back({src, dst, from - src * old_spr, dst_slot});
+  }
+  std::vector<int64_t> send_slots(static_cast<size_t>(size), 0), recv_slots(static_cast<size_t>(size), 0);
+  for (const Move& m : moves) {
+    if (m.src == me) ++send_slots[static_cast<size_t>(m.dst)];
+    if (m.dst == me) ++recv_slots[static_cast<size_t>(m.src)];
+  }
+  if (!moves.empty()) {  // every rank knows the same list: all skip, or all take part
+    int64_t n_send = 0, n_recv = 0;
+    for (int r = 0; r < size; ++r) n_send += send_slots[static_cast<size_t>(r)], n_recv += recv_slots[static_cast<size_t>(r)];
+    std::vector<uint8_t> send, recv;
     for (size_t i = 0; i < fresh.size(); ++i) {
       const size_t bytes = fresh[i].slot_bytes;
-      staging.resize(bytes);
-      if (me == src) {
-        std::memcpy(staging.data(), l.stacks[i].bytes.data() + static_cast<size_t>(from - src * old_spr) * bytes,
-                    bytes);
+      send.resize(std::max<size_t>(1, static_cast<size_t>(n_send) * bytes));
+      recv.resize(std::max<size_t>(1, static_cast<size_t>(n_recv) * bytes));
+      // Send order: by destination rank, then the list's order; the receiver
+      // reads its slots back by source rank in the same order.
+      size_t at = 0;
+      for (int d = 0; d < size; ++d) {
+        for (const Move& m : moves) {
+          if (m.src != me || m.dst != d) continue;
+          std::memcpy(send.data() + at * bytes, l.stacks[i].bytes.data() + static_cast<size_t>(m.from_slot) * bytes,
+                      bytes);
+          ++at;
+        }
       }
-      comm_.broadcast(host_tensor(staging.data(), DType::U8, {static_cast<int64_t>(bytes)}), src);
-      if (me == dst) {
-        std::memcpy(fresh[i].bytes.data() + static_cast<size_t>(dst_slot) * bytes, staging.data(), bytes);
+      const auto b = static_cast<int64_t>(bytes);
+      comm_.all_to_all(host_tensor(send.data(), DType::U8, {n_send, b}), send_slots,
+                       host_tensor(recv.data(), DType::U8, {n_recv, b}), recv_slots);
+      at = 0;
+      for (int src = 0; src < size; ++src) {
+        for (const Move& m : moves) {
+          if (m.dst != me || m.src != src) continue;
+          std::memcpy(fresh[i].bytes.data() + static_cast<size_t>(m.dst_slot) * bytes, recv.data() + at * bytes, bytes);
+          ++at;
+        }
       }
     }
   }

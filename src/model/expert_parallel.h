@@ -19,7 +19,8 @@
 //      every rank every row.
 //
 // Placements change while serving (set_placement): the rank's new slots are
-// filled from ranks that hold those experts now, over the device group.
+// filled from ranks that hold those experts now, over the device group (one
+// all-to-all per weight stack: each expert travels only to its new owner).
 // Host memory only for now (the CPU backend): the dispatch counts are read on
 // the host, which a GPU step would have to wait for.
 #pragma once
