@@ -184,6 +184,7 @@ int run_serve(int argc, char** argv) {
       return 2;
     }
     own_http.port = 0;
+    config.data_parallel_independent_replicas = true;
     front = std::make_unique<DataParallelFront>(http, advertised_host(http.host), config.dist.timeout);
     async.on_loaded = [f = front.get()](Engine& e) { f->exchange(e); };
   }
@@ -227,8 +228,8 @@ int run_serve(int argc, char** argv) {
       log_info("serve: model loaded in {:.2f} s; ready (max-model-len {}, max-num-seqs {}, max-waiting {})", secs,
                engine.engine()->max_model_len(), config.max_num_seqs, async.max_waiting);
     }
-    // A data-parallel rank cannot serve without its group: a lost peer ends it.
-    if (engine.dead() && (engine.engine() == nullptr || data_parallel)) {
+    // A rank whose group steps together cannot serve without it: a lost peer ends it.
+    if (engine.dead() && (engine.engine() == nullptr || (data_parallel && config.enable_expert_parallel))) {
       log_error("serve: {}", engine.error());
       server.stop();
       return 1;

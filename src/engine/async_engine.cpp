@@ -65,7 +65,8 @@ void AsyncEngine::run(EngineConfig config) {
 }
 
 void AsyncEngine::loop() {
-  const bool in_group = engine_->data_parallel().has_value();
+  const auto dp = engine_->data_parallel();
+  const bool in_group = dp && dp->steps_together;
   for (;;) {
     std::deque<Pending> pending;
     std::vector<uint64_t> aborts;

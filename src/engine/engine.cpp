@@ -646,8 +646,9 @@ Engine::InflightStep Engine::launch_padding() {
 }
 
 std::optional<Engine::DataParallelRank> Engine::data_parallel() const {
-  if (!parts_.group_vote) return std::nullopt;
-  return DataParallelRank{parts_.config.dist.rank, parts_.config.dist.world_size, parts_.control_group.get()};
+  if (parts_.config.data_parallel_size <= 1) return std::nullopt;
+  return DataParallelRank{parts_.config.dist.rank, parts_.config.dist.world_size, parts_.control_group.get(),
+                          parts_.group_vote != nullptr};
 }
 
 void Engine::drain_group() {

@@ -142,15 +142,19 @@ class Engine {
   // whose outputs it returns, so the device never waits for the host.
   std::vector<RequestOutput> step();
   bool has_unfinished() const { return !requests_.empty(); }
-  // Data parallelism (--data-parallel-size > 1): this rank and its group. The
-  // ranks step together (a vote before every step), so a rank keeps calling
-  // step() while group_busy(), its own requests done or not; an idle group's
-  // step() only votes. `control` carries the commands' own exchanges between
-  // ranks (inputs, outputs), never during a step().
+  // Data parallelism (--data-parallel-size > 1): this rank and its group.
+  // Unless they are independent replicas, the ranks step together (a vote
+  // before every step), so a rank keeps calling step() while group_busy(), its
+  // own requests done or not; an idle group's step() only votes. `control`
+  // carries the commands' own exchanges between ranks (inputs, outputs, URLs),
+  // never during a step().
   struct DataParallelRank {
     int rank = 0;
     int size = 1;
     GlooCommunicator* control = nullptr;
+    // The ranks vote before every step (false: independent replicas,
+    // EngineConfig::data_parallel_independent_replicas).
+    bool steps_together = true;
   };
   std::optional<DataParallelRank> data_parallel() const;
   // Some rank of the group had work at the last vote (false without a group).

@@ -228,8 +228,11 @@ TensorParallel build_data_parallel_group(EngineParts& p) {
            c.data_parallel_size);
   const auto t0 = std::chrono::steady_clock::now();
   p.control_group = std::make_unique<GlooCommunicator>(d, "control");
-  p.vote_channel = std::make_unique<GlooVoteChannel>(*p.control_group);
-  p.group_vote = std::make_unique<GroupVote>(c.data_parallel_vote, *p.vote_channel);
+  const bool votes = c.enable_expert_parallel || !c.data_parallel_independent_replicas;
+  if (votes) {
+    p.vote_channel = std::make_unique<GlooVoteChannel>(*p.control_group);
+    p.group_vote = std::make_unique<GroupVote>(c.data_parallel_vote, *p.vote_channel);
+  }
   TensorParallel tp;
   if (c.enable_expert_parallel) {
     p.device_group = make_device_communicator(*p.backend, d, *p.control_group, "ep");
@@ -239,13 +242,15 @@ TensorParallel build_data_parallel_group(EngineParts& p) {
     c.zero_overhead_scheduling = false;
   }
   const GroupVoteConfig& v = c.data_parallel_vote;
-  log_info("engine: data-parallel rank {} of {} (local rank {}), joined through {} in {:.2f} s; {}; group vote {} "
-           "(every {} step(s){})",
-           d.rank, d.world_size, d.local_rank, d.init_method, seconds_since(t0),
+  log_info("engine: data-parallel rank {} of {} (local rank {}), joined through {} in {:.2f} s; {}; {}", d.rank,
+           d.world_size, d.local_rank, d.init_method, seconds_since(t0),
            c.enable_expert_parallel ? fmt::format("experts spread over the group ({} collectives)", p.device_group->name())
                                     : std::string("the whole model on every rank"),
-           vote_mode_name(v.mode), v.mode == VoteMode::All ? v.all_interval_steps : v.any_interval_steps,
-           v.mode == VoteMode::All ? fmt::format(", at most {} steps' wait", v.all_max_wait_steps) : std::string());
+           !votes ? std::string("the ranks step independently")
+                  : fmt::format("group vote {} (every {} step(s){})", vote_mode_name(v.mode),
+                                v.mode == VoteMode::All ? v.all_interval_steps : v.any_interval_steps,
+                                v.mode == VoteMode::All ? fmt::format(", at most {} steps' wait", v.all_max_wait_steps)
+                                                        : std::string()));
   return tp;
 }
 

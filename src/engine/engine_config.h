@@ -33,6 +33,11 @@ struct EngineConfig {
   // (`data_parallel_vote`, sched/group_vote.h) keeps the ranks' steps aligned.
   int32_t data_parallel_size = 1;
   GroupVoteConfig data_parallel_vote;
+  // Without expert parallelism nothing crosses ranks inside a step: `serve`
+  // lets such ranks step on their own (replicas behind its router, which
+  // routes around one that fails); `generate` keeps them voting, so that they
+  // finish together and a lost rank is noticed within the timeout.
+  bool data_parallel_independent_replicas = false;
   DistConfig dist;
   std::string tokenizer_path;  // empty = the model's own (GGUF metadata or the model folder)
   // --chat-template: a Jinja file or the template itself, replacing the

@@ -473,7 +473,8 @@ int ModelRunner::launch(const StepPlan& plan) {
 }
 
 int ModelRunner::launch_padding() {
-  DI_CHECK(rank_.publisher == nullptr, "ModelRunner: a padding step is for a data-parallel rank, not a tensor-parallel group");
+  DI_CHECK(rank_.publisher == nullptr,
+           "ModelRunner: a padding step is for a data-parallel rank, not a tensor-parallel group");
   StepPlan plan;
   plan.page_size = kv_.page_size();
   plan.groups.resize(static_cast<size_t>(num_groups_));  // empty tables

@@ -184,3 +184,42 @@ def test_launcher_started_ranks_and_a_killed_rank_end_the_other(tmp_path):
                 p.wait()
         for f in logs:
             f.close()
+
+
+def test_dense_replicas_serve_on_when_one_rank_dies(tmp_path):
+    """Dense ranks started as torchrun would start them are independent
+    replicas behind rank 0's router (no vote): both serve, and when rank 1 is
+    killed the router takes it out and rank 0 goes on answering."""
+    port, rdv = free_port(), free_port()
+    base = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(rdv),
+            "DEEPINFER_DIST_TIMEOUT_S": "10"}
+    args = [str(binary()), "serve", "--model", str(TINY / "llama"), "--tokenizer", str(TINY / "tokenizer.json"),
+            "--threads", "1", "--port", str(port), "--served-model-name", "smollm2", "--data-parallel-size", "2"]
+    logs = [open(tmp_path / f"rank{r}.log", "w") for r in range(2)]
+    procs = [subprocess.Popen(args, stdout=logs[r], stderr=subprocess.STDOUT,
+                              env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def both_up():
+            try:
+                backends = httpx.get(url + "/router/backends", timeout=1).json()["backends"]
+                return len(backends) == 2 and all(b["healthy"] for b in backends)
+            except (httpx.HTTPError, KeyError, ValueError):
+                return False
+        assert wait_for(both_up, timeout=120), (tmp_path / "rank0.log").read_text()[-2000:]
+        before = completions(url, PROMPTS[:4])
+        log0 = (tmp_path / "rank0.log").read_text()
+        assert "the ranks step independently" in log0, log0[-2000:]
+        procs[1].send_signal(signal.SIGKILL)
+        procs[1].wait()
+        time.sleep(1)
+        assert completions(url, PROMPTS[:4]) == before
+        assert procs[0].poll() is None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in logs:
+            f.close()
