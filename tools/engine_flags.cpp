@@ -139,10 +139,6 @@ EngineConfig finish_engine_flags(EngineFlags& f, const char* argv0) {
   if (f.dp_vote_interval > 0) {
     (vote.mode == VoteMode::All ? vote.all_interval_steps : vote.any_interval_steps) = f.dp_vote_interval;
   }
-  DI_CHECK(c.tensor_parallel_size == 1 || c.data_parallel_size == 1,
-           "--tensor-parallel-size {} with --data-parallel-size {}: one or the other for now (a data-parallel rank "
-           "of several tensor-parallel ranks is not built yet)",
-           c.tensor_parallel_size, c.data_parallel_size);
   const int32_t ranks = c.tensor_parallel_size * c.data_parallel_size;
   if (ranks > 1 && c.dist.world_size == 1) {
     DI_CHECK(f.start_local_ranks,
@@ -151,9 +147,10 @@ EngineConfig finish_engine_flags(EngineFlags& f, const char* argv0) {
              ranks);
     c.dist = start_local_ranks(ranks, c.dist.timeout);
   }
-  // A tensor-parallel follower never returns to the command: it runs rank 0's
+  // A tensor-parallel follower (every rank but the first of its data-parallel
+  // rank's group) never returns to the command: it runs its first rank's
   // steps. A data-parallel rank runs the command on its own share of the work.
-  if (c.dist.rank > 0 && c.data_parallel_size == 1) std::exit(run_follower_rank(std::move(c)));
+  if (c.dist.rank % c.tensor_parallel_size != 0) std::exit(run_follower_rank(std::move(c)));
   if (!f.cost_model_path.empty()) {
     std::ifstream in(f.cost_model_path);
     DI_CHECK(in.good(), "cannot read cost model file '{}'", f.cost_model_path);

@@ -631,8 +631,8 @@ ScheduledBatch Engine::schedule() {
   // ranks derive this from the same gathered votes.
   group_forward_ = parts_.config.enable_expert_parallel && (prefill || decodes);
   DI_CHECK(batch.empty() || prefill || decodes,
-           "data parallel: rank {} scheduled {} tokens in a step its group voted empty", parts_.config.dist.rank,
-           batch.num_tokens);
+           "data parallel: rank {} scheduled {} tokens in a step its group voted empty",
+           parts_.data_parallel_group->rank(), batch.num_tokens);
   return batch;
 }
 
@@ -646,8 +646,9 @@ Engine::InflightStep Engine::launch_padding() {
 }
 
 std::optional<Engine::DataParallelRank> Engine::data_parallel() const {
-  if (parts_.config.data_parallel_size <= 1) return std::nullopt;
-  return DataParallelRank{parts_.config.dist.rank, parts_.config.dist.world_size, parts_.control_group.get(),
+  const GlooCommunicator* group = parts_.data_parallel_group.get();
+  if (group == nullptr) return std::nullopt;
+  return DataParallelRank{group->rank(), group->size(), parts_.data_parallel_group.get(),
                           parts_.group_vote != nullptr};
 }
 

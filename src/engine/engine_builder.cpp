@@ -208,63 +208,7 @@ void build_kv_tiers(EngineParts& p) {
   build_kv_transport(p);
 }
 
-// The ranks of --data-parallel-size > 1: the control channel and its vote,
-// and with expert parallelism the MoE layers' group.
-TensorParallel build_data_parallel_group(EngineParts& p) {
-  EngineConfig& c = p.config;
-  const DistConfig& d = c.dist;
-  DI_CHECK(d.world_size == c.data_parallel_size,
-           "--data-parallel-size {} but the launcher started {} rank(s) (WORLD_SIZE or equivalent): one process per "
-           "data-parallel rank",
-           c.data_parallel_size, d.world_size);
-  DI_CHECK(!c.enable_expert_parallel || (c.speculative.method != spec::SpecMethod::DraftModel &&
-                                         c.speculative.method != spec::SpecMethod::Mtp),
-           "--data-parallel-size {} with --enable-expert-parallel: draft-model and MTP speculation run forwards "
-           "of their own, which the group's steps do not align (n-gram and suffix speculation work)",
-           c.data_parallel_size);
-  DI_CHECK(c.kv_transport_listen.empty() && !c.kv_transport_fetch,
-           "--data-parallel-size {}: --kv-transport serves one engine per node; run one engine per rank behind "
-           "`deepinfer router` instead",
-           c.data_parallel_size);
-  const auto t0 = std::chrono::steady_clock::now();
-  p.control_group = std::make_unique<GlooCommunicator>(d, "control");
-  const bool votes = c.enable_expert_parallel || !c.data_parallel_independent_replicas;
-  if (votes) {
-    p.vote_channel = std::make_unique<GlooVoteChannel>(*p.control_group);
-    p.group_vote = std::make_unique<GroupVote>(c.data_parallel_vote, *p.vote_channel);
-  }
-  TensorParallel tp;
-  if (c.enable_expert_parallel) {
-    p.device_group = make_device_communicator(*p.backend, d, *p.control_group, "ep");
-    tp.data_parallel_experts = p.device_group.get();
-    // The experts move between ranks at a step boundary every rank reaches
-    // at the same point: a step is finished before the next is planned.
-    c.zero_overhead_scheduling = false;
-  }
-  const GroupVoteConfig& v = c.data_parallel_vote;
-  log_info("engine: data-parallel rank {} of {} (local rank {}), joined through {} in {:.2f} s; {}; {}", d.rank,
-           d.world_size, d.local_rank, d.init_method, seconds_since(t0),
-           c.enable_expert_parallel ? fmt::format("experts spread over the group ({} collectives)", p.device_group->name())
-                                    : std::string("the whole model on every rank"),
-           !votes ? std::string("the ranks step independently")
-                  : fmt::format("group vote {} (every {} step(s){})", vote_mode_name(v.mode),
-                                v.mode == VoteMode::All ? v.all_interval_steps : v.any_interval_steps,
-                                v.mode == VoteMode::All ? fmt::format(", at most {} steps' wait", v.all_max_wait_steps)
-                                                        : std::string()));
-  return tp;
-}
-
-// The ranks of --tensor-parallel-size > 1: the control channel and the
-// device group, joined through the launcher's rendezvous.
-TensorParallel build_rank_group(EngineParts& p) {
-  const EngineConfig& c = p.config;
-  const DistConfig& d = c.dist;
-  if (c.data_parallel_size > 1) return build_data_parallel_group(p);
-  if (c.tensor_parallel_size <= 1 && d.world_size <= 1) return {};
-  DI_CHECK(d.world_size == c.tensor_parallel_size,
-           "--tensor-parallel-size {} but the launcher started {} rank(s) (WORLD_SIZE or equivalent): one process "
-           "per tensor-parallel rank (or pass --data-parallel-size)",
-           c.tensor_parallel_size, d.world_size);
+void check_tensor_parallel_limits(const EngineConfig& c) {
   DI_CHECK(c.speculative.method != spec::SpecMethod::DraftModel && c.speculative.method != spec::SpecMethod::Mtp,
            "--tensor-parallel-size {}: draft-model and MTP speculation run a second model, which is not split "
            "across ranks yet (n-gram and suffix speculation work)",
@@ -274,14 +218,84 @@ TensorParallel build_rank_group(EngineParts& p) {
            "--tensor-parallel-size {}: the KV tiers and transports (--kv-offloading-size, --kv-cache-dir, shared "
            "pools, --kv-transport) do not copy every rank's slice of the cache yet",
            c.tensor_parallel_size);
+}
+
+void check_data_parallel_limits(const EngineConfig& c) {
+  DI_CHECK(!c.enable_expert_parallel || (c.speculative.method != spec::SpecMethod::DraftModel &&
+                                         c.speculative.method != spec::SpecMethod::Mtp),
+           "--data-parallel-size {} with --enable-expert-parallel: draft-model and MTP speculation run forwards "
+           "of their own, which the group's steps do not align (n-gram and suffix speculation work)",
+           c.data_parallel_size);
+  DI_CHECK(c.kv_transport_listen.empty() && !c.kv_transport_fetch,
+           "--data-parallel-size {}: --kv-transport serves one engine per node; run one engine per rank behind "
+           "`deepinfer router` instead",
+           c.data_parallel_size);
+  DI_CHECK(!c.enable_expert_parallel || c.tensor_parallel_size == 1,
+           "--enable-expert-parallel with both --tensor-parallel-size {} and --data-parallel-size {}: not built yet "
+           "(experts spread over the tensor- or the data-parallel ranks)",
+           c.tensor_parallel_size, c.data_parallel_size);
+}
+
+// The ranks of --tensor-parallel-size x --data-parallel-size, one process
+// each, joined through the launcher's rendezvous: global rank g is
+// tensor-parallel rank g % tp of data-parallel rank g / tp.
+//  - tp > 1: each data-parallel rank's tensor-parallel group, its control
+//    channel (step plans) and device group (the model's collectives);
+//  - dp > 1, on each data-parallel rank's first tensor-parallel rank (the one
+//    that runs the engine): the data-parallel group, its vote, and with
+//    expert parallelism the MoE layers' group.
+TensorParallel build_rank_group(EngineParts& p) {
+  EngineConfig& c = p.config;
+  const DistConfig& d = c.dist;
+  const int tp = c.tensor_parallel_size, dp = c.data_parallel_size;
+  if (tp <= 1 && dp <= 1 && d.world_size <= 1) return {};
+  DI_CHECK(d.world_size == tp * dp,
+           "--tensor-parallel-size {} x --data-parallel-size {} make {} ranks, but the launcher started {} "
+           "(WORLD_SIZE or equivalent): one process per rank",
+           tp, dp, tp * dp, d.world_size);
+  if (tp > 1) check_tensor_parallel_limits(c);
+  if (dp > 1) check_data_parallel_limits(c);
   const auto t0 = std::chrono::steady_clock::now();
-  p.control_group = std::make_unique<GlooCommunicator>(d, "control");
-  p.device_group = make_device_communicator(*p.backend, d, *p.control_group, "tp");
-  log_info("engine: tensor-parallel rank {} of {} (local rank {}), {} collectives, joined through {} in {:.2f} s",
-           d.rank, d.world_size, d.local_rank, p.device_group->name(), d.init_method, seconds_since(t0));
-  TensorParallel tp{d.rank, d.world_size, p.device_group.get()};
-  tp.expert_parallel = c.enable_expert_parallel;
-  return tp;
+  const std::shared_ptr<gloo::rendezvous::Store> store = open_rendezvous_store(d);
+  const GlooTransport transport = gloo_transport_for(d);
+  const int tp_rank = d.rank % tp, dp_rank = d.rank / tp;
+  TensorParallel result;
+  if (tp > 1) {
+    const std::string suffix = dp > 1 ? fmt::format(".dp{}", dp_rank) : std::string();
+    p.control_group = std::make_unique<GlooCommunicator>(store, "control" + suffix, tp_rank, tp, d.timeout, transport);
+    p.device_group = make_device_communicator(*p.backend, d, *p.control_group, "tp" + suffix);
+    log_info("engine: tensor-parallel rank {} of {}{} (local rank {}), {} collectives, joined through {} in {:.2f} s",
+             tp_rank, tp, dp > 1 ? fmt::format(" of data-parallel rank {}", dp_rank) : std::string(), d.local_rank,
+             p.device_group->name(), d.init_method, seconds_since(t0));
+    result = TensorParallel{tp_rank, tp, p.device_group.get()};
+    result.expert_parallel = c.enable_expert_parallel;
+  }
+  if (dp <= 1 || tp_rank != 0) return result;
+  p.data_parallel_group = std::make_unique<GlooCommunicator>(store, "data_parallel", dp_rank, dp, d.timeout, transport);
+  const bool votes = c.enable_expert_parallel || !c.data_parallel_independent_replicas;
+  if (votes) {
+    p.vote_channel = std::make_unique<GlooVoteChannel>(*p.data_parallel_group);
+    p.group_vote = std::make_unique<GroupVote>(c.data_parallel_vote, *p.vote_channel);
+  }
+  if (c.enable_expert_parallel) {
+    p.device_group = make_device_communicator(*p.backend, d, *p.data_parallel_group, "ep");
+    result.data_parallel_experts = p.device_group.get();
+    // The experts move between ranks at a step boundary every rank reaches
+    // at the same point: a step is finished before the next is planned.
+    c.zero_overhead_scheduling = false;
+  }
+  const GroupVoteConfig& v = c.data_parallel_vote;
+  log_info("engine: data-parallel rank {} of {} (local rank {}), joined through {} in {:.2f} s; {}; {}", dp_rank, dp,
+           d.local_rank, d.init_method, seconds_since(t0),
+           c.enable_expert_parallel ? fmt::format("experts spread over the group ({} collectives)", p.device_group->name())
+           : tp > 1                 ? fmt::format("the model over {} tensor-parallel ranks", tp)
+                                    : std::string("the whole model on every rank"),
+           !votes ? std::string("the ranks step independently")
+                  : fmt::format("group vote {} (every {} step(s){})", vote_mode_name(v.mode),
+                                v.mode == VoteMode::All ? v.all_interval_steps : v.any_interval_steps,
+                                v.mode == VoteMode::All ? fmt::format(", at most {} steps' wait", v.all_max_wait_steps)
+                                                        : std::string()));
+  return result;
 }
 
 void build_expert_load(EngineParts& p, RunnerLimits& limits) {
@@ -408,7 +422,8 @@ EngineParts build_engine(EngineConfig config) {
 }
 
 int run_follower_rank(EngineConfig config) {
-  DI_CHECK(config.dist.rank > 0, "run_follower_rank on rank 0");
+  DI_CHECK(config.dist.rank % std::max(config.tensor_parallel_size, 1) != 0,
+           "run_follower_rank on the first rank of a tensor-parallel group");
   EngineParts p = build_engine(std::move(config));
   try {
     follow_steps(*p.runner, *p.control_group);

@@ -39,9 +39,11 @@ struct EngineParts {
   std::unique_ptr<GlooCommunicator> control_group;
   std::unique_ptr<Communicator> device_group;
   std::unique_ptr<StepBroadcaster> step_broadcaster;
-  // Data parallelism (--data-parallel-size > 1): control_group carries the
-  // vote before every step (and, outside steps, the commands' own exchanges);
+  // Data parallelism (--data-parallel-size > 1), on the rank that runs a
+  // data-parallel rank's engine: data_parallel_group carries the vote before
+  // every step (and, outside steps, the commands' own exchanges);
   // device_group, with --enable-expert-parallel, the MoE layers' all-to-alls.
+  std::unique_ptr<GlooCommunicator> data_parallel_group;
   std::unique_ptr<GlooVoteChannel> vote_channel;
   std::unique_ptr<GroupVote> group_vote;
   std::unique_ptr<LoadedModel> model;

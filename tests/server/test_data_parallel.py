@@ -112,8 +112,8 @@ def completions(url, prompts):
     return texts
 
 
-def tiny_server(*extra, env=None):
-    return Server("--threads", "1", "--tokenizer", str(TINY / "tokenizer.json"), *extra, model=TINY / "mixtral",
+def tiny_server(*extra, env=None, model_dir="mixtral"):
+    return Server("--threads", "1", "--tokenizer", str(TINY / "tokenizer.json"), *extra, model=TINY / model_dir,
                   env=env)
 
 
@@ -223,3 +223,38 @@ def test_dense_replicas_serve_on_when_one_rank_dies(tmp_path):
                 p.wait()
         for f in logs:
             f.close()
+
+
+@pytest.mark.parametrize("model", ["llama", "qwen3_moe"])
+def test_data_parallel_ranks_of_tensor_parallel_groups_match_one_rank(tmp_path, model):
+    """--data-parallel-size 2 x --tensor-parallel-size 2: four processes, two
+    engines each split over two ranks: one rank's greedy tokens."""
+    one, _ = generate_tiny(tmp_path, model, "one")
+    got, log = generate_tiny(tmp_path, model, "dp2tp2", "--data-parallel-size", "2", "--tensor-parallel-size", "2")
+    assert got == one
+    assert "tensor-parallel rank 1 of 2 of data-parallel rank 1" in log, log[-2000:]
+
+
+def test_expert_parallel_over_both_kinds_of_ranks_is_refused(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"prompt": "a b c", "max_tokens": 2}) + "\n")
+    run = subprocess.run([str(binary()), "generate", "--model", str(TINY / "mixtral"), "--tokenizer",
+                          str(TINY / "tokenizer.json"), "--threads", "1", "--input", str(src), "--dp", "2", "--tp", "2",
+                          "--enable-expert-parallel"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "DEEPINFER_DIST_TIMEOUT_S": "10"})
+    assert run.returncode != 0
+    assert "not built yet" in run.stderr, run.stderr[-2000:]
+
+
+def test_serve_data_parallel_ranks_of_tensor_parallel_groups():
+    one = tiny_server(model_dir="llama")
+    try:
+        want = completions(one.url, PROMPTS[:3])
+    finally:
+        one.stop()
+    s = tiny_server("--data-parallel-size", "2", "--tensor-parallel-size", "2", model_dir="llama",
+                    env={"DEEPINFER_DIST_TIMEOUT_S": "10"})
+    try:
+        assert completions(s.url, PROMPTS[:3]) == want
+    finally:
+        s.stop()
