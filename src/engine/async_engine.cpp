@@ -67,6 +67,7 @@ void AsyncEngine::run(EngineConfig config) {
 void AsyncEngine::loop() {
   const auto dp = engine_->data_parallel();
   const bool in_group = dp && dp->steps_together;
+  std::chrono::microseconds idle_poll = options_.group_idle_poll;
   for (;;) {
     std::deque<Pending> pending;
     std::vector<uint64_t> aborts;
@@ -81,7 +82,10 @@ void AsyncEngine::loop() {
       } else if (!engine_->group_busy()) {
         // The group steps together: an idle rank still votes, now and then,
         // to hear of another rank's work (and to be heard of its own).
-        wake_.wait_for(lock, options_.group_idle_poll, woken);
+        wake_.wait_for(lock, idle_poll, woken);
+        idle_poll = std::min(idle_poll * 2, options_.group_idle_poll_max);
+      } else {
+        idle_poll = options_.group_idle_poll;
       }
       if (stop_) break;
       pending.swap(pending_);

@@ -33,9 +33,13 @@ struct AsyncEngineOptions {
   // Engine::data_parallel()'s control channel, which the steps use after it.
   // An exception there fails the loading.
   std::function<void(Engine&)> on_loaded;
-  // A data-parallel rank whose group is idle votes again after at most this
-  // long (new work on another rank waits about this much for the group).
+  // A data-parallel rank whose group is idle votes again after at most
+  // group_idle_poll, doubling while the group stays idle up to
+  // group_idle_poll_max (a vote costs syscalls on every rank: an idle group
+  // polling every 2 ms kept a fifth of a core busy per rank). New work on
+  // another rank waits at most about that long for the group.
   std::chrono::microseconds group_idle_poll{2000};
+  std::chrono::microseconds group_idle_poll_max{50000};
 };
 
 // One delivery to a request's sink.
