@@ -185,7 +185,7 @@ int run_serve(int argc, char** argv) {
     }
     own_http.port = 0;
     config.data_parallel_independent_replicas = true;
-    front = std::make_unique<DataParallelFront>(http, advertised_host(http.host), config.dist.timeout);
+    front = std::make_unique<DataParallelFront>(http, advertised_host(http.host), api.api_key, config.dist.timeout);
     async.on_loaded = [f = front.get()](Engine& e) { f->exchange(e); };
   }
   const auto load_start = std::chrono::steady_clock::now();

@@ -14,8 +14,11 @@
 namespace deepinfer::cli {
 
 DataParallelFront::DataParallelFront(server::HttpServerOptions public_http, std::string advertised_host,
-                                     std::chrono::milliseconds timeout)
-    : public_http_(std::move(public_http)), advertised_host_(std::move(advertised_host)), timeout_(timeout),
+                                     std::string api_key, std::chrono::milliseconds timeout)
+    : public_http_(std::move(public_http)),
+      advertised_host_(std::move(advertised_host)),
+      api_key_(std::move(api_key)),
+      timeout_(timeout),
       port_future_(port_.get_future().share()) {}
 
 DataParallelFront::~DataParallelFront() {
@@ -50,9 +53,12 @@ bool DataParallelFront::start_router_when_ready() {
   router::BackendPool::Options pool_options;
   // The ranks turn ready moments after the exchange: look again soon.
   pool_options.interval = std::chrono::milliseconds(500);
+  pool_options.api_key = api_key_;
   const size_t n = urls.size();
   pool_ = std::make_unique<router::BackendPool>(std::move(urls), pool_options);
-  router_ = std::make_unique<router::RouterServer>(*pool_, router::RouterOptions{});
+  router::RouterOptions router_options;
+  router_options.api_key = api_key_;
+  router_ = std::make_unique<router::RouterServer>(*pool_, router_options);
   pool_->start();
   server::HttpServerOptions http = public_http_;
   http.body_limit = std::max<uint64_t>(http.body_limit, uint64_t{64} << 20);

@@ -30,9 +30,11 @@ namespace deepinfer::cli {
 class DataParallelFront {
  public:
   // public_http: where clients connect (rank 0's router); advertised_host:
-  // the host part of this rank's own URL, as rank 0 reaches it.
+  // the host part of this rank's own URL, as rank 0 reaches it; api_key:
+  // serve's --api-key, which the router then requires too (its admin
+  // endpoints included) and sends to the ranks.
   // The exchange waits up to `timeout` for this rank's server to listen.
-  DataParallelFront(server::HttpServerOptions public_http, std::string advertised_host,
+  DataParallelFront(server::HttpServerOptions public_http, std::string advertised_host, std::string api_key,
                     std::chrono::milliseconds timeout);
   ~DataParallelFront();
 
@@ -50,6 +52,7 @@ class DataParallelFront {
  private:
   server::HttpServerOptions public_http_;
   std::string advertised_host_;
+  std::string api_key_;
   std::chrono::milliseconds timeout_;
   std::promise<int> port_;
   std::shared_future<int> port_future_;

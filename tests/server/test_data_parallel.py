@@ -258,3 +258,20 @@ def test_serve_data_parallel_ranks_of_tensor_parallel_groups():
         assert completions(s.url, PROMPTS[:3]) == want
     finally:
         s.stop()
+
+
+def test_the_router_in_front_of_the_ranks_requires_the_api_key():
+    s = tiny_server("--data-parallel-size", "2", "--api-key", "sesame", model_dir="llama",
+                    env={"DEEPINFER_DIST_TIMEOUT_S": "10"})
+    try:
+        body = {"model": "smollm2", "prompt": "a b c", "max_tokens": 2, "temperature": 0}
+        assert httpx.post(s.url + "/v1/completions", json=body, timeout=60).status_code == 401
+        ok = httpx.post(s.url + "/v1/completions", json=body, timeout=60,
+                        headers={"Authorization": "Bearer sesame"})
+        assert ok.status_code == 200, ok.text
+        backend = httpx.get(s.url + "/router/backends", timeout=10,
+                            headers={"Authorization": "Bearer sesame"}).json()["backends"][0]["url"]
+        # The admin endpoints too: nobody without the key takes a rank out.
+        assert httpx.post(s.url + "/router/drain", json={"url": backend}, timeout=10).status_code == 401
+    finally:
+        s.stop()
