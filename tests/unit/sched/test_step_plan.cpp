@@ -196,6 +196,62 @@ TEST(StepPlan, SchedulerJoinsChunksFinishesAndPreempts) {
   EXPECT_EQ(kv.pool().num_free(), 8);
 }
 
+// A data-parallel group's decode step (schedule(false)): the decodes only —
+// no admission, no prompt chunk — and the facts a rank votes with.
+TEST(StepPlan, DecodeOnlyStepsAdmitNobodyAndChunkNothing) {
+  KvCacheManager kv(KvLayout::from_windows(std::vector<int32_t>{0}), 16, manager_config(48));
+  SchedulerConfig sc;
+  sc.planner.max_num_batched_tokens = 48;
+  Scheduler s(sc, kv);
+  auto a = make_request(1, 20), b = make_request(2, 70);
+  s.add(a.get());
+  EXPECT_EQ(s.pending_prompt_tokens(), 20);
+  EXPECT_FALSE(s.has_decodes());
+
+  // A decode step with only waiting work: nobody admitted, nothing scheduled.
+  ScheduledBatch d0 = s.schedule(false);
+  EXPECT_TRUE(d0.empty());
+  EXPECT_EQ(s.num_waiting(), 1u);
+
+  // A prefill step admits a and computes its prompt; then b arrives.
+  ScheduledBatch p1 = s.schedule(true);
+  ASSERT_EQ(p1.seqs.size(), 1u);
+  EXPECT_EQ(p1.num_prompt_tokens, 20);
+  s.commit(p1);
+  a->append_output(5);
+  s.add(b.get());
+  EXPECT_TRUE(s.has_decodes());
+  EXPECT_EQ(s.pending_prompt_tokens(), 70);
+
+  // Decode steps: a decodes, b stays waiting however often they run.
+  for (int i = 0; i < 3; ++i) {
+    ScheduledBatch d = s.schedule(false);
+    ASSERT_EQ(d.seqs.size(), 1u);
+    EXPECT_EQ(d.seqs[0].request, a.get());
+    EXPECT_EQ(d.num_prompt_tokens, 0);
+    EXPECT_EQ(s.num_waiting(), 1u);
+    s.commit(d);
+    a->append_output(6 + i);
+  }
+
+  // A prefill step: a's decode and b's first chunk (47 of its 70 tokens).
+  ScheduledBatch p2 = s.schedule(true);
+  ASSERT_EQ(p2.seqs.size(), 2u);
+  EXPECT_EQ(p2.num_prompt_tokens, 47);
+  s.commit(p2);
+  a->append_output(9);
+  // b is mid-prompt: prefill work still pending, which a decode step leaves.
+  EXPECT_EQ(s.pending_prompt_tokens(), 23);
+  ScheduledBatch d2 = s.schedule(false);
+  ASSERT_EQ(d2.seqs.size(), 1u);
+  EXPECT_EQ(d2.seqs[0].request, a.get());
+  s.commit(d2);
+  kv.check_integrity();
+  s.finish(a.get());
+  s.finish(b.get());
+  EXPECT_EQ(kv.pool().num_free(), 16);
+}
+
 // Blocks of `tokens` the prefix cache holds (full blocks only).
 size_t cached_blocks(const KvCacheManager& kv, const std::vector<int32_t>& tokens) {
   const auto hashes = PrefixCache::compute_block_hashes(tokens, kv.block_size());
