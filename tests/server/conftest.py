@@ -4,6 +4,7 @@ The binary is $DEEPINFER_BIN or build/deepinfer; the model is the built-in
 default (SmolLM2-135M-Instruct), passed explicitly so a binary outside the
 repository's build folder finds it too.
 """
+import contextlib
 import os
 import pathlib
 import signal
@@ -58,6 +59,34 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def launched_ranks(tmp_path, args, world=2, timeout_s=10):
+    """`world` processes running `args`, started as torchrun starts them (RANK,
+    LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/MASTER_PORT), each logging to
+    tmp_path/rank<r>.log; whichever are still running are killed at the end."""
+    base = {**os.environ, "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+            "DEEPINFER_DIST_TIMEOUT_S": str(timeout_s)}
+    logs = [open(tmp_path / f"rank{r}.log", "w") for r in range(world)]
+    procs = [subprocess.Popen(args, stdout=logs[r], stderr=subprocess.STDOUT,
+                              env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(world)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in logs:
+            f.close()
+
+
+def answers_ready(url):
+    try:
+        return httpx.get(url + "/ready", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 class Server:

@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from conftest import ROOT, Server, binary, free_port, wait_for
+from conftest import ROOT, Server, answers_ready, binary, free_port, launched_ranks, wait_for
 
 MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY = ROOT / "tests" / "data" / "hf_tiny"
@@ -150,24 +150,13 @@ def test_launcher_started_ranks_and_a_killed_rank_end_the_other(tmp_path):
     """Two serve processes started as torchrun would start them; killing rank 1
     ends rank 0 with an error within the timeout: the idle group still votes,
     and the vote finds the peer gone."""
-    port, rdv = free_port(), free_port()
-    base = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(rdv),
-            "DEEPINFER_DIST_TIMEOUT_S": "10"}
+    port = free_port()
     args = [str(binary()), "serve", "--model", str(TINY / "mixtral"), "--tokenizer", str(TINY / "tokenizer.json"),
             "--threads", "1", "--port", str(port), "--served-model-name", "smollm2", "--data-parallel-size", "2",
             "--enable-expert-parallel"]
-    logs = [open(tmp_path / f"rank{r}.log", "w") for r in range(2)]
-    procs = [subprocess.Popen(args, stdout=logs[r], stderr=subprocess.STDOUT,
-                              env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
-    try:
+    with launched_ranks(tmp_path, args) as procs:
         url = f"http://127.0.0.1:{port}"
-
-        def ready():
-            try:
-                return httpx.get(url + "/ready", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-        assert wait_for(ready, timeout=120), (tmp_path / "rank0.log").read_text()[-2000:]
+        assert wait_for(lambda: answers_ready(url), timeout=120), (tmp_path / "rank0.log").read_text()[-2000:]
         assert all(completions(url, PROMPTS[:2]))
         procs[1].send_signal(signal.SIGKILL)
         procs[1].wait()
@@ -177,28 +166,16 @@ def test_launcher_started_ranks_and_a_killed_rank_end_the_other(tmp_path):
         assert procs[0].returncode != 0
         log = (tmp_path / "rank0.log").read_text()
         assert "engine loop died" in log and "gloo" in log, log[-2000:]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for f in logs:
-            f.close()
 
 
 def test_dense_replicas_serve_on_when_one_rank_dies(tmp_path):
     """Dense ranks started as torchrun would start them are independent
     replicas behind rank 0's router (no vote): both serve, and when rank 1 is
     killed the router takes it out and rank 0 goes on answering."""
-    port, rdv = free_port(), free_port()
-    base = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(rdv),
-            "DEEPINFER_DIST_TIMEOUT_S": "10"}
+    port = free_port()
     args = [str(binary()), "serve", "--model", str(TINY / "llama"), "--tokenizer", str(TINY / "tokenizer.json"),
             "--threads", "1", "--port", str(port), "--served-model-name", "smollm2", "--data-parallel-size", "2"]
-    logs = [open(tmp_path / f"rank{r}.log", "w") for r in range(2)]
-    procs = [subprocess.Popen(args, stdout=logs[r], stderr=subprocess.STDOUT,
-                              env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
-    try:
+    with launched_ranks(tmp_path, args) as procs:
         url = f"http://127.0.0.1:{port}"
 
         def both_up():
@@ -216,13 +193,6 @@ def test_dense_replicas_serve_on_when_one_rank_dies(tmp_path):
         time.sleep(1)
         assert completions(url, PROMPTS[:4]) == before
         assert procs[0].poll() is None
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for f in logs:
-            f.close()
 
 
 @pytest.mark.parametrize("model", ["llama", "qwen3_moe"])

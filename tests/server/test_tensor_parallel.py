@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from conftest import ROOT, Server, binary, free_port, wait_for
+from conftest import ROOT, Server, answers_ready, binary, free_port, launched_ranks, wait_for
 
 MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 pytestmark = pytest.mark.skipif(not MODEL.exists(), reason="model not fetched: run ./build.sh")
@@ -126,23 +126,12 @@ def test_launcher_variables_and_a_killed_rank_end_the_other(tmp_path, killed):
     ends the other with an error, not a hang: a follower sees rank 0's
     connections close; an idle rank 0 finds the follower gone at its next
     heartbeat (a quarter of the 20 s timeout)."""
-    port, rdv = free_port(), free_port()
-    base = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(rdv),
-            "DEEPINFER_DIST_TIMEOUT_S": "20"}
+    port = free_port()
     args = [str(binary()), "serve", "--model", str(MODEL), "--threads", "1", "--port", str(port),
             "--served-model-name", "smollm2", "--tensor-parallel-size", "2"]
-    logs = [open(tmp_path / f"rank{r}.log", "w") for r in range(2)]
-    procs = [subprocess.Popen(args, stdout=logs[r], stderr=subprocess.STDOUT,
-                              env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
-    try:
+    with launched_ranks(tmp_path, args, timeout_s=20) as procs:
         url = f"http://127.0.0.1:{port}"
-
-        def ready():
-            try:
-                return httpx.get(url + "/ready", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-        assert wait_for(ready, timeout=120), (tmp_path / "rank0.log").read_text()[-2000:]
+        assert wait_for(lambda: answers_ready(url), timeout=120), (tmp_path / "rank0.log").read_text()[-2000:]
         r = httpx.post(url + "/v1/completions", timeout=300,
                        json={"model": "smollm2", "prompt": "One, two, three,", "max_tokens": 8, "temperature": 0})
         assert r.status_code == 200 and r.json()["choices"][0]["text"]
@@ -156,13 +145,6 @@ def test_launcher_variables_and_a_killed_rank_end_the_other(tmp_path, killed):
         log = (tmp_path / f"rank{other}.log").read_text()
         want = "rank 1" if other == 1 else "a rank is gone"
         assert "tensor parallel" in log and want in log, log[-2000:]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for f in logs:
-            f.close()
 
 
 TINY = ROOT / "tests" / "data" / "hf_tiny"
