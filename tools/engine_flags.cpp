@@ -58,6 +58,10 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "KV cache element type: auto (f16 on the CPU, bf16 on GPUs), f32 or f16 (CPU), bf16 (GPU), or "
                  "fp8 / fp8_e4m3 (half the memory and attention reads of 16-bit; values rounded to e4m3, scale 1)")
       ->check(CLI::IsMember({"auto", "f32", "float32", "f16", "float16", "bf16", "bfloat16", "fp8", "fp8_e4m3"}));
+  app.add_option("--quantization", c.quantization,
+                 "quantise weights at load: fp8 (the linear layers' weights as e4m3, one scale per 128 elements of "
+                 "a row: half the bytes of bf16; CPU backend) or none. FP8 checkpoints load as FP8 without it")
+      ->check(CLI::IsMember({"none", "fp8"}));
   app.add_flag("--no-enable-prefix-caching", f.no_prefix_caching, "disable prefix caching");
   app.add_option("--kv-offloading-size", f.kv_offloading_gib,
                  "GiB of host memory for a KV tier below the device's pages (0 = none): prefix blocks are "

@@ -28,6 +28,7 @@ _ENGINE_ARGS = {
     "kv_cache_tokens": "--kv-cache-tokens",
     "kv_cache_memory": "--kv-cache-memory",
     "kv_cache_dtype": "--kv-cache-dtype",
+    "quantization": "--quantization",
     "cost_model": "--cost-model",
     "step_time_budget": "--step-time-budget",
     "gpu_memory_utilization": "--gpu-memory-utilization",

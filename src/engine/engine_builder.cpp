@@ -353,7 +353,7 @@ EngineParts build_engine(EngineConfig config) {
   p.backend = create_backend(c.device, options);
   log_info("engine: backend {}", p.backend->name());
   const TensorParallel tp = build_rank_group(p);
-  p.model = LoadedModel::open(c.model_path, *p.backend, tp);
+  p.model = LoadedModel::open(c.model_path, *p.backend, tp, parse_weight_quantization(c.quantization));
   const ModelConfig& mc = p.model->config();
 
   const auto t0 = std::chrono::steady_clock::now();

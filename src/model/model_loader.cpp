@@ -35,7 +35,12 @@ void check_layer_count(const nlohmann::json& cfg, const HfCheckpoint& ckpt) {
 
 LoadedModel::~LoadedModel() = default;
 
-std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend& backend, TensorParallel tp) {
+std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend& backend, TensorParallel tp,
+                                               WeightQuantization quantization) {
+  DI_CHECK(quantization == WeightQuantization::None || backend.device().type == DeviceType::CPU,
+           "--quantization fp8 runs on the CPU backend only: the {} backend has no FP8 weight kernels yet (FP8 "
+           "checkpoints load there dequantised to bf16)",
+           backend.name());
   namespace fs = std::filesystem;
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<LoadedModel> m(new LoadedModel());
@@ -66,10 +71,22 @@ std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend&
     m->source_ = std::make_unique<GgufWeightSource>(*m->gguf_);
   }
   log_info("model: {}", config.summary());
+  Fp8QuantizingSource* fp8 = nullptr;
+  if (quantization == WeightQuantization::Fp8) {
+    auto wrapped = std::make_unique<Fp8QuantizingSource>(std::move(m->source_));
+    fp8 = wrapped.get();
+    m->source_ = std::move(wrapped);
+  }
   if (config.mla.enabled()) {
     m->model_ = std::make_unique<DeepseekModel>(std::move(config), *m->source_, backend, -1, tp);
   } else {
     m->model_ = std::make_unique<DecoderModel>(std::move(config), *m->source_, backend, tp);
+  }
+  if (fp8) {
+    const Fp8QuantizingSource::Stats& st = fp8->stats();
+    log_info("model: --quantization fp8: {} linear weights to FP8 ({:.1f} -> {:.1f} MiB), {} left as they were (rows "
+             "not whole 128-element blocks, or already quantised)",
+             st.quantized, st.bytes_before / 1048576.0, st.bytes_after / 1048576.0, st.kept);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log_info("model: loaded {:.1f} MiB of weights from {} in {:.2f} s", m->model_->weight_bytes() / 1048576.0,

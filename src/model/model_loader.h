@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "model/fp8_weights.h"
 #include "model/model.h"
 #include "model/tensor_parallel.h"
 
@@ -21,7 +22,10 @@ enum class CheckpointFormat : uint8_t { Gguf, HuggingFace };
 class LoadedModel {
  public:
   // With tensor parallelism, this rank's slices only (tensor_parallel.h).
-  static std::unique_ptr<LoadedModel> open(const std::string& path, Backend& backend, TensorParallel tp = {});
+  // `quantization` quantises the linear weights at load (fp8_weights.h; the
+  // CPU backend only).
+  static std::unique_ptr<LoadedModel> open(const std::string& path, Backend& backend, TensorParallel tp = {},
+                                           WeightQuantization quantization = WeightQuantization::None);
   ~LoadedModel();
 
   Model& model() { return *model_; }

@@ -6,9 +6,11 @@
 
 #include "core/error.h"
 #include "core/fp8.h"
+#include "core/fp8_blocks.h"
 #include "core/half.h"
 #include "loader/gguf.h"
 #include "loader/hf_checkpoint.h"
+#include "model/fp8_weights.h"
 
 namespace deepinfer {
 
@@ -182,73 +184,106 @@ HfWeightSource::HfWeightSource(const HfCheckpoint& checkpoint, bool post_attenti
 
 std::optional<Tensor> HfWeightSource::find(std::string_view canonical_name) const {
   const std::string name(canonical_name);
-  if (auto it = canonical_to_hf_.find(name); it != canonical_to_hf_.end()) return file_tensor(it->second);
+  if (auto it = canonical_to_hf_.find(name); it != canonical_to_hf_.end()) {
+    return file_tensor(it->second, fp8_linear_weight(canonical_name) ? Fp8Form::Blocks : Fp8Form::Bf16);
+  }
   auto stack = expert_stacks_.find(name);
   if (stack == expert_stacks_.end()) return std::nullopt;
   return stack_experts(name, stack->second);
 }
 
-Tensor HfWeightSource::file_tensor(const std::string& hf_name) const {
+Tensor HfWeightSource::file_tensor(const std::string& hf_name, Fp8Form form) const {
   Tensor t = checkpoint_.tensor(hf_name);
-  return t.dtype() == DType::F8E4M3 ? dequantized_fp8(hf_name, t) : t;
+  if (t.dtype() != DType::F8E4M3) return t;
+  DI_CHECK(t.ndim() == 2 && t.is_contiguous(), "FP8 tensor '{}' is {}: expected a contiguous matrix", hf_name,
+           t.describe());
+  const Fp8Scales scales = fp8_scales(hf_name, t);
+  // Row blocks of 128 take the codes as they are when each lies inside one
+  // of the checkpoint's scale blocks.
+  const int64_t cols = t.size(1);
+  if (form == Fp8Form::Blocks && cols % kF8BlockElems == 0 && scales.block_cols % kF8BlockElems == 0) {
+    return fp8_blocks(hf_name, t, scales);
+  }
+  return dequantized_fp8(hf_name, t, scales);
 }
 
-Tensor HfWeightSource::dequantized_fp8(const std::string& hf_name, const Tensor& w) const {
-  const std::string key = hf_name + "#dequantized";
-  if (auto it = owned_stacks_.find(key); it != owned_stacks_.end()) return it->second.view;
-  DI_CHECK(w.ndim() == 2 && w.is_contiguous(), "FP8 tensor '{}' is {}: expected a contiguous matrix", hf_name,
-           w.describe());
+HfWeightSource::Fp8Scales HfWeightSource::fp8_scales(const std::string& hf_name, const Tensor& w) const {
   const int64_t rows = w.size(0), cols = w.size(1);
-  // Scale of element (r, c): block scales, or per output channel / tensor.
-  std::vector<float> scale;
-  int64_t block_rows = rows, block_cols = cols;
-  auto read_scale = [&](const std::string& name, std::vector<float>& out) {
+  Fp8Scales scales;
+  scales.block_rows = rows;
+  scales.block_cols = cols;
+  auto read_scale = [&](const std::string& name) {
     const Tensor s = checkpoint_.tensor(name);
     DI_CHECK(s.is_contiguous() && (s.dtype() == DType::F32 || s.dtype() == DType::BF16),
              "FP8 scale '{}' is {}: expected contiguous f32 or bf16", name, s.describe());
-    out.resize(static_cast<size_t>(s.numel()));
+    scales.values.resize(static_cast<size_t>(s.numel()));
     for (int64_t i = 0; i < s.numel(); ++i) {
-      out[static_cast<size_t>(i)] = s.dtype() == DType::F32 ? s.data_as<const float>()[i]
-                                                            : bf16_to_f32(s.data_as<const uint16_t>()[i]);
+      scales.values[static_cast<size_t>(i)] = s.dtype() == DType::F32 ? s.data_as<const float>()[i]
+                                                                      : bf16_to_f32(s.data_as<const uint16_t>()[i]);
     }
     return s;
   };
   if (checkpoint_.has_tensor(hf_name + "_scale_inv")) {
-    block_rows = block_cols = 128;
+    scales.block_rows = scales.block_cols = 128;
     const nlohmann::json& q = checkpoint_.config().value("quantization_config", nlohmann::json::object());
     if (auto b = q.find("weight_block_size"); b != q.end()) {
       DI_CHECK(b->is_array() && b->size() == 2 && (*b)[0].is_number_integer() && (*b)[1].is_number_integer() &&
                    (*b)[0].get<int64_t>() > 0 && (*b)[1].get<int64_t>() > 0,
                "quantization_config.weight_block_size must be two positive integers, got {}", b->dump());
-      block_rows = (*b)[0].get<int64_t>();
-      block_cols = (*b)[1].get<int64_t>();
+      scales.block_rows = (*b)[0].get<int64_t>();
+      scales.block_cols = (*b)[1].get<int64_t>();
     }
-    const Tensor s = read_scale(hf_name + "_scale_inv", scale);
-    const int64_t want_r = (rows + block_rows - 1) / block_rows, want_c = (cols + block_cols - 1) / block_cols;
+    const Tensor s = read_scale(hf_name + "_scale_inv");
+    const int64_t want_r = (rows + scales.block_rows - 1) / scales.block_rows;
+    const int64_t want_c = (cols + scales.block_cols - 1) / scales.block_cols;
     DI_CHECK(s.ndim() == 2 && s.size(0) == want_r && s.size(1) == want_c,
              "FP8 scale '{}_scale_inv' is {}: {} x {} blocks of {} x {} need [{}, {}]", hf_name, s.describe(), rows,
-             cols, block_rows, block_cols, want_r, want_c);
+             cols, scales.block_rows, scales.block_cols, want_r, want_c);
   } else {
     DI_CHECK(checkpoint_.has_tensor(hf_name + "_scale"),
              "FP8 tensor '{}' has no scale ('{}_scale_inv' per block or '{}_scale' per tensor or channel)", hf_name,
              hf_name, hf_name);
-    read_scale(hf_name + "_scale", scale);
-    DI_CHECK(scale.size() == 1 || static_cast<int64_t>(scale.size()) == rows,
+    read_scale(hf_name + "_scale");
+    DI_CHECK(scales.values.size() == 1 || static_cast<int64_t>(scales.values.size()) == rows,
              "FP8 scale '{}_scale' holds {} values: one per tensor or one per each of the {} output rows", hf_name,
-             scale.size(), rows);
-    block_cols = cols;
-    block_rows = scale.size() == 1 ? rows : 1;
+             scales.values.size(), rows);
+    scales.block_rows = scales.values.size() == 1 ? rows : 1;
   }
-  const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
+  scales.scale_cols = (cols + scales.block_cols - 1) / scales.block_cols;
+  return scales;
+}
+
+Tensor HfWeightSource::dequantized_fp8(const std::string& hf_name, const Tensor& w, const Fp8Scales& scales) const {
+  const std::string key = hf_name + "#dequantized";
+  if (auto it = owned_stacks_.find(key); it != owned_stacks_.end()) return it->second.view;
+  const int64_t rows = w.size(0), cols = w.size(1);
   OwnedStack& owned = own(key, DType::BF16, {rows, cols});
   auto* dst = reinterpret_cast<uint16_t*>(owned.bytes.data());
   const auto* src = w.data_as<const uint8_t>();
   for (int64_t r = 0; r < rows; ++r) {
-    const float* srow = scale.data() + (r / block_rows) * scale_cols;
     for (int64_t c = 0; c < cols; ++c) {
-      const float v = f8e4m3_to_f32(src[r * cols + c]) * srow[c / block_cols];
+      const float v = f8e4m3_to_f32(src[r * cols + c]) * scales.at(r, c);
       DI_CHECK(std::isfinite(v), "FP8 tensor '{}': element ({}, {}) is not finite after scaling", hf_name, r, c);
       dst[r * cols + c] = f32_to_bf16(v);
+    }
+  }
+  return owned.view;
+}
+
+Tensor HfWeightSource::fp8_blocks(const std::string& hf_name, const Tensor& w, const Fp8Scales& scales) const {
+  const std::string key = hf_name + "#blocks";
+  if (auto it = owned_stacks_.find(key); it != owned_stacks_.end()) return it->second.view;
+  const int64_t rows = w.size(0), cols = w.size(1), blocks_per_row = cols / kF8BlockElems;
+  OwnedStack& owned = own(key, DType::F8E4M3_B128, {rows, cols});
+  auto* dst = reinterpret_cast<F8Block*>(owned.bytes.data());
+  const auto* src = w.data_as<const uint8_t>();
+  std::vector<float> row_scales(static_cast<size_t>(blocks_per_row));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < blocks_per_row; ++b) row_scales[static_cast<size_t>(b)] = scales.at(r, b * kF8BlockElems);
+    const int64_t bad = pack_f8_blocks(src + r * cols, row_scales.data(), dst + r * blocks_per_row, cols);
+    if (bad >= 0) fail("FP8 tensor '{}': element ({}, {}) is not finite (a NaN code)", hf_name, r, bad);
+    if (bad <= -2) {
+      fail("FP8 tensor '{}': the scale of element ({}, {}) is not finite", hf_name, r, (-2 - bad) * kF8BlockElems);
     }
   }
   return owned.view;
@@ -336,7 +371,7 @@ Tensor HfWeightSource::stack_experts(const std::string& canonical, const ExpertS
   if (auto it = owned_stacks_.find(canonical); it != owned_stacks_.end()) return it->second.view;
   // Experts are numbered 0..E-1; a gap means a tensor is missing.
   const int n_experts = stack.per_expert.rbegin()->first + 1;
-  const Tensor first = file_tensor(stack.per_expert.begin()->second);
+  const Tensor first = file_tensor(stack.per_expert.begin()->second, Fp8Form::Blocks);
   DI_CHECK(first.ndim() == 2, "tensor '{}' is {}, expected a matrix", stack.per_expert.begin()->second,
            first.describe());
   for (int e = 0; e < n_experts; ++e) {
@@ -347,7 +382,7 @@ Tensor HfWeightSource::stack_experts(const std::string& canonical, const ExpertS
   const size_t expert_bytes = first.nbytes();
   owned.bytes.resize(expert_bytes * static_cast<size_t>(n_experts));
   for (const auto& [e, hf] : stack.per_expert) {
-    const Tensor t = file_tensor(hf);
+    const Tensor t = file_tensor(hf, Fp8Form::Blocks);
     DI_CHECK(t.dtype() == first.dtype() && t.ndim() == 2 && t.size(0) == first.size(0) && t.size(1) == first.size(1),
              "tensor '{}' is {}, unlike the other experts' {}", hf, t.describe(), first.describe());
     DI_CHECK(t.is_contiguous(), "tensor '{}' is not contiguous", hf);

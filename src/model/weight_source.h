@@ -74,10 +74,14 @@ class GgufWeightSource final : public WeightSource {
 // "blk.N.ffn_{gate,up,down}_exps.bias" owned, de-interleaved [E, F] copies
 // (down's a view of the file). MXFP4 expert blocks are rejected.
 //
-// FP8 checkpoints (quantization_config.quant_method "fp8", e4m3 weights) come
-// dequantised to bf16 with their scales: a `weight_scale_inv` per block of
-// weight_block_size (default 128 x 128; DeepSeek-V3 and Qwen3 FP8), or a
-// `weight_scale` per tensor or output channel. The copies are owned here.
+// FP8 checkpoints (quantization_config.quant_method "fp8", e4m3 weights) have
+// scales: a `weight_scale_inv` per block of weight_block_size (default
+// 128 x 128; DeepSeek-V3 and Qwen3 FP8), or a `weight_scale` per tensor or
+// output channel. Linear projections (fp8_linear_weight) come as e4m3 row
+// blocks (DType::F8E4M3_B128: the codes kept, each 128-element row block
+// with its scale) when their rows are whole blocks inside the scale blocks;
+// other FP8 tensors, and those, come dequantised to bf16. NaN codes are
+// refused. The copies are owned here.
 class HfWeightSource final : public WeightSource {
  public:
   HfWeightSource(const HfCheckpoint& checkpoint, bool post_attention_is_ffn_norm,
@@ -102,9 +106,23 @@ class HfWeightSource final : public WeightSource {
   Tensor transposed_stack(const std::string& hf_name) const;
   Tensor interleaved_part(const std::string& canonical, const ExpertStack& stack) const;
   OwnedStack& own(const std::string& key, DType dtype, std::initializer_list<int64_t> shape) const;
-  // The file's tensor, FP8 weights dequantised (see above).
-  Tensor file_tensor(const std::string& hf_name) const;
-  Tensor dequantized_fp8(const std::string& hf_name, const Tensor& weight) const;
+  // How an FP8 weight comes out: e4m3 row blocks where its rows are whole
+  // blocks inside the checkpoint's scale blocks, or dequantised to bf16.
+  enum class Fp8Form : uint8_t { Bf16, Blocks };
+  // The scales of an FP8 weight: element (r, c) is scaled by
+  // values[(r / block_rows) * scale_cols + c / block_cols].
+  struct Fp8Scales {
+    std::vector<float> values;
+    int64_t block_rows = 1, block_cols = 1, scale_cols = 1;
+    float at(int64_t r, int64_t c) const {
+      return values[static_cast<size_t>((r / block_rows) * scale_cols + c / block_cols)];
+    }
+  };
+  // The file's tensor; FP8 weights as `form` asks where they can (see above).
+  Tensor file_tensor(const std::string& hf_name, Fp8Form form = Fp8Form::Bf16) const;
+  Fp8Scales fp8_scales(const std::string& hf_name, const Tensor& weight) const;
+  Tensor dequantized_fp8(const std::string& hf_name, const Tensor& weight, const Fp8Scales& scales) const;
+  Tensor fp8_blocks(const std::string& hf_name, const Tensor& weight, const Fp8Scales& scales) const;
 
   const HfCheckpoint& checkpoint_;
   std::unordered_map<std::string, std::string> canonical_to_hf_;

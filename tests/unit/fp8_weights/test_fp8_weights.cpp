@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -25,70 +26,26 @@
 #include "core/error.h"
 #include "core/fp8.h"
 #include "core/half.h"
+#include "model/fp8_weights.h"
 #include "model/model_loader.h"
 #include "../../support/checkpoint_copy.h"
 #include "../../support/prompt_logits.h"
+#include "safetensors_f32.h"
 
 namespace deepinfer {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::Blob;
+using testing::Tensor32;
+using testing::bytes_of;
+using testing::read_f32;
+using testing::write_safetensors;
 
 const fs::path kTiny = fs::path(DEEPINFER_SOURCE_DIR) / "tests" / "data" / "hf_tiny";
 
 enum class Scales { Block, PerChannel, PerTensor };
-
-struct Tensor32 {
-  std::vector<int64_t> shape;
-  std::vector<float> values;
-};
-
-// The f32 tensors of a tiny checkpoint, by name.
-std::map<std::string, Tensor32> read_f32(const fs::path& file) {
-  const std::string st = testing::read_file(file);
-  uint64_t n = 0;
-  std::memcpy(&n, st.data(), 8);
-  const json header = json::parse(st.substr(8, n));
-  std::map<std::string, Tensor32> out;
-  for (const auto& [name, info] : header.items()) {
-    if (name == "__metadata__") continue;
-    EXPECT_EQ(info["dtype"], "F32") << name;
-    Tensor32 t;
-    t.shape = info["shape"].get<std::vector<int64_t>>();
-    const auto begin = info["data_offsets"][0].get<size_t>(), end = info["data_offsets"][1].get<size_t>();
-    t.values.resize((end - begin) / 4);
-    std::memcpy(t.values.data(), st.data() + 8 + n + begin, end - begin);
-    out[name] = std::move(t);
-  }
-  return out;
-}
-
-struct Blob {
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-
-void write_safetensors(const fs::path& file, const std::map<std::string, Blob>& tensors) {
-  json header = json::object();
-  std::string data;
-  for (const auto& [name, b] : tensors) {
-    header[name] = {{"dtype", b.dtype}, {"shape", b.shape}, {"data_offsets", {data.size(), data.size() + b.bytes.size()}}};
-    data += b.bytes;
-  }
-  std::string text = header.dump();
-  text.resize((text.size() + 7) / 8 * 8, ' ');
-  const uint64_t len = text.size();
-  std::ofstream out(file, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(&len), 8);
-  out << text << data;
-}
-
-template <typename T>
-std::string bytes_of(const std::vector<T>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-}
 
 // The linear weights an FP8 release stores in e4m3 (norms, embeddings, the
 // LM head and the MoE router stay in higher precision).
@@ -98,23 +55,28 @@ bool quantised(const std::string& name, const Tensor32& t) {
   return name.find("mlp.gate.weight") == std::string::npos;
 }
 
-// Two copies of a tiny checkpoint: `fp8` with its linear weights in e4m3 and
-// their scales, `bf16` with those weights as the values the scales give.
+// Two copies of an f32 checkpoint: `fp8` with its linear weights in e4m3 and
+// their scales, `twin` with those weights as the values the scales give
+// (rounded to bf16, or exact in f32).
+enum class Twin { Bf16, F32 };
+
 class Fp8Pair {
  public:
-  Fp8Pair(const std::string& model, Scales scales, int64_t block_rows = 128, int64_t block_cols = 128) {
+  Fp8Pair(const std::string& model, Scales scales, int64_t block_rows = 128, int64_t block_cols = 128)
+      : Fp8Pair(kTiny / model, scales, block_rows, block_cols, Twin::Bf16) {}
+  Fp8Pair(const fs::path& source, Scales scales, int64_t block_rows, int64_t block_cols, Twin twin) {
     base_ = fs::temp_directory_path() / ("deepinfer_fp8_" + std::to_string(getpid()) + "_" + std::to_string(counter_++));
     fs::remove_all(base_);
     fs::create_directories(base_ / "fp8");
     fs::create_directories(base_ / "bf16");
-    json config = testing::read_json(kTiny / model / "config.json");
+    json config = testing::read_json(source / "config.json");
     std::ofstream(base_ / "bf16" / "config.json") << config.dump();
     config["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}};
     if (scales == Scales::Block) config["quantization_config"]["weight_block_size"] = {block_rows, block_cols};
     std::ofstream(base_ / "fp8" / "config.json") << config.dump();
 
     std::map<std::string, Blob> fp8, bf16;
-    for (auto& [name, t] : read_f32(kTiny / model / "model.safetensors")) {
+    for (auto& [name, t] : read_f32(source / "model.safetensors")) {
       if (!quantised(name, t)) {
         fp8[name] = bf16[name] = Blob{"F32", t.shape, bytes_of(t.values)};
         continue;
@@ -136,12 +98,14 @@ class Fp8Pair {
       for (float& s : scale) s = s > 0 ? s : 1.0f;
       std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
       std::vector<uint16_t> deq(q.size());
+      std::vector<float> exact(q.size());
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < cols; ++c) {
           const size_t i = static_cast<size_t>(r * cols + c);
           const float s = scale[static_cast<size_t>((r / br) * sc + c / bc)];
           q[i] = f32_to_f8e4m3(t.values[i] / s);
-          deq[i] = f32_to_bf16(f8e4m3_to_f32(q[i]) * s);
+          exact[i] = f8e4m3_to_f32(q[i]) * s;
+          deq[i] = f32_to_bf16(exact[i]);
         }
       }
       fp8[name] = Blob{"F8_E4M3", t.shape, bytes_of(q)};
@@ -152,7 +116,7 @@ class Fp8Pair {
       } else {
         fp8[name + "_scale"] = Blob{"F32", {}, bytes_of(scale)};
       }
-      bf16[name] = Blob{"BF16", t.shape, bytes_of(deq)};
+      bf16[name] = twin == Twin::Bf16 ? Blob{"BF16", t.shape, bytes_of(deq)} : Blob{"F32", t.shape, bytes_of(exact)};
     }
     write_safetensors(base_ / "fp8" / "model.safetensors", fp8);
     write_safetensors(base_ / "bf16" / "model.safetensors", bf16);
@@ -162,7 +126,7 @@ class Fp8Pair {
     fs::remove_all(base_, ec);
   }
   std::string fp8() const { return (base_ / "fp8").string(); }
-  std::string bf16() const { return (base_ / "bf16").string(); }
+  std::string bf16() const { return (base_ / "bf16").string(); }  // the twin
   int num_quantised() const { return num_quantised_; }
 
  private:
@@ -269,6 +233,201 @@ TEST(Fp8Checkpoint, ANanWeightIsRefused) {
   std::ofstream(file, std::ios::binary) << st;
   const std::string err = testing::load_error(pair.fp8());
   EXPECT_NE(err.find("not finite"), std::string::npos) << err;
+}
+
+// ---- Row blocks: linear weights whose rows are whole 128-element blocks ----
+
+// A Qwen3-MoE checkpoint of random f32 weights wide enough for row blocks
+// (hidden 128, 4 heads of 32, FFN 256, experts 128 wide; layer 1 routes over 8
+// per-expert tensors, layers 0 and 2 are dense).
+class WideCheckpoint {
+ public:
+  WideCheckpoint() {
+    dir_ = fs::temp_directory_path() / ("deepinfer_fp8_wide_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    json config = testing::read_json(kTiny / "qwen3_moe" / "config.json");
+    const int64_t H = 128, heads = 4, kv_heads = 2, hd = 32, F = 256, Fm = 128, E = 8, V = 320;
+    config["hidden_size"] = H;
+    config["intermediate_size"] = F;
+    config["moe_intermediate_size"] = Fm;
+    std::ofstream(dir_ / "config.json") << config.dump();
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::map<std::string, Blob> tensors;
+    auto add = [&](const std::string& name, std::vector<int64_t> shape, float stddev, float mean = 0.0f) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      std::vector<float> v(static_cast<size_t>(n));
+      for (float& x : v) x = mean + stddev * normal(rng);
+      tensors[name] = Blob{"F32", std::move(shape), bytes_of(v)};
+    };
+    add("model.embed_tokens.weight", {V, H}, 1.0f);
+    add("lm_head.weight", {V, H}, 0.1f);
+    add("model.norm.weight", {H}, 0.05f, 1.0f);
+    for (int l = 0; l < 3; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      add(p + "input_layernorm.weight", {H}, 0.05f, 1.0f);
+      add(p + "post_attention_layernorm.weight", {H}, 0.05f, 1.0f);
+      add(p + "self_attn.q_norm.weight", {hd}, 0.05f, 1.0f);
+      add(p + "self_attn.k_norm.weight", {hd}, 0.05f, 1.0f);
+      add(p + "self_attn.q_proj.weight", {heads * hd, H}, 0.09f);
+      add(p + "self_attn.k_proj.weight", {kv_heads * hd, H}, 0.09f);
+      add(p + "self_attn.v_proj.weight", {kv_heads * hd, H}, 0.09f);
+      add(p + "self_attn.o_proj.weight", {H, heads * hd}, 0.09f);
+      if (l == 1) {
+        add(p + "mlp.gate.weight", {E, H}, 0.2f);
+        for (int e = 0; e < E; ++e) {
+          const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+          add(x + "gate_proj.weight", {Fm, H}, 0.09f);
+          add(x + "up_proj.weight", {Fm, H}, 0.09f);
+          add(x + "down_proj.weight", {H, Fm}, 0.09f);
+        }
+      } else {
+        add(p + "mlp.gate_proj.weight", {F, H}, 0.09f);
+        add(p + "mlp.up_proj.weight", {F, H}, 0.09f);
+        add(p + "mlp.down_proj.weight", {H, F}, 0.06f);
+      }
+    }
+    write_safetensors(dir_ / "model.safetensors", tensors);
+  }
+  ~WideCheckpoint() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  const fs::path& dir() const { return dir_; }
+
+ private:
+  fs::path dir_;
+};
+
+// Last-position logits of a short prompt (the decode kernels: few rows) and a
+// long one (the prefill GEMM), and the bytes a decode step reads.
+struct Scores {
+  std::vector<float> logits;
+  size_t weight_bytes = 0;
+};
+
+Scores scores_of(const std::string& path, WeightQuantization q = WeightQuantization::None) {
+  auto backend = create_backend(DeviceType::CPU);
+  auto loaded = LoadedModel::open(path, *backend, {}, q);
+  Scores s;
+  for (const std::vector<int32_t>& prompt :
+       {std::vector<int32_t>{5, 77}, std::vector<int32_t>{1, 17, 42, 99, 5, 250, 7, 63, 128, 3, 77, 300, 12, 8, 9,
+                                                          10, 11, 200, 150, 64, 32, 16}}) {
+    const std::vector<float> l = testing::prompt_logits(*loaded, *backend, prompt);
+    s.logits.insert(s.logits.end(), l.begin(), l.end());
+  }
+  s.weight_bytes = loaded->model().weight_bytes();
+  return s;
+}
+
+struct Diff {
+  double max_diff = 0, max_ref = 0;
+};
+Diff diff_of(const std::vector<float>& a, const std::vector<float>& ref) {
+  Diff d;
+  EXPECT_EQ(a.size(), ref.size());
+  for (size_t i = 0; i < std::min(a.size(), ref.size()); ++i) {
+    d.max_diff = std::max(d.max_diff, static_cast<double>(std::fabs(a[i] - ref[i])));
+    d.max_ref = std::max(d.max_ref, static_cast<double>(std::fabs(ref[i])));
+  }
+  return d;
+}
+
+struct RowBlockCase {
+  Scales scales;
+  int64_t block_rows, block_cols;
+};
+
+class Fp8RowBlocks : public ::testing::TestWithParam<RowBlockCase> {};
+
+// Codes and scales go into row blocks as they are: the logits are those of
+// the exact dequantised weights in f32 up to the order of the sums (the row
+// blocks scale a block's sum once), and a step reads about a third of the f32
+// twin's bytes.
+TEST_P(Fp8RowBlocks, CheckpointKeepsItsCodesAndScales) {
+  const RowBlockCase c = GetParam();
+  const WideCheckpoint wide;
+  const Fp8Pair pair(wide.dir(), c.scales, c.block_rows, c.block_cols, Twin::F32);
+  const Scores fp8 = scores_of(pair.fp8()), twin = scores_of(pair.bf16());
+  const Diff d = diff_of(fp8.logits, twin.logits);
+  std::printf("row blocks: %zu weight bytes per step vs %zu for the f32 twin; max |logit diff| %.2e of %.3f\n",
+              fp8.weight_bytes, twin.weight_bytes, d.max_diff, d.max_ref);
+  EXPECT_LE(d.max_diff, 1e-4 * d.max_ref);
+  EXPECT_LT(fp8.weight_bytes * 2, twin.weight_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    WideQwen3Moe, Fp8RowBlocks,
+    ::testing::Values(RowBlockCase{Scales::Block, 128, 128}, RowBlockCase{Scales::Block, 32, 256},
+                      RowBlockCase{Scales::Block, 1, 128}, RowBlockCase{Scales::PerChannel, 0, 0},
+                      RowBlockCase{Scales::PerTensor, 0, 0}),
+    [](const ::testing::TestParamInfo<RowBlockCase>& info) {
+      const RowBlockCase& c = info.param;
+      if (c.scales == Scales::PerChannel) return std::string("channel");
+      if (c.scales == Scales::PerTensor) return std::string("tensor");
+      return "block_" + std::to_string(c.block_rows) + "x" + std::to_string(c.block_cols);
+    });
+
+// Scale blocks narrower than a row block cannot give one scale per 128
+// elements: those weights come as bf16, exactly the bf16 twin.
+TEST(Fp8RowBlocks, NarrowScaleBlocksFallBackToBf16) {
+  const WideCheckpoint wide;
+  const Fp8Pair pair(wide.dir(), Scales::Block, 128, 64, Twin::Bf16);
+  const Scores fp8 = scores_of(pair.fp8()), twin = scores_of(pair.bf16());
+  ASSERT_EQ(fp8.logits.size(), twin.logits.size());
+  for (size_t i = 0; i < fp8.logits.size(); ++i) ASSERT_EQ(fp8.logits[i], twin.logits[i]) << "logit " << i;
+  EXPECT_EQ(fp8.weight_bytes, twin.weight_bytes);
+}
+
+// --quantization fp8 rounds each 128-element row block with scale amax / 448:
+// the same codes and scales as an FP8 checkpoint quantised that way, so the
+// same logits bit for bit; against the f32 weights, e4m3's error.
+TEST(Fp8RowBlocks, QuantizationFp8IsTheCheckpointWithRowBlockScales) {
+  const WideCheckpoint wide;
+  const Fp8Pair pair(wide.dir(), Scales::Block, 1, 128, Twin::F32);
+  const Scores quantised = scores_of(wide.dir().string(), WeightQuantization::Fp8);
+  const Scores checkpoint = scores_of(pair.fp8());
+  const Scores f32 = scores_of(wide.dir().string());
+  ASSERT_EQ(quantised.logits.size(), checkpoint.logits.size());
+  for (size_t i = 0; i < quantised.logits.size(); ++i) {
+    ASSERT_EQ(quantised.logits[i], checkpoint.logits[i]) << "logit " << i;
+  }
+  EXPECT_EQ(quantised.weight_bytes, checkpoint.weight_bytes);
+  EXPECT_LT(quantised.weight_bytes * 2, f32.weight_bytes);
+  const Diff d = diff_of(quantised.logits, f32.logits);
+  std::printf("--quantization fp8: max |logit - f32 logit| %.4f of %.3f\n", d.max_diff, d.max_ref);
+  EXPECT_GT(d.max_diff, 0.0);
+  EXPECT_LT(d.max_diff, 0.1 * d.max_ref);
+}
+
+// Where no linear weight has rows of whole blocks (the tiny checkpoints),
+// --quantization fp8 changes nothing.
+TEST(Fp8RowBlocks, QuantizationLeavesWeightsItCannotBlockAlone) {
+  const Scores plain = scores_of((kTiny / "llama").string());
+  const Scores quantised = scores_of((kTiny / "llama").string(), WeightQuantization::Fp8);
+  ASSERT_EQ(plain.logits.size(), quantised.logits.size());
+  for (size_t i = 0; i < plain.logits.size(); ++i) ASSERT_EQ(plain.logits[i], quantised.logits[i]) << "logit " << i;
+}
+
+TEST(Fp8RowBlocks, QuantizationNamesAreChecked) {
+  EXPECT_EQ(parse_weight_quantization(""), WeightQuantization::None);
+  EXPECT_EQ(parse_weight_quantization("none"), WeightQuantization::None);
+  EXPECT_EQ(parse_weight_quantization("fp8"), WeightQuantization::Fp8);
+  try {
+    parse_weight_quantization("int4");
+    ADD_FAILURE() << "int4 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("use fp8"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fp8_linear_weight("blk.3.attn_q.weight"));
+  EXPECT_TRUE(fp8_linear_weight("blk.0.ffn_down_exps.weight"));
+  EXPECT_FALSE(fp8_linear_weight("blk.0.attn_kv_b.weight"));
+  EXPECT_FALSE(fp8_linear_weight("blk.0.ffn_gate_inp.weight"));
+  EXPECT_FALSE(fp8_linear_weight("token_embd.weight"));
+  EXPECT_FALSE(fp8_linear_weight("output.weight"));
+  EXPECT_FALSE(fp8_linear_weight("blk.0.attn_q.bias"));
 }
 
 }  // namespace
