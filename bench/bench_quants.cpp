@@ -103,6 +103,14 @@ void fill_weights(DType t, uint8_t* w, size_t bytes, std::mt19937& rng) {
     return;
   }
   for (size_t i = 0; i < bytes; ++i) w[i] = static_cast<uint8_t>(byte(rng));
+  if (t == DType::F8E4M3_B64) {  // an f32 scale per block, codes without NaN
+    const float scale = 0.01f;
+    for (size_t b = 0; b + 132 <= bytes; b += 132) {
+      std::memcpy(w + b, &scale, 4);
+      for (size_t i = 4; i < 132; ++i) w[b + i] &= 0xf7;  // clears the low exponent bit: never 0x7f
+    }
+    return;
+  }
   const size_t block_bytes = dtype_info(t).block_bytes;
   const uint16_t scale = f32_to_f16(0.01f);
   for (size_t b = 0; b + block_bytes <= bytes; b += block_bytes) {
@@ -139,9 +147,9 @@ int main(int argc, char** argv) {
   for (cpu::CpuIsa isa : {cpu::CpuIsa::Avx512, cpu::CpuIsa::Avx2, cpu::CpuIsa::Scalar}) {
     if (cpu::isa_available(isa)) levels.push_back(isa);
   }
-  std::printf("\n%-6s %6s %8s", "dtype", "act", "rows");
+  std::printf("\n%-12s %6s %8s", "dtype", "act", "rows");
   for (cpu::CpuIsa isa : levels) std::printf(" %8s", std::string(cpu::isa_name(isa)).c_str());
-  std::printf(" %8s %10s\n%-6s %6s %8s", "of read", "quant act", "", "", "");
+  std::printf(" %8s %10s\n%-12s %6s %8s", "of read", "quant act", "", "", "");
   for (size_t l = 0; l < levels.size(); ++l) std::printf(" %8s", "GB/s");
   std::printf(" %8s %10s\n", "", "us");
 
@@ -151,7 +159,7 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> act(row_bytes(DType::F32, kCols));
   const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1,
                          DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
-                         DType::Q4_K, DType::Q5_K, DType::Q6_K};
+                         DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F8E4M3_B64};
   for (DType t : types) {
     if (!only.empty() && only.find("," + std::string(dtype_name(t)) + ",") == std::string::npos) continue;
     const size_t rb = row_bytes(t, kCols);
@@ -179,7 +187,7 @@ int main(int argc, char** argv) {
       }
       sink = sink + out[rows / 2];
     }
-    std::printf("%-6s %6s %8lld", std::string(dtype_name(t)).c_str(),
+    std::printf("%-12s %6s %8lld", std::string(dtype_name(t)).c_str(),
                 std::string(dtype_name(cpu::quant_kernels_for(t, levels[0]).act)).c_str(),
                 static_cast<long long>(rows));
     for (double g : gbs) std::printf(" %8.2f", g);

@@ -59,7 +59,7 @@ void add_engine_flags(CLI::App& app, EngineFlags& f) {
                  "fp8 / fp8_e4m3 (half the memory and attention reads of 16-bit; values rounded to e4m3, scale 1)")
       ->check(CLI::IsMember({"auto", "f32", "float32", "f16", "float16", "bf16", "bfloat16", "fp8", "fp8_e4m3"}));
   app.add_option("--quantization", c.quantization,
-                 "quantise weights at load: fp8 (the linear layers' weights as e4m3, one scale per 128 elements of "
+                 "quantise weights at load: fp8 (the linear layers' weights as e4m3, one scale per 64 elements of "
                  "a row: half the bytes of bf16; CPU backend) or none. FP8 checkpoints load as FP8 without it")
       ->check(CLI::IsMember({"none", "fp8"}));
   app.add_flag("--no-enable-prefix-caching", f.no_prefix_caching, "disable prefix caching");

@@ -27,7 +27,7 @@ constexpr DTypeInfo kInfos[] = {
     {"q6_K", kQK_K, kQK_K / 2 + kQK_K / 4 + kQK_K / 16 + 2, true},
     {"q8_K", kQK_K, 4 + kQK_K + kQK_K / 16 * 2, true},
     {"f8_e4m3", 1, 1, false},
-    {"f8_e4m3_b128", 128, 4 + 128, true},
+    {"f8_e4m3_b64", 64, 4 + 64, true},
 };
 static_assert(sizeof(kInfos) / sizeof(kInfos[0]) == static_cast<size_t>(DType::Count));
 }  // namespace

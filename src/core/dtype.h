@@ -30,10 +30,10 @@ enum class DType : uint8_t {
   Q8_K,
   // FP8 e4m3 ("fn": no infinities, max 448): the KV cache's 8-bit format.
   F8E4M3,
-  // FP8 e4m3 weights in blocks of 128 along a row, each block one f32 scale
-  // and 128 codes (core/fp8_blocks.h): what FP8 checkpoints and
+  // FP8 e4m3 weights in blocks of 64 along a row, each block one f32 scale
+  // and 64 codes (core/fp8_blocks.h): what FP8 checkpoints and
   // --quantization fp8 load to.
-  F8E4M3_B128,
+  F8E4M3_B64,
   Count,
 };
 

@@ -59,7 +59,7 @@ struct EngineConfig {
   // halves the cache's memory and the bytes decode attention reads.
   std::string kv_cache_dtype = "auto";
   // --quantization (vLLM's flag): "fp8" stores the linear weights of a 16/32-bit
-  // checkpoint as e4m3 with one scale per 128 elements of a row
+  // checkpoint as e4m3 with one scale per 64 elements of a row
   // (model/fp8_weights.h; CPU backend). FP8 checkpoints need no flag.
   std::string quantization;
   bool enable_prefix_caching = true;  // --enable-prefix-caching / --no-enable-prefix-caching

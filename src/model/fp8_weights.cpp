@@ -53,7 +53,7 @@ bool fp8_linear_weight(std::string_view name) {
 WeightQuantization parse_weight_quantization(std::string_view name) {
   if (name.empty() || name == "none") return WeightQuantization::None;
   if (name == "fp8") return WeightQuantization::Fp8;
-  fail("--quantization '{}' is not supported: use fp8 (e4m3 weights, one scale per 128 elements of a row) or none",
+  fail("--quantization '{}' is not supported: use fp8 (e4m3 weights, one scale per 64 elements of a row) or none",
        name);
 }
 
@@ -78,7 +78,7 @@ std::optional<Tensor> Fp8QuantizingSource::find(std::string_view canonical_name)
 Tensor Fp8QuantizingSource::quantized(const std::string& name, const Tensor& t) const {
   const int64_t cols = t.size(t.ndim() - 1), rows = t.numel() / cols;
   std::vector<uint8_t>& bytes = owned_[name];
-  bytes.resize(static_cast<size_t>(rows) * row_bytes(DType::F8E4M3_B128, cols));
+  bytes.resize(static_cast<size_t>(rows) * row_bytes(DType::F8E4M3_B64, cols));
   auto* blocks = reinterpret_cast<F8Block*>(bytes.data());
   const int64_t blocks_per_row = cols / kF8BlockElems;
   // Rows are independent: split them over the machine's cores (a 70B model
@@ -107,7 +107,7 @@ Tensor Fp8QuantizingSource::quantized(const std::string& name, const Tensor& t) 
   ++stats_.quantized;
   stats_.bytes_before += t.nbytes();
   stats_.bytes_after += bytes.size();
-  return Tensor(bytes.data(), DType::F8E4M3_B128, t.shape());
+  return Tensor(bytes.data(), DType::F8E4M3_B64, t.shape());
 }
 
 }  // namespace deepinfer

@@ -1,7 +1,7 @@
 // FP8 weights at load time: which tensors FP8 may store, and
 // `--quantization fp8` (vLLM's flag): a WeightSource over another that hands
 // out the linear projections' 16/32-bit weights quantised to e4m3 row blocks
-// (DType::F8E4M3_B128, core/fp8_blocks.h; one scale per 128 elements of a
+// (DType::F8E4M3_B64, core/fp8_blocks.h; one scale per 64 elements of a
 // row). The CPU backend multiplies with them directly; the CUDA backend has
 // no FP8 weight kernels yet and refuses the option (FP8 checkpoints still
 // load there, dequantised to bf16 at upload).

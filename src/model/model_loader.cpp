@@ -85,7 +85,7 @@ std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend&
   if (fp8) {
     const Fp8QuantizingSource::Stats& st = fp8->stats();
     log_info("model: --quantization fp8: {} linear weights to FP8 ({:.1f} -> {:.1f} MiB), {} left as they were (rows "
-             "not whole 128-element blocks, or already quantised)",
+             "not whole 64-element blocks, or already quantised)",
              st.quantized, st.bytes_before / 1048576.0, st.bytes_after / 1048576.0, st.kept);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

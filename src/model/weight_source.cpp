@@ -274,7 +274,7 @@ Tensor HfWeightSource::fp8_blocks(const std::string& hf_name, const Tensor& w, c
   const std::string key = hf_name + "#blocks";
   if (auto it = owned_stacks_.find(key); it != owned_stacks_.end()) return it->second.view;
   const int64_t rows = w.size(0), cols = w.size(1), blocks_per_row = cols / kF8BlockElems;
-  OwnedStack& owned = own(key, DType::F8E4M3_B128, {rows, cols});
+  OwnedStack& owned = own(key, DType::F8E4M3_B64, {rows, cols});
   auto* dst = reinterpret_cast<F8Block*>(owned.bytes.data());
   const auto* src = w.data_as<const uint8_t>();
   std::vector<float> row_scales(static_cast<size_t>(blocks_per_row));

@@ -78,7 +78,7 @@ class GgufWeightSource final : public WeightSource {
 // scales: a `weight_scale_inv` per block of weight_block_size (default
 // 128 x 128; DeepSeek-V3 and Qwen3 FP8), or a `weight_scale` per tensor or
 // output channel. Linear projections (fp8_linear_weight) come as e4m3 row
-// blocks (DType::F8E4M3_B128: the codes kept, each 128-element row block
+// blocks (DType::F8E4M3_B64: the codes kept, each 64-element row block
 // with its scale) when their rows are whole blocks inside the scale blocks;
 // other FP8 tensors, and those, come dequantised to bf16. NaN codes are
 // refused. The copies are owned here.

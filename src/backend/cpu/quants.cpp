@@ -21,13 +21,13 @@ using KernelTable = std::array<QuantKernels, kNumDTypes>;
 struct Dequantizers {
   DequantizeFn q4_0 = dequantize_q4_0, q4_1 = dequantize_q4_1, q5_0 = dequantize_q5_0, q5_1 = dequantize_q5_1,
                q8_0 = dequantize_q8_0, q4_k = dequantize_q4_k, q5_k = dequantize_q5_k, q6_k = dequantize_q6_k,
-               f8_b128 = dequantize_f8_b128;
+               f8_b64 = dequantize_f8_b64;
 };
 
 // What differs between instruction sets.
 struct IsaKernels {
   QuantizeFn quantize_q8_1, quantize_q8_k;
-  DotFn f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, f8_b128;
+  DotFn f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, f8_b64;
   Dequantizers deq{};
 };
 
@@ -49,7 +49,7 @@ KernelTable make_table(const IsaKernels& k) {
   set(DType::Q4_K, DType::Q8_K, k.deq.q4_k, k.quantize_q8_k, k.q4_k);
   set(DType::Q5_K, DType::Q8_K, k.deq.q5_k, k.quantize_q8_k, k.q5_k);
   set(DType::Q6_K, DType::Q8_K, k.deq.q6_k, k.quantize_q8_k, k.q6_k);
-  set(DType::F8E4M3_B128, DType::F32, k.deq.f8_b128, nullptr, k.f8_b128);
+  set(DType::F8E4M3_B64, DType::F32, k.deq.f8_b64, nullptr, k.f8_b64);
   return t;
 }
 
@@ -57,20 +57,20 @@ KernelTable make_portable() {
   using namespace scalar;
   return make_table({quantize_q8_1, quantize_q8_k, dot_f32, dot_f16, dot_bf16, dot_q4_0, dot_q4_1,
                      dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k,
-                     dot_q6_k, dot_f8_b128});
+                     dot_q6_k, dot_f8_b64});
 }
 
 #if defined(DEEPINFER_QUANTS_AVX2)
 Dequantizers avx2_dequantizers() {
   return {avx2::dequantize_q4_0, avx2::dequantize_q4_1, avx2::dequantize_q5_0, avx2::dequantize_q5_1,
           avx2::dequantize_q8_0, avx2::dequantize_q4_k, avx2::dequantize_q5_k, avx2::dequantize_q6_k,
-          avx2::dequantize_f8_b128};
+          avx2::dequantize_f8_b64};
 }
 
 IsaKernels avx2_kernels() {
   using namespace avx2;
   return {quantize_q8_1, quantize_q8_k, dot_f32, dot_f16, dot_bf16, dot_q4_0, dot_q4_1,
-          dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k, dot_q6_k, dot_f8_b128,
+          dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k, dot_q6_k, dot_f8_b64,
           avx2_dequantizers()};
 }
 #endif
@@ -80,7 +80,7 @@ IsaKernels avx2_kernels() {
 IsaKernels avx512_kernels() {
   using namespace avx512;
   return {quantize_q8_1, quantize_q8_k, dot_f32, dot_f16, dot_bf16, dot_q4_0, dot_q4_1,
-          dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k, dot_q6_k, dot_f8_b128,
+          dot_q5_0, dot_q5_1, dot_q8_0, dot_q2_k, dot_q3_k, dot_q4_k, dot_q5_k, dot_q6_k, dot_f8_b64,
           avx2_dequantizers()};  // dequantisation is bound by stores: AVX2 is as fast
 }
 #endif

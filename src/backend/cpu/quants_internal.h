@@ -126,7 +126,7 @@ void dequantize_q3_k(const void* src, float* dst, int64_t n);
 void dequantize_q4_k(const void* src, float* dst, int64_t n);
 void dequantize_q5_k(const void* src, float* dst, int64_t n);
 void dequantize_q6_k(const void* src, float* dst, int64_t n);
-void dequantize_f8_b128(const void* src, float* dst, int64_t n);
+void dequantize_f8_b64(const void* src, float* dst, int64_t n);
 
 // f16 scale of a 32-element activation block (Q8_0's format; Q8_1 keeps it
 // as f32): the smallest one with 127 * d >= amax, so that rounding never has
@@ -190,7 +190,7 @@ void quantize_q8_k(const float* src, void* dst, int64_t n);
   float dot_q4_k(const void* w, const void* x, int64_t n); \
   float dot_q5_k(const void* w, const void* x, int64_t n); \
   float dot_q6_k(const void* w, const void* x, int64_t n);  \
-  float dot_f8_b128(const void* w, const void* x, int64_t n);
+  float dot_f8_b64(const void* w, const void* x, int64_t n);
 
 namespace scalar {
 DEEPINFER_QUANT_DOTS
@@ -211,7 +211,7 @@ void dequantize_q8_0(const void* src, float* dst, int64_t n);
 void dequantize_q4_k(const void* src, float* dst, int64_t n);
 void dequantize_q5_k(const void* src, float* dst, int64_t n);
 void dequantize_q6_k(const void* src, float* dst, int64_t n);
-void dequantize_f8_b128(const void* src, float* dst, int64_t n);
+void dequantize_f8_b64(const void* src, float* dst, int64_t n);
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -706,6 +706,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& expert_ids, const T
   MoeExpertsLaunch m;
   m.x_type = elem_type(x.dtype(), "moe_experts");
   m.w_type = elem_type(w.gate.dtype(), "moe_experts");
+  DI_CHECK(w.down.dtype() == w.gate.dtype(), "moe_experts: the CUDA kernels need one dtype for w.gate {} and w.down {}",
+           w.gate.describe(), w.down.describe());
   DI_CHECK(x.dtype() == DType::F32 || w.gate.dtype() != DType::F32,
            "moe_experts: f32 expert weights with {} activations are not supported on CUDA; use a bf16 checkpoint",
            dtype_name(x.dtype()));

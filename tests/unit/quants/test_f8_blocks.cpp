@@ -1,4 +1,4 @@
-// FP8 weights in 128-element row blocks (DType::F8E4M3_B128): quantising,
+// FP8 weights in 64-element row blocks (DType::F8E4M3_B64): quantising,
 // packing a checkpoint's codes, dequantising, and the dot products of every
 // kernel level this machine runs.
 //
@@ -34,32 +34,34 @@ std::vector<float> random_values(int64_t n, uint32_t seed, float scale) {
 }
 
 TEST(F8Blocks, DTypeDescribesTheBlock) {
-  const DTypeInfo& info = dtype_info(DType::F8E4M3_B128);
-  EXPECT_EQ(info.name, "f8_e4m3_b128");
+  const DTypeInfo& info = dtype_info(DType::F8E4M3_B64);
+  EXPECT_EQ(info.name, "f8_e4m3_b64");
   EXPECT_EQ(info.block_elems, kF8BlockElems);
   EXPECT_EQ(info.block_bytes, static_cast<int>(sizeof(F8Block)));
   EXPECT_TRUE(info.quantized);
-  EXPECT_EQ(row_bytes(DType::F8E4M3_B128, 4096), 32u * 132u);
-  EXPECT_THROW(row_bytes(DType::F8E4M3_B128, 96), Error);
+  EXPECT_EQ(row_bytes(DType::F8E4M3_B64, 4096), 64u * 68u);
+  EXPECT_EQ(row_bytes(DType::F8E4M3_B64, 576), 9u * 68u);  // SmolLM2's hidden size
+  EXPECT_THROW(row_bytes(DType::F8E4M3_B64, 96), Error);
 }
 
 TEST(F8Blocks, QuantisingKeepsEachValueWithinHalfAnE4m3Step) {
   // Blocks of very different magnitudes, one all zero, one with an outlier.
-  std::vector<float> x = random_values(6 * 128, 1, 1.0f);
-  for (int i = 0; i < 128; ++i) x[static_cast<size_t>(128 + i)] *= 1e-4f;
-  for (int i = 0; i < 128; ++i) x[static_cast<size_t>(256 + i)] = 0.0f;
-  x[400] = 3000.0f;
-  for (int i = 0; i < 128; ++i) x[static_cast<size_t>(512 + i)] *= 1e5f;
+  constexpr int B = kF8BlockElems;
+  std::vector<float> x = random_values(6 * B, 1, 1.0f);
+  for (int i = 0; i < B; ++i) x[static_cast<size_t>(B + i)] *= 1e-4f;
+  for (int i = 0; i < B; ++i) x[static_cast<size_t>(2 * B + i)] = 0.0f;
+  x[3 * B + 17] = 3000.0f;
+  for (int i = 0; i < B; ++i) x[static_cast<size_t>(4 * B + i)] *= 1e5f;
   std::vector<F8Block> blocks(6);
   ASSERT_EQ(quantize_f8_blocks(x.data(), blocks.data(), static_cast<int64_t>(x.size())), -1);
   std::vector<float> back(x.size());
   dequantize_f8_blocks(blocks.data(), back.data(), static_cast<int64_t>(x.size()));
   for (int b = 0; b < 6; ++b) {
     float amax = 0;
-    for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(b * 128 + i)]));
+    for (int i = 0; i < B; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(b * B + i)]));
     EXPECT_EQ(blocks[static_cast<size_t>(b)].scale, amax / kF8E4M3Max) << "block " << b;
-    for (int i = 0; i < 128; ++i) {
-      const size_t k = static_cast<size_t>(b * 128 + i);
+    for (int i = 0; i < B; ++i) {
+      const size_t k = static_cast<size_t>(b * B + i);
       // Relative step of e4m3 is 2^-3 for normals; subnormals (below 2^-6 of
       // the scale unit) have an absolute step of 2^-9 scale units.
       const double unit = blocks[static_cast<size_t>(b)].scale;
@@ -68,40 +70,42 @@ TEST(F8Blocks, QuantisingKeepsEachValueWithinHalfAnE4m3Step) {
     }
   }
   // The block maximum is represented exactly (code 448).
-  EXPECT_EQ(back[400], 3000.0f);
+  EXPECT_EQ(back[3 * B + 17], 3000.0f);
   EXPECT_EQ(blocks[2].scale, 0.0f);
-  for (int i = 0; i < 128; ++i) EXPECT_EQ(back[static_cast<size_t>(256 + i)], 0.0f);
+  for (int i = 0; i < B; ++i) EXPECT_EQ(back[static_cast<size_t>(2 * B + i)], 0.0f);
 }
 
 TEST(F8Blocks, NonFiniteValuesAndNanCodesAreReported) {
-  std::vector<float> x = random_values(256, 2, 1.0f);
-  x[200] = std::numeric_limits<float>::infinity();
+  constexpr int B = kF8BlockElems;
+  std::vector<float> x = random_values(2 * B, 2, 1.0f);
+  x[B + 9] = std::numeric_limits<float>::infinity();
   std::vector<F8Block> blocks(2);
-  EXPECT_EQ(quantize_f8_blocks(x.data(), blocks.data(), 256), 200);
-  x[200] = std::nanf("");
-  EXPECT_EQ(quantize_f8_blocks(x.data(), blocks.data(), 256), 200);
+  EXPECT_EQ(quantize_f8_blocks(x.data(), blocks.data(), 2 * B), B + 9);
+  x[B + 9] = std::nanf("");
+  EXPECT_EQ(quantize_f8_blocks(x.data(), blocks.data(), 2 * B), B + 9);
 
-  std::vector<uint8_t> codes(256, 0x38);  // 1.0
+  std::vector<uint8_t> codes(2 * B, 0x38);  // 1.0
   std::vector<float> scales = {0.5f, 2.0f};
-  ASSERT_EQ(pack_f8_blocks(codes.data(), scales.data(), blocks.data(), 256), -1);
+  ASSERT_EQ(pack_f8_blocks(codes.data(), scales.data(), blocks.data(), 2 * B), -1);
   EXPECT_EQ(blocks[1].scale, 2.0f);
   EXPECT_EQ(blocks[1].codes[5], 0x38);
-  codes[130] = 0xff;
-  EXPECT_EQ(pack_f8_blocks(codes.data(), scales.data(), blocks.data(), 256), 130);
-  codes[130] = 0x7f;
-  EXPECT_EQ(pack_f8_blocks(codes.data(), scales.data(), blocks.data(), 256), 130);
-  codes[130] = 0x38;
+  codes[B + 2] = 0xff;
+  EXPECT_EQ(pack_f8_blocks(codes.data(), scales.data(), blocks.data(), 2 * B), B + 2);
+  codes[B + 2] = 0x7f;
+  EXPECT_EQ(pack_f8_blocks(codes.data(), scales.data(), blocks.data(), 2 * B), B + 2);
+  codes[B + 2] = 0x38;
   scales[1] = std::numeric_limits<float>::infinity();
-  EXPECT_EQ(pack_f8_blocks(codes.data(), scales.data(), blocks.data(), 256), -3);
+  EXPECT_EQ(pack_f8_blocks(codes.data(), scales.data(), blocks.data(), 2 * B), -3);
 }
 
 // Every non-NaN code in every position, with scales of several magnitudes.
 std::vector<F8Block> every_code_blocks() {
-  std::vector<F8Block> blocks(8);
+  std::vector<F8Block> blocks(16);
   const float scales[] = {1.0f, 0.0078125f, 3.1e-5f, 17.25f, 1e-3f, 0.5f, 2.0f, 1.2345e-2f};
+  int s = 0;
   int code = 0;
   for (size_t b = 0; b < blocks.size(); ++b) {
-    blocks[b].scale = scales[b];
+    blocks[b].scale = scales[s++ % 8];
     for (uint8_t& c : blocks[b].codes) {
       do code = (code + 1) % 256;
       while ((code & 0x7f) == 0x7f);
@@ -120,7 +124,7 @@ TEST(F8Blocks, EveryLevelDequantisesExactly) {
     want[static_cast<size_t>(i)] = f8e4m3_to_f32_exact(b.codes[i % kF8BlockElems]) * b.scale;
   }
   for (cpu::CpuIsa isa : test::kernel_levels_here()) {
-    const cpu::QuantKernels& k = cpu::quant_kernels_for(DType::F8E4M3_B128, isa);
+    const cpu::QuantKernels& k = cpu::quant_kernels_for(DType::F8E4M3_B64, isa);
     EXPECT_EQ(k.act, DType::F32);
     EXPECT_EQ(k.quantize_act, nullptr);
     std::vector<float> got(static_cast<size_t>(n), -1.0f);
@@ -134,7 +138,7 @@ TEST(F8Blocks, EveryLevelDequantisesExactly) {
 }
 
 TEST(F8Blocks, EveryLevelsDotIsWithinTheRoundingBound) {
-  for (int64_t n : {int64_t{128}, int64_t{1024}, int64_t{4096}, int64_t{128 * 37}}) {
+  for (int64_t n : {int64_t{64}, int64_t{576}, int64_t{4096}, int64_t{64 * 37}}) {
     const std::vector<float> w = random_values(n, 3 + static_cast<uint32_t>(n), 0.05f);
     std::vector<F8Block> blocks(static_cast<size_t>(n / kF8BlockElems));
     ASSERT_EQ(quantize_f8_blocks(w.data(), blocks.data(), n), -1);
@@ -148,7 +152,7 @@ TEST(F8Blocks, EveryLevelsDotIsWithinTheRoundingBound) {
     }
     const double bound = static_cast<double>(n + 16) * 0x1p-24 * abs_sum;
     for (cpu::CpuIsa isa : test::kernel_levels_here()) {
-      const float got = cpu::quant_kernels_for(DType::F8E4M3_B128, isa).dot(blocks.data(), x.data(), n);
+      const float got = cpu::quant_kernels_for(DType::F8E4M3_B64, isa).dot(blocks.data(), x.data(), n);
       EXPECT_LE(std::fabs(got - ref), bound) << cpu::isa_name(isa) << " n=" << n;
     }
     // And the quantisation error itself stays that of 3 mantissa bits.
@@ -163,7 +167,7 @@ TEST(F8Blocks, ZeroActivationsGiveZero) {
   const int64_t n = static_cast<int64_t>(blocks.size()) * kF8BlockElems;
   const std::vector<float> zeros(static_cast<size_t>(n), 0.0f);
   for (cpu::CpuIsa isa : test::kernel_levels_here()) {
-    EXPECT_EQ(cpu::quant_kernels_for(DType::F8E4M3_B128, isa).dot(blocks.data(), zeros.data(), n), 0.0f)
+    EXPECT_EQ(cpu::quant_kernels_for(DType::F8E4M3_B64, isa).dot(blocks.data(), zeros.data(), n), 0.0f)
         << cpu::isa_name(isa);
   }
 }
