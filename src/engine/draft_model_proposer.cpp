@@ -29,6 +29,15 @@ EngineConfig draft_config(const EngineConfig& target, const std::optional<Device
   c.zero_overhead_scheduling = false;
   c.eplb_ep_size = 0;
   c.routing_trace_path.clear();
+  // The draft runs whole on the proposing rank (rank 0 of a tensor-parallel
+  // group, which alone schedules): no group of its own, no collectives; the
+  // other ranks only see the verify steps, drafts included.
+  const int local_rank = c.dist.local_rank;
+  c.dist = DistConfig{};
+  c.dist.local_rank = local_rank;  // the same device
+  c.tensor_parallel_size = 1;
+  c.data_parallel_size = 1;
+  c.enable_expert_parallel = false;
   return c;
 }
 

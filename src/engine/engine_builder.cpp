@@ -208,11 +208,10 @@ void build_kv_tiers(EngineParts& p) {
   build_kv_transport(p);
 }
 
+// Draft-model and MTP speculation work: rank 0 alone proposes, with the
+// draft model or MTP layer whole on its device (draft_model_proposer.cpp,
+// mtp_proposer.h), and the verify steps reach the other ranks as any step.
 void check_tensor_parallel_limits(const EngineConfig& c) {
-  DI_CHECK(c.speculative.method != spec::SpecMethod::DraftModel && c.speculative.method != spec::SpecMethod::Mtp,
-           "--tensor-parallel-size {}: draft-model and MTP speculation run a second model, which is not split "
-           "across ranks yet (n-gram and suffix speculation work)",
-           c.tensor_parallel_size);
   DI_CHECK(c.kv_offloading_bytes == 0 && c.kv_cache_dir.empty() && c.kv_shared_pool_bytes == 0 &&
                !c.kv_import_shared && c.kv_transport_listen.empty() && !c.kv_transport_fetch,
            "--tensor-parallel-size {}: the KV tiers and transports (--kv-offloading-size, --kv-cache-dir, shared "

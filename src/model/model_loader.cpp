@@ -77,6 +77,7 @@ std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend&
     fp8 = wrapped.get();
     m->source_ = std::move(wrapped);
   }
+  m->full_config_ = config;
   if (config.mla.enabled()) {
     m->model_ = std::make_unique<DeepseekModel>(std::move(config), *m->source_, backend, -1, tp);
   } else {
@@ -95,7 +96,7 @@ std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend&
 }
 
 std::unique_ptr<Model> LoadedModel::load_mtp_layer(Backend& backend) const {
-  const ModelConfig& c = config();
+  const ModelConfig& c = full_config_;
   DI_CHECK(c.mla.enabled() && c.mtp_layers > 0,
            "{} has no multi-token-prediction layer (num_nextn_predict_layers in config.json): the \"mtp\" method "
            "drafts with DeepSeek-V3-style MTP layers",

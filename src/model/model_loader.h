@@ -35,7 +35,8 @@ class LoadedModel {
   // The GGUF file (tokenizer metadata lives there); null for Hugging Face folders.
   const GgufFile* gguf() const { return gguf_.get(); }
   // The checkpoint's first multi-token-prediction layer as a model of its
-  // own (DeepseekModel's MTP form), from the same weights; throws
+  // own (DeepseekModel's MTP form), from the same weights, whole even when
+  // the decoder is split over tensor-parallel ranks; throws
   // deepinfer::Error when the model has none.
   std::unique_ptr<Model> load_mtp_layer(Backend& backend) const;
 
@@ -47,6 +48,7 @@ class LoadedModel {
   std::unique_ptr<HfCheckpoint> hf_;
   std::unique_ptr<WeightSource> source_;
   std::unique_ptr<Model> model_;
+  ModelConfig full_config_;  // before a tensor-parallel split narrowed the model's own
 };
 
 }  // namespace deepinfer

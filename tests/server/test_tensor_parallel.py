@@ -5,6 +5,7 @@ down with a clear error instead of leaving it hanging."""
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import time
@@ -71,6 +72,31 @@ def test_generate_on_several_ranks_matches_one_rank(tmp_path, tp):
 def test_ngram_speculation_on_two_ranks_matches_one_rank(tmp_path):
     spec = ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}']
     assert expect_same_greedy(generate_batch(tmp_path, 1), generate_batch(tmp_path, 2, *spec)) >= len(QUESTIONS) // 2
+
+
+def test_draft_model_speculation_on_two_ranks_matches_one_rank(tmp_path):
+    """The target split over two ranks, the draft model (here the target's own
+    weights) whole on rank 0, which alone proposes: the greedy tokens of one
+    rank without speculation, and drafts accepted."""
+    spec = ["--speculative-config",
+            json.dumps({"method": "draft_model", "model": str(MODEL), "num_speculative_tokens": 3})]
+    got = generate_batch(tmp_path, 2, *spec)
+    assert expect_same_greedy(generate_batch(tmp_path, 1), got) >= len(QUESTIONS) // 2
+    assert sum(o["accepted_draft_tokens"] for o in got) > 0
+
+
+def test_mtp_speculation_on_two_ranks_matches_one_rank(tmp_path):
+    """Tiny DeepSeek-V3 whose MTP layer predicts the model's next token (the
+    oracle checkpoint, f32): attention heads and experts split over two ranks,
+    the MTP layer whole on rank 0 reading the target's hidden states there;
+    the greedy tokens of one rank without speculation, and drafts accepted."""
+    spec = ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 2})]
+    one, _ = generate_tiny(tmp_path, "mtp_one", model="deepseek_v3_mtp_oracle")
+    tp, log = generate_tiny(tmp_path, "mtp_tp2", "--tensor-parallel-size", "2", *spec, model="deepseek_v3_mtp_oracle")
+    assert "speculative: MTP layer" in log, log[-2000:]
+    accepted = re.search(r"verified, (\d+) accepted", log)
+    assert accepted and int(accepted.group(1)) > 0, log[-2000:]
+    assert tp == one
 
 
 def chat(server, content):
@@ -150,12 +176,12 @@ def test_launcher_variables_and_a_killed_rank_end_the_other(tmp_path, killed):
 TINY = ROOT / "tests" / "data" / "hf_tiny"
 
 
-def generate_tiny(tmp_path, name, *extra):
+def generate_tiny(tmp_path, name, *extra, model="mixtral"):
     src = tmp_path / "tiny.jsonl"
     src.write_text("".join(json.dumps({"prompt": p, "max_tokens": 24}) + "\n"
                            for p in ("hello world the cat", "one two three four", "a b c")))
     out = tmp_path / f"tiny_{name}.jsonl"
-    args = [str(binary()), "generate", "--model", str(TINY / "mixtral"), "--tokenizer", str(TINY / "tokenizer.json"),
+    args = [str(binary()), "generate", "--model", str(TINY / model), "--tokenizer", str(TINY / "tokenizer.json"),
             "--threads", "1", "--input", str(src), "--output", str(out), *extra]
     run = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]

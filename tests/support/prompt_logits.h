@@ -38,13 +38,17 @@ inline StepPlan single_sequence_plan(const std::vector<int32_t>& tokens, int32_t
   return plan;
 }
 
-inline std::vector<float> prompt_logits(LoadedModel& loaded, Backend& backend, const std::vector<int32_t>& tokens) {
+inline std::vector<float> prompt_logits(Model& model, Backend& backend, const std::vector<int32_t>& tokens) {
   const int32_t page = 16;
   const auto n = static_cast<int32_t>(tokens.size());
-  KvStorage kv(backend, loaded.model().kv_spec(page, DType::F32), n / page + 1);
-  ModelRunner runner(loaded.model(), backend, kv, {n, 1});
+  KvStorage kv(backend, model.kv_spec(page, DType::F32), n / page + 1);
+  ModelRunner runner(model, backend, kv, {n, 1});
   const StepResults res = runner.wait(runner.launch(single_sequence_plan(tokens, 0, n, page, true)));
   return std::vector<float>(res.logits.begin(), res.logits.end());
+}
+
+inline std::vector<float> prompt_logits(LoadedModel& loaded, Backend& backend, const std::vector<int32_t>& tokens) {
+  return prompt_logits(loaded.model(), backend, tokens);
 }
 
 }  // namespace deepinfer::testing
