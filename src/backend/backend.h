@@ -244,6 +244,10 @@ class Backend {
   // matrix: one launch and one pass over the input per step instead of
   // several, which matters where decode steps are short and launch-bound.
   virtual bool stacks_projections() const { return false; }
+  // Linear layers' FP8 row-block weights (DType::F8E4M3_B64) stay FP8 in
+  // device memory and linear multiplies with them; elsewhere they are
+  // dequantised at upload like the GGUF formats (WeightStore::linear_weight).
+  virtual bool stores_fp8_weights() const { return false; }
 
   // Memory.
   virtual void* allocate(size_t bytes) = 0;
@@ -456,6 +460,9 @@ struct BackendOptions {
   // (DEEPINFER_BATCH_INVARIANT=1). Costs prefill speed on the CPU.
   bool batch_invariant = false;
   int device_index = 0;  // which GPU (a rank's local rank)
+  // --quantization fp8: keep FP8 linear weights where the backend can
+  // (Backend::stores_fp8_weights).
+  bool fp8_weights = false;
 };
 
 std::unique_ptr<Backend> create_backend(DeviceType type, const BackendOptions& options = {});

@@ -349,6 +349,7 @@ EngineParts build_engine(EngineConfig config) {
   options.num_threads = c.num_threads;
   options.batch_invariant = c.batch_invariant;
   options.device_index = c.dist.local_rank;
+  options.fp8_weights = parse_weight_quantization(c.quantization) == WeightQuantization::Fp8;
   p.backend = create_backend(c.device, options);
   log_info("engine: backend {}", p.backend->name());
   const TensorParallel tp = build_rank_group(p);

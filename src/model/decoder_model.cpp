@@ -64,11 +64,11 @@ DecoderModel::DecoderModel(ModelConfig config, const WeightSource& full_source, 
     const Tensor hv = load.host_matrix(p + "attn_v.weight", kv_dim, H);
     l.attn.wqkv = store_.fused_matrix({hq, hk, hv});
     if (!l.attn.wqkv.defined()) {
-      l.attn.wq = store_.matrix(hq);
-      l.attn.wk = store_.matrix(hk);
-      l.attn.wv = store_.matrix(hv);
+      l.attn.wq = store_.linear_weight(hq);
+      l.attn.wk = store_.linear_weight(hk);
+      l.attn.wv = store_.linear_weight(hv);
     }
-    l.attn.wo = load.matrix(p + "attn_output.weight", H, q_dim);
+    l.attn.wo = load.linear(p + "attn_output.weight", H, q_dim);
     if (c.output_bias) l.attn.bo = load.vector(p + "attn_output.bias", H);
     if (c.attn_sinks) l.sinks = load.vector(p + "attn_sinks.weight", c.n_heads_q);
     if (c.qkv_bias) {

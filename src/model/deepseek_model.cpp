@@ -166,8 +166,8 @@ void DeepseekModel::load_mla(Layer& l, WeightLoader& load, const std::string& p)
   const Tensor h_kv_a = load.host_matrix(p + "attn_kv_a_mqa.weight", s.cache_row(), H);
   w.w_in = store_.fused_matrix({h_q, h_kv_a});
   if (!w.w_in.defined()) {
-    (q_lora ? w.wq_a : w.wq) = store_.matrix(h_q);
-    w.wkv_a = store_.matrix(h_kv_a);
+    (q_lora ? w.wq_a : w.wq) = store_.linear_weight(h_q);
+    w.wkv_a = store_.linear_weight(h_kv_a);
   }
   if (c.mla.attention_bias) {
     const Tensor h_bkv_a = load.host_vector(p + "attn_kv_a_mqa.bias", s.cache_row());
@@ -183,7 +183,7 @@ void DeepseekModel::load_mla(Layer& l, WeightLoader& load, const std::string& p)
   }
   if (q_lora) {
     w.q_a_norm = load.vector(p + "attn_q_a_norm.weight", s.q_lora_rank);
-    w.wq_b = load.matrix(p + "attn_q_b.weight", q_dim, s.q_lora_rank);
+    w.wq_b = load.linear(p + "attn_q_b.weight", q_dim, s.q_lora_rank);
   }
   w.kv_a_norm = load.vector(p + "attn_kv_a_norm.weight", lora);
   const std::string kv_b_name = p + "attn_kv_b.weight";
@@ -191,7 +191,7 @@ void DeepseekModel::load_mla(Layer& l, WeightLoader& load, const std::string& p)
   w.wkv_b = store_.matrix(kv_b);
   std::vector<uint8_t>& uk = absorbed_.emplace_back(layers::absorbed_key_weights(kv_b, s));
   w.w_uk_t = store_.matrix(Tensor(uk.data(), kv_b.dtype(), {s.n_heads, lora, s.nope_dim}));
-  w.wo = load.matrix(p + "attn_output.weight", H, int64_t{s.n_heads} * s.v_dim);
+  w.wo = load.linear(p + "attn_output.weight", H, int64_t{s.n_heads} * s.v_dim);
   if (c.mla.attention_bias) w.bo = load.vector(p + "attn_output.bias", H);
 }
 

@@ -37,9 +37,8 @@ LoadedModel::~LoadedModel() = default;
 
 std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, Backend& backend, TensorParallel tp,
                                                WeightQuantization quantization) {
-  DI_CHECK(quantization == WeightQuantization::None || backend.device().type == DeviceType::CPU,
-           "--quantization fp8 runs on the CPU backend only: the {} backend has no FP8 weight kernels yet (FP8 "
-           "checkpoints load there dequantised to bf16)",
+  DI_CHECK(quantization == WeightQuantization::None || backend.reads_host_weights() || backend.stores_fp8_weights(),
+           "--quantization fp8: the {} backend does not keep FP8 weights (FP8 checkpoints load there dequantised)",
            backend.name());
   namespace fs = std::filesystem;
   const auto start = std::chrono::steady_clock::now();

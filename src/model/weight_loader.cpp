@@ -6,6 +6,10 @@ Tensor WeightLoader::matrix(const std::string& name, int64_t rows, int64_t cols)
   return store_.matrix(host_matrix(name, rows, cols));
 }
 
+Tensor WeightLoader::linear(const std::string& name, int64_t rows, int64_t cols) {
+  return store_.linear_weight(host_matrix(name, rows, cols));
+}
+
 Tensor WeightLoader::host_matrix(const std::string& name, int64_t rows, int64_t cols) {
   Tensor t = source_.get(name, {rows, cols});
   bytes_ += store_.stored_bytes(t);

@@ -21,6 +21,8 @@ class WeightLoader {
   bool has(const std::string& name) const { return source_.has(name); }
   // [rows, cols], stored and counted.
   Tensor matrix(const std::string& name, int64_t rows, int64_t cols);
+  // A linear layer's weight [rows, cols] (WeightStore::linear_weight), stored and counted.
+  Tensor linear(const std::string& name, int64_t rows, int64_t cols);
   // [rows, cols] left where the source keeps it (to be fused or stored by the
   // caller), counted.
   Tensor host_matrix(const std::string& name, int64_t rows, int64_t cols);

@@ -50,6 +50,7 @@ std::vector<char> dequantize_rows(const Tensor& host, DType to) {
 
 size_t WeightStore::stored_bytes(const Tensor& host) const {
   if (backend_.reads_host_weights() || !is_quantized(host.dtype())) return host.nbytes();
+  if (host.dtype() == DType::F8E4M3_B64 && backend_.stores_fp8_weights()) return host.nbytes();  // linear weights
   const int64_t cols = host.size(host.ndim() - 1);  // quantised tensors have rows
   return cols == 0 ? 0 : static_cast<size_t>(host.numel() / cols) * row_bytes(backend_.activation_dtype(), cols);
 }
@@ -86,8 +87,24 @@ Tensor WeightStore::matrix(const Tensor& host) {
   return dev;
 }
 
+Tensor WeightStore::linear_weight(const Tensor& host) {
+  if (backend_.reads_host_weights() || host.dtype() != DType::F8E4M3_B64 || !backend_.stores_fp8_weights() ||
+      !host.is_contiguous()) {
+    return matrix(host);
+  }
+  Buffer& buf = owned_.emplace_back(backend_, host.nbytes());
+  bytes_owned_ += buf.size();
+  Tensor dev(buf.data(), host.dtype(), host.shape(), backend_.device());
+  backend_.copy(dev, host);
+  return dev;
+}
+
 Tensor WeightStore::fused_matrix(std::initializer_list<Tensor> parts) {
   if (!backend_.stacks_projections() || parts.size() < 2) return Tensor();
+  // FP8 parts the backend keeps as FP8 are stored one by one (linear_weight).
+  for (const Tensor& t : parts) {
+    if (t.dtype() == DType::F8E4M3_B64 && backend_.stores_fp8_weights()) return Tensor();
+  }
   // Quantised parts are dequantised first, as matrix() would store them.
   std::vector<std::vector<char>> dequantized(parts.size());
   std::vector<Tensor> ready;

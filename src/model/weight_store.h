@@ -19,6 +19,9 @@ class WeightStore {
   // reads host weights (Backend::reads_host_weights), else a copy in backend
   // memory, quantised blocks dequantised to the activation dtype.
   Tensor matrix(const Tensor& host);
+  // A linear layer's weight: as matrix(), except that FP8 row blocks stay
+  // FP8 on a backend that multiplies with them (Backend::stores_fp8_weights).
+  Tensor linear_weight(const Tensor& host);
   // Matrices with equal columns and dtype stacked along their rows into one
   // matrix (fused QKV / gate-up projections), so one product reads them all.
   // Returns an undefined tensor where the backend does not stack projections

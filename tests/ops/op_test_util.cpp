@@ -9,6 +9,7 @@
 #include "backend/cpu/quants.h"
 #include "core/error.h"
 #include "core/fp8.h"
+#include "core/fp8_blocks.h"
 
 namespace deepinfer::testing {
 
@@ -193,6 +194,15 @@ HostWeights random_weights(Rng& rng, DType dtype, int64_t m, int64_t k) {
       float x = rng.uniform();
       h[i] = dtype == DType::F16 ? f32_to_f16(x) : f32_to_bf16(x);
       w.values[i] = dtype == DType::F16 ? f16_to_f32(h[i]) : bf16_to_f32(h[i]);
+    }
+    return w;
+  }
+  if (dtype == DType::F8E4M3_B64) {  // quantised from random floats: no NaN codes, real scales
+    const std::vector<float> v = rng.floats(w.values.size());
+    for (int64_t r = 0; r < m; ++r) {
+      auto* blocks = reinterpret_cast<F8Block*>(w.bytes.data() + static_cast<size_t>(r) * row);
+      quantize_f8_blocks(v.data() + r * k, blocks, k);
+      dequantize_f8_blocks(blocks, w.values.data() + r * k, k);
     }
     return w;
   }

@@ -79,15 +79,21 @@ TEST_F(CudaBf16Test, Linear) {
     bool bias;
   };
   // Decode shapes cover each gemv partition: 4 warps per row, 1 ([2200, 2048])
-  // and 2 (an LM-head-like 65,536 rows of 64).
+  // and 2 (an LM-head-like 65,536 rows of 64). FP8 row-block weights
+  // (cuda_gemv_fp8.cu): the FP8 gemv up to 8 rows, dequantised chunks through
+  // cuBLAS beyond; checked against their exact dequantised values.
   for (const Case& c : std::vector<Case>{{1, 4096, 1024, false}, {3, 256, 300, true}, {64, 512, 128, false},
                                          {257, 1024, 96, true}, {2, 2048, 2200, true}, {1, 64, 65536, false}}) {
-    for (DType out_type : {DType::BF16, DType::F32}) {
-      SCOPED_TRACE(fmt::format("n={} k={} m={} bias={} out={}", c.n, c.k, c.m, c.bias, dtype_name(out_type)));
-      HostWeights w = random_weights(rng, DType::BF16, c.m, c.k);
+    for (auto [w_type, out_type] : std::vector<std::pair<DType, DType>>{{DType::BF16, DType::BF16},
+                                                                         {DType::BF16, DType::F32},
+                                                                         {DType::F8E4M3_B64, DType::BF16},
+                                                                         {DType::F8E4M3_B64, DType::F32}}) {
+      SCOPED_TRACE(fmt::format("n={} k={} m={} bias={} weight={} out={}", c.n, c.k, c.m, c.bias, dtype_name(w_type),
+                               dtype_name(out_type)));
+      HostWeights w = random_weights(rng, w_type, c.m, c.k);
       std::vector<float> x = round_bf16(rng.floats(static_cast<size_t>(c.n * c.k)));
       std::vector<float> bias = rng.floats(static_cast<size_t>(c.m));
-      DeviceTensor gw = upload(gpu(), DType::BF16, {c.m, c.k}, w.bytes.data());
+      DeviceTensor gw = upload(gpu(), w_type, {c.m, c.k}, w.bytes.data());
       DeviceTensor gx = upload_bf16(gpu(), {c.n, c.k}, x);
       DeviceTensor gb = upload_f32(gpu(), {c.m}, bias);
       DeviceTensor gout = zeros(gpu(), out_type, {c.n, c.m});
@@ -101,7 +107,9 @@ TEST_F(CudaBf16Test, Linear) {
             sum += p;
             mag += std::abs(p);
           }
-          double tol = (out_type == DType::BF16 ? 4e-3 : 1e-4) * (std::abs(sum) + mag) + 1e-4;
+          // Past the FP8 gemv's rows the weights are rounded to bf16 for cuBLAS.
+          const bool rounded = out_type == DType::BF16 || (w_type == DType::F8E4M3_B64 && c.n > 8);
+          double tol = (rounded ? 4e-3 : 1e-4) * (std::abs(sum) + mag) + 1e-4;
           ASSERT_NEAR(got[i * c.m + j], sum, tol) << "row " << i << " col " << j;
         }
       }

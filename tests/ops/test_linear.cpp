@@ -14,11 +14,11 @@ namespace {
 class LinearTest : public BackendTest {};
 DEEPINFER_INSTANTIATE_BACKEND_TESTS(LinearTest);
 
-// Decode-shaped products of quantised weights run on activations quantised to
-// 8 bits, and on AMX machines so do the prefill-shaped ones (int8 tiles); the
-// reference keeps them in f32.
+// Decode-shaped products of GGUF-quantised weights run on activations
+// quantised to 8 bits, and on AMX machines so do the prefill-shaped ones (int8
+// tiles); the reference keeps them in f32. FP8 row blocks read f32 activations.
 bool activation_is_quantised(const Backend& backend, DType weight, int64_t n) {
-  if (!is_quantized(weight)) return false;
+  if (!is_quantized(weight) || weight == DType::F8E4M3_B64) return false;
   if (n <= cpu::CpuBackend::kLinearGemvMaxRows) return true;
   return backend.name() == "cpu" && cpu::active_isa() == cpu::CpuIsa::Amx && cpu::amx::supports(weight);
 }
@@ -114,6 +114,19 @@ TEST_P(LinearTest, QuantisedWeights) {
                                                  {20, 256, 33, false, true}, {49, 512, 17, true, true}}) {
       run_linear(backend(), rng, dtype, c);
     }
+  }
+}
+
+// FP8 row blocks (64 elements, one f32 scale): decode (gemv) and prefill
+// (dequantised tiles) shapes, row widths of whole blocks only, strided views;
+// exact against the dequantised weights up to f32 accumulation.
+TEST_P(LinearTest, Fp8RowBlockWeights) {
+  Rng rng(6);
+  if (!backend_supports_quantised(backend())) GTEST_SKIP() << backend().name() << " has no FP8 weight kernels";
+  for (const auto& c : std::vector<LinearCase>{{1, 64, 35, false, false}, {2, 576, 70, true, true},
+                                               {4, 128, 16, false, true}, {9, 1024, 130, true, true},
+                                               {33, 64, 40, false, false}, {70, 192, 50, true, true}}) {
+    run_linear(backend(), rng, DType::F8E4M3_B64, c);
   }
 }
 

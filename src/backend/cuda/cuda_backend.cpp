@@ -4,7 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "backend/cuda/cuda_expert_counts.h"
@@ -132,6 +134,13 @@ int ld_of(const Tensor& t, int64_t min_ld) {
 
 CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
     : device_(device_index), batch_invariant_(options.batch_invariant) {
+  if (options.fp8_weights) {
+    const char* opt_in = std::getenv("DEEPINFER_CUDA_FP8");
+    DI_CHECK(opt_in != nullptr && std::string_view(opt_in) == "1",
+             "--quantization fp8 on CUDA: the FP8 weight kernels are written but not yet measured on a GPU; set "
+             "DEEPINFER_CUDA_FP8=1 to use them (FP8 checkpoints load without the flag, dequantised to bf16)");
+    fp8_weights_ = true;
+  }
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -175,6 +184,7 @@ CudaBackend::~CudaBackend() {
   if (cublas_) cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
   cudaFree(attention_workspace_);
+  cudaFree(fp8_dequant_);
   cudaFree(error_word_);
   cudaFree(scratch_);
   if (stream_) cudaStreamDestroy(cu(stream_));
@@ -350,9 +360,57 @@ void CudaBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w
   check_launch("add_rms_norm");
 }
 
+void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) {
+  const int64_t n = x.size(0), k = x.size(1), m = weight.size(0);
+  DI_CHECK(x.dtype() == DType::BF16 || x.dtype() == DType::F16,
+           "linear: FP8 weights {} need bf16 or f16 activations on CUDA, got {}", weight.describe(), x.describe());
+  DI_CHECK(out.dtype() == DType::F32 || out.dtype() == x.dtype(), "linear: output {} for FP8 weights and {} x",
+           out.describe(), x.describe());
+  const float* bias_data = bias.defined() ? bias.data_as<const float>() : nullptr;
+  const bool x_aligned = reinterpret_cast<uintptr_t>(x.data()) % 8 == 0 && x.stride_bytes(0) % 8 == 0;
+  const bool w_aligned = reinterpret_cast<uintptr_t>(weight.data()) % 4 == 0 && weight.stride_bytes(0) % 4 == 0;
+  DI_CHECK(w_aligned, "linear: FP8 weight rows {} are not 4-byte aligned", weight.describe());
+  if (n <= kGemvF8MaxRows && x_aligned && !batch_invariant_) {
+    launch_gemv_f8(elem_type(x.dtype(), "linear"), static_cast<int>(n), static_cast<const char*>(x.data()),
+                   x.stride_bytes(0), static_cast<const char*>(weight.data()), weight.stride_bytes(0), m, k,
+                   bias_data, out.dtype() == DType::F32, static_cast<char*>(out.data()), out.stride_bytes(0),
+                   stream_);
+    check_launch("linear(gemv fp8)");
+    return;
+  }
+  // Larger batches: weight rows dequantised to x's type a chunk at a time
+  // (at most 64 MiB), then the 16-bit path (cuBLAS, or the batch-invariant
+  // GEMM) on each chunk of output columns.
+  const int64_t row_bytes_16 = k * 2;
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(m, (int64_t{64} << 20) / row_bytes_16));
+  const size_t want = static_cast<size_t>(chunk * row_bytes_16);
+  if (want > fp8_dequant_bytes_) {
+    DI_CHECK(!capturing_, "CUDA backend: FP8 weights need {} bytes of dequantisation buffer while a graph is being "
+             "captured; run one step of this shape eagerly first", want);
+    check_cuda(cudaStreamSynchronize(cu(stream_)), "cudaStreamSynchronize");
+    cudaFree(fp8_dequant_);
+    fp8_dequant_ = nullptr;
+    check_cuda(cudaMalloc(&fp8_dequant_, want), "cudaMalloc(fp8 dequantisation)");
+    fp8_dequant_bytes_ = want;
+  }
+  for (int64_t r0 = 0; r0 < m; r0 += chunk) {
+    const int64_t rows = std::min(chunk, m - r0);
+    launch_dequant_f8(static_cast<const char*>(weight.data()) + r0 * weight.stride_bytes(0), weight.stride_bytes(0),
+                      rows, k, elem_type(x.dtype(), "linear"), static_cast<char*>(fp8_dequant_), row_bytes_16,
+                      stream_);
+    check_launch("linear(dequantise fp8)");
+    const Tensor w16(fp8_dequant_, x.dtype(), {rows, k}, device());
+    linear(x, w16, bias.defined() ? bias.narrow(0, r0, rows) : Tensor(), out.narrow(1, r0, rows));
+  }
+}
+
 void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) {
   const int64_t n = x.size(0), k = x.size(1), m = weight.size(0);
   if (n == 0 || m == 0) return;
+  if (weight.dtype() == DType::F8E4M3_B64) {
+    linear_fp8(x, weight, bias, out);
+    return;
+  }
   elem_type(weight.dtype(), "linear");  // rejects quantised weights with a clear message
   const float* bias_data = bias.defined() ? bias.data_as<const float>() : nullptr;
 

@@ -67,6 +67,7 @@ class CudaBackend final : public Backend {
   void add_rms_norm(Tensor residual, const Tensor& x, const Tensor& weight, float eps, float weight_offset,
                     Tensor out) override;
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) override;
+  bool stores_fp8_weights() const override { return fp8_weights_; }
   void rope(Tensor q, Tensor k, const Tensor& positions, const RopeParams& params) override;
   void linear_batched(const Tensor& x, const Tensor& weight, Tensor out) override;
   void store_kv(const Tensor& k, const Tensor& v, const Tensor& slot_mapping, KvCacheLayer cache) override;
@@ -110,6 +111,7 @@ class CudaBackend final : public Backend {
 
  private:
   void check_launch(const char* op);
+  void linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out);
   void* scratch(size_t bytes);
 
   int device_ = 0;
@@ -119,6 +121,12 @@ class CudaBackend final : public Backend {
   // split-KV, the grouped MoE GEMMs at every batch size.
   bool batch_invariant_ = false;
   bool warned_variant_linear_ = false;
+  // --quantization fp8 with DEEPINFER_CUDA_FP8=1: the FP8 gemv and the
+  // dequantising prefill path (cuda_gemv_fp8.cu) are not yet measured on a
+  // GPU, so they are opt-in.
+  bool fp8_weights_ = false;
+  void* fp8_dequant_ = nullptr;  // grow-only: FP8 weight rows as bf16/f16 for cuBLAS
+  size_t fp8_dequant_bytes_ = 0;
   size_t max_smem_per_block_ = 0;
   CUstream_st* stream_ = nullptr;
   cublasContext* cublas_ = nullptr;

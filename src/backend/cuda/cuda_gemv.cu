@@ -147,7 +147,10 @@ GemvConfig gemv_config(int64_t m, int64_t k) {
   // 16-byte chunks than the warps of a row have lanes: extra warps would
   // only idle and add the shared-memory sum (run 46: 10.5 us for W_UK's
   // 2 MB at k = 128 with four warps per row).
-  c.warps_per_row = static_cast<int>(std::min<int64_t>(c.warps_per_row, std::max<int64_t>(1, k / (8 * 32))));
+  // A power of two: a block's 8 warps must split evenly into whole rows (3
+  // warps per row, from k in [768, 1024), left two warps of a block on the
+  // next block's first output).
+  while (c.warps_per_row > 1 && k < int64_t{c.warps_per_row} * 8 * 32) c.warps_per_row /= 2;
   c.unroll = 4;
   return c;
 }

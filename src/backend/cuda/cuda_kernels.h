@@ -134,6 +134,18 @@ void launch_copy_blocks(const CopyBlocksArgs& args, int n, size_t dst_pitch, siz
 void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride, int64_t m,
                  int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride, Stream stream,
                  GemvConfig config = GemvConfig{0, 4}, GemvBatch batch = {});
+// FP8 row-block weights (DType::F8E4M3_B64, host byte layout; cuda_gemv_fp8.cu):
+// out[n, m] = x[n, k] W[m, k]^T (+ f32 bias) for 1 <= n <= kGemvF8MaxRows
+// bf16/f16 rows of x (8-byte aligned), f32 or x-typed out; k a multiple of 64,
+// weight rows 4-byte aligned.
+constexpr int kGemvF8MaxRows = 8;
+int gemv_f8_warps_per_row(int64_t m, int64_t k);
+void launch_gemv_f8(ElemType x_type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride,
+                    int64_t m, int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride,
+                    Stream stream);
+// Rows of FP8 row blocks to bf16/f16 rows (prefill: then cuBLAS).
+void launch_dequant_f8(const char* w, int64_t w_stride, int64_t rows, int64_t k, ElemType out_type, char* out,
+                       int64_t out_stride, Stream stream);
 // Gated-MLP decode product: out[n, f] = act(x W[0:f]^T) * (x W[f:2f]^T) for a
 // stacked gate-up weight [2f, k] (same conditions as launch_gemv; bf16/f16 out).
 void launch_gemv_glu(ElemType type, int n, const char* x, int64_t x_stride, const char* w_gate_up, int64_t w_stride,

@@ -11,10 +11,10 @@ MlpWeights load_mlp(WeightLoader& load, WeightStore& store, const std::string& p
   const Tensor up = load.host_matrix(prefix + "ffn_up" + suffix + ".weight", ffn, hidden);
   w.w_gate_up = store.fused_matrix({gate, up});
   if (!w.w_gate_up.defined()) {
-    w.w_gate = store.matrix(gate);
-    w.w_up = store.matrix(up);
+    w.w_gate = store.linear_weight(gate);
+    w.w_up = store.linear_weight(up);
   }
-  w.w_down = load.matrix(prefix + "ffn_down" + suffix + ".weight", hidden, ffn);
+  w.w_down = load.linear(prefix + "ffn_down" + suffix + ".weight", hidden, ffn);
   return w;
 }
 
