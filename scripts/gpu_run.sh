@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,dist,e2e,bench,kvtiers,disagg,bi,decode_ab,pdl,moe,kernels,mtp,spec,structured,sweep,eval,profile,peer_llamacpp
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,dist,e2e,bench,fp8,kvtiers,disagg,bi,decode_ab,pdl,moe,kernels,mtp,spec,structured,sweep,eval,profile,peer_llamacpp
 #                                   (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
@@ -241,6 +241,24 @@ if has pdl && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
         -b 1,32 -p 128 -g 256 -r 1 --json --max-model-len 512 2>/dev/null |
         python3 -c 'import json,sys; print(" ".join("b%d: %.3f ms/step" % (p["batch"], 1000 * p["batch"] / p["decode_tok_s"]) for p in json.load(sys.stdin)))' |
         sed "s/^/    round $round PDL=$pdl: /" >> "$REPORT"
+    done
+  done
+fi
+if has fp8 && [ -n "$BIN" ]; then
+  # FP8 row-block weights (docs/quantization.md): the CUDA FP8 cases of the
+  # op tests, then batch-1 / batch-4 / batch-32 decode of the 8B shape with
+  # bf16 weights and with --quantization fp8, alternating.
+  echo -e "\n## FP8 weights (--quantization fp8, DEEPINFER_CUDA_FP8=1)\n" >> "$REPORT"
+  timeout 300 "$BIN/test_ops" --gtest_filter='CudaBf16Test.Linear' > "$OUT/fp8_ops.log" 2>&1
+  echo "    op test CudaBf16Test.Linear (bf16 and FP8 weights): exit $? ($(grep -c '^\[       OK' "$OUT/fp8_ops.log") ok)" >> "$REPORT"
+  grep -m3 -A3 'Failure' "$OUT/fp8_ops.log" | sed 's/^/    /' >> "$REPORT"
+  make_llama8b
+  for round in 1 2; do
+    for q in none fp8; do
+      DEEPINFER_CUDA_FP8=1 timeout 240 "$BIN/deepinfer" bench --device cuda --model /tmp/deepinfer_e2e/llama8b \
+        -b 1,4,32 -p 128 -g 256 -r 1 --json --max-model-len 512 --quantization $q 2>"$OUT/fp8_bench_$q.log" |
+        python3 -c 'import json,sys; print(" ".join("b%d: %.3f ms/step" % (p["batch"], 1000 * p["batch"] / p["decode_tok_s"]) for p in json.load(sys.stdin)))' |
+        sed "s/^/    round $round quantization=$q: /" >> "$REPORT"
     done
   done
 fi
