@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -22,7 +23,16 @@ EngineConfig draft_config(const EngineConfig& target, const std::optional<Device
     c.gpu_memory_utilization = std::clamp((total - free + 0.9 * free) / total, 0.05, 0.99);
   }
   c.model_path = target.speculative.draft_model;
-  c.tokenizer_path.clear();  // the draft model's own (only its ids matter)
+  // The draft's own tokenizer when its folder ships one, else the target's:
+  // a draft shares the target's vocabulary, and only ids pass between them.
+  std::error_code ec;
+  const bool own_tokenizer = !std::filesystem::is_directory(c.model_path, ec) ||
+                             std::filesystem::exists(std::filesystem::path(c.model_path) / "tokenizer.json", ec);
+  if (own_tokenizer) {
+    c.tokenizer_path.clear();
+  } else if (c.tokenizer_path.empty()) {
+    c.tokenizer_path = target.model_path;
+  }
   c.speculative = {};
   c.cost_model.reset();  // fitted for the target
   // Proposals are read at once: nothing to pipeline.

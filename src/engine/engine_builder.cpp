@@ -219,12 +219,10 @@ void check_tensor_parallel_limits(const EngineConfig& c) {
            c.tensor_parallel_size);
 }
 
+// Speculation of every method works: a rank's draft model or MTP layer runs
+// whole on that rank (no experts spread, no collectives), so its forwards
+// need no alignment; the verify steps are voted steps like any other.
 void check_data_parallel_limits(const EngineConfig& c) {
-  DI_CHECK(!c.enable_expert_parallel || (c.speculative.method != spec::SpecMethod::DraftModel &&
-                                         c.speculative.method != spec::SpecMethod::Mtp),
-           "--data-parallel-size {} with --enable-expert-parallel: draft-model and MTP speculation run forwards "
-           "of their own, which the group's steps do not align (n-gram and suffix speculation work)",
-           c.data_parallel_size);
   DI_CHECK(c.kv_transport_listen.empty() && !c.kv_transport_fetch,
            "--data-parallel-size {}: --kv-transport serves one engine per node; run one engine per rank behind "
            "`deepinfer router` instead",

@@ -47,6 +47,24 @@ def padding_steps(log):
     return int(m.group(1)), int(m.group(2))
 
 
+@pytest.mark.parametrize("model,method", [("deepseek_v3_mtp_oracle", "mtp"), ("mixtral", "draft_model")])
+def test_speculation_in_an_expert_parallel_group_matches_one_rank(tmp_path, model, method):
+    """Two data-parallel ranks sharing their experts, each speculating on its
+    own: DeepSeek-V3's MTP layer (the oracle checkpoint, whose MTP layer
+    predicts the model's next token) or a draft model (the target's own
+    weights), whole on each rank. The greedy tokens of one rank without
+    speculation, and drafts accepted."""
+    config = {"method": method, "num_speculative_tokens": 2}
+    if method == "draft_model":
+        config["model"] = str(TINY / model)
+    one, _ = generate_tiny(tmp_path, model, "one")
+    dp, log = generate_tiny(tmp_path, model, "dp2_spec", "--data-parallel-size", "2", "--enable-expert-parallel",
+                            "--speculative-config", json.dumps(config))
+    accepted = re.search(r"verified, (\d+) accepted", log)
+    assert accepted and int(accepted.group(1)) > 0, log[-2000:]
+    assert dp == one
+
+
 @pytest.mark.parametrize("model,dp,mode", [("mixtral", 2, "any"), ("mixtral", 4, "all"), ("mixtral", 4, "any"),
                                            ("qwen3_moe", 2, "all"), ("deepseek_v3", 2, "any")])
 def test_expert_parallel_data_parallel_group_matches_one_rank(tmp_path, model, dp, mode):
