@@ -228,6 +228,13 @@ int run_serve(int argc, char** argv) {
       log_info("serve: model loaded in {:.2f} s; ready (max-model-len {}, max-num-seqs {}, max-waiting {})", secs,
                engine.engine()->max_model_len(), config.max_num_seqs, async.max_waiting);
     }
+    // A group that steps together stops as one: another rank leaving (its own
+    // SIGTERM) stops this one too, and all leave after the same vote.
+    if (data_parallel && config.enable_expert_parallel && engine.group_leaving()) {
+      log_info("serve: another rank of the data-parallel group is stopping; stopping too, draining for up to {} s",
+               shutdown_timeout);
+      break;
+    }
     // A rank whose group steps together cannot serve without it: a lost peer ends it.
     if (engine.dead() && (engine.engine() == nullptr || (data_parallel && config.enable_expert_parallel))) {
       log_error("serve: {}", engine.error());

@@ -87,7 +87,13 @@ void AsyncEngine::loop() {
       } else {
         idle_poll = options_.group_idle_poll;
       }
-      if (stop_) break;
+      if (stop_) {
+        lock.unlock();
+        // A group that steps together: leave with the others (every rank
+        // votes `leaving`, padding steps until then), not alone.
+        if (in_group) engine_->drain_group();
+        break;
+      }
       pending.swap(pending_);
       aborts.swap(aborts_);
       std::swap(abort_all, abort_all_);
@@ -141,6 +147,7 @@ void AsyncEngine::loop() {
         ++finished;
       }
     }
+    group_leaving_.store(engine_->group_leaving());
     std::lock_guard lock(mutex_);
     in_flight_ -= finished;
     stats_.engine = engine_->stats();

@@ -87,6 +87,10 @@ class AsyncEngine {
   bool draining() const { return draining_.load(); }
   // Loading failed or the loop died on an internal error.
   bool dead() const { return state_.load() == State::Dead; }
+  // A data-parallel group that steps together is stopping: some rank is
+  // leaving (Engine::group_leaving). This rank cannot step without it and
+  // should shut down too; its loop leaves with the others once stopped.
+  bool group_leaving() const { return group_leaving_.load(); }
   std::string error() const;
   // Blocks until the model is loaded or loading failed; returns ready().
   bool wait_until_loaded();
@@ -124,6 +128,7 @@ class AsyncEngine {
   std::unique_ptr<Engine> engine_;
   std::atomic<State> state_{State::Loading};
   std::atomic<bool> draining_{false};
+  std::atomic<bool> group_leaving_{false};
   std::atomic<bool> loaded_{false};
   size_t capacity_ = 0;
 

@@ -159,7 +159,13 @@ class Engine {
   std::optional<DataParallelRank> data_parallel() const;
   // Some rank of the group had work at the last vote (false without a group).
   bool group_busy() const { return group_busy_; }
-  // Steps until no rank of the group has work (own requests finished first).
+  // Some rank voted that it is leaving (drain_group) at the last vote: the
+  // group is stopping, and a server rank should stop too (false without a group).
+  bool group_leaving() const { return group_leaving_; }
+  // Marks this rank as leaving and steps until every rank of the group is
+  // leaving and none has work (own requests finished first); all ranks
+  // return after the same vote, so a group stopped on every rank (a
+  // launcher's SIGTERM) ends cleanly.
   void drain_group();
   bool pipelined() const { return parts_.config.zero_overhead_scheduling; }
 
@@ -249,6 +255,9 @@ class Engine {
   uint64_t next_step_id_ = 1;
   std::unique_ptr<InflightStep> inflight_;  // the launched step not yet completed (pipelined loop)
   bool group_busy_ = false;     // data parallel: some rank had work at the last vote
+  bool leaving_ = false;        // data parallel: this rank votes `leaving` (drain_group)
+  bool group_leaving_ = false;  // data parallel: some rank voted `leaving` at the last vote
+  bool group_all_leaving_ = false;
   bool group_forward_ = false;  // data parallel with experts: every rank runs this step's forward
 };
 

@@ -20,6 +20,7 @@ ScheduledBatch Engine::schedule() {
   local.has_waiting_prefill = local.waiting_prefill_tokens > 0;
   // A step in flight is work too: its results are read by a later step().
   local.has_running_decodes = sched.has_decodes() || inflight_ != nullptr;
+  local.leaving = leaving_;
   ScheduledBatch batch;
   bool prefill = false;
   const StepType proposed = vote.propose(local);
@@ -38,6 +39,8 @@ ScheduledBatch Engine::schedule() {
     waiting = waiting || v.has_waiting_prefill;
   }
   group_busy_ = decodes || waiting;
+  group_leaving_ = vote.any_leaving();
+  group_all_leaving_ = vote.all_leaving();
   // With experts spread over the group, every rank runs the forward of a step
   // in which any rank computes something (the MoE layers' collectives); all
   // ranks derive this from the same gathered votes.
@@ -59,11 +62,17 @@ void Engine::drain_group() {
   if (!parts_.group_vote) return;
   // Every rank votes at least once here, so that a rank that had no work
   // (and never stepped) meets the others' votes; all ranks leave after the
-  // same vote, the first that shows no work anywhere. The outputs are of this
-  // rank's own requests, if any are left, which the caller no longer reads.
+  // same vote, the first in which every rank is leaving and none has work
+  // (a rank still serving keeps the leaving ones stepping, padding steps
+  // included, until it leaves too). The outputs are of this rank's own
+  // requests, if any are left, which the caller no longer reads.
+  leaving_ = true;
   do {
     step();
-  } while (has_unfinished() || group_busy_);
+  } while (has_unfinished() || group_busy_ || !group_all_leaving_);
+  // Every rank left at this vote: the group may start over (a second
+  // LLM::generate) with nobody leaving.
+  leaving_ = group_leaving_ = group_all_leaving_ = false;
 }
 
 }  // namespace deepinfer

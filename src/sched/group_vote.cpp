@@ -12,7 +12,8 @@ namespace {
 //   bits 0-1   the round's flags (vote: waiting, running; confirm: got work)
 //   bit  2     the round (0 vote, 1 confirm)
 //   bits 3-10  the step number mod 256
-//   bits 11-62 the waiting prefill tokens (vote only), saturated
+//   bit  11    leaving (vote only)
+//   bits 12-62 the waiting prefill tokens (vote only), saturated
 // The round and step tag let every rank check that all ranks are in the same
 // round of the same step: a rank that skipped or repeated a round would
 // otherwise be read as a plausible vote, and the group would run on with
@@ -24,9 +25,10 @@ constexpr int64_t kFlagsMask = 3;
 constexpr int64_t kConfirmRoundBit = 4;
 constexpr int kStepTagShift = 3;
 constexpr int64_t kStepTagMask = 0xff;
-constexpr int kTokensShift = 11;
-constexpr int64_t kMaxTokens = (int64_t{1} << 52) - 1;
-constexpr int64_t kHeaderMask = (int64_t{1} << kTokensShift) - 1;
+constexpr int64_t kLeavingBit = int64_t{1} << 11;
+constexpr int kTokensShift = 12;
+constexpr int64_t kMaxTokens = (int64_t{1} << 51) - 1;
+constexpr int64_t kHeaderMask = (int64_t{1} << 11) - 1;
 
 int64_t header(int64_t step, bool confirm_round) {
   return (confirm_round ? kConfirmRoundBit : 0) | ((step & kStepTagMask) << kStepTagShift);
@@ -66,12 +68,14 @@ StepType GroupVote::propose(const LocalState& local) {
            local.waiting_prefill_tokens);
   const int64_t tokens = std::min(local.waiting_prefill_tokens, kMaxTokens);
   const int64_t payload = (local.has_waiting_prefill ? kWaitingBit : 0) |
-                          (local.has_running_decodes ? kRunningBit : 0) | (tokens << kTokensShift);
+                          (local.has_running_decodes ? kRunningBit : 0) | (local.leaving ? kLeavingBit : 0) |
+                          (tokens << kTokensShift);
   const std::vector<int64_t> all = gather(payload, false);
   votes_.assign(all.size(), RankVote{});
   for (size_t r = 0; r < all.size(); ++r) {
     votes_[r].has_waiting_prefill = (all[r] & kWaitingBit) != 0;
     votes_[r].has_running_decodes = (all[r] & kRunningBit) != 0;
+    votes_[r].leaving = (all[r] & kLeavingBit) != 0;
     votes_[r].waiting_prefill_tokens = all[r] >> kTokensShift;
   }
   if (vote_passes()) {
@@ -113,6 +117,14 @@ void GroupVote::finish_step(bool prefilled) {
       std::any_of(votes_.begin(), votes_.end(), [](const RankVote& v) { return v.has_waiting_prefill; });
   waiting_steps_ = prefilled || !any_waiting ? 0 : waiting_steps_ + 1;
   ++step_;
+}
+
+bool GroupVote::any_leaving() const {
+  return std::any_of(votes_.begin(), votes_.end(), [](const RankVote& v) { return v.leaving; });
+}
+
+bool GroupVote::all_leaving() const {
+  return !votes_.empty() && std::all_of(votes_.begin(), votes_.end(), [](const RankVote& v) { return v.leaving; });
 }
 
 int64_t GroupVote::waiting_tokens() const {

@@ -77,6 +77,10 @@ class GroupVote {
     bool has_waiting_prefill = false;
     int64_t waiting_prefill_tokens = 0;  // reported to the group (waiting_tokens())
     bool has_running_decodes = false;
+    // The rank is stopping: it takes no new work and leaves with the others
+    // once every rank says so (Engine::drain_group). The others learn of it
+    // from the vote and stop too: the group cannot step without it.
+    bool leaving = false;
   };
   struct Decision {
     StepType type = StepType::Decode;
@@ -88,6 +92,7 @@ class GroupVote {
   struct RankVote {
     bool has_waiting_prefill = false;
     bool has_running_decodes = false;
+    bool leaving = false;
     int64_t waiting_prefill_tokens = 0;
   };
 
@@ -109,6 +114,9 @@ class GroupVote {
   // for a planner that wants the ranks' prefill chunks of similar size.
   const std::vector<RankVote>& votes() const { return votes_; }
   int64_t waiting_tokens() const;
+  // Whether some rank / every rank voted `leaving` in the latest vote.
+  bool any_leaving() const;
+  bool all_leaving() const;
   // Consecutive steps with prefill work waiting somewhere and no group prefill.
   int32_t waiting_steps() const { return waiting_steps_; }
 

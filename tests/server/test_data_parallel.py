@@ -186,6 +186,32 @@ def test_launcher_started_ranks_and_a_killed_rank_end_the_other(tmp_path):
         assert "engine loop died" in log and "gloo" in log, log[-2000:]
 
 
+@pytest.mark.parametrize("signalled", ["all", "rank1"])
+def test_sigterm_stops_an_expert_parallel_group_cleanly(tmp_path, signalled):
+    """Two serve ranks started as torchrun starts them, sharing their experts.
+    A SIGTERM to every rank (what a launcher or Kubernetes sends), or to
+    rank 1 alone: each rank drains, votes that it is leaving, and all leave
+    after the same vote with status 0 (rank 0 stops because rank 1 does)."""
+    port = free_port()
+    args = [str(binary()), "serve", "--model", str(TINY / "mixtral"), "--tokenizer", str(TINY / "tokenizer.json"),
+            "--threads", "1", "--port", str(port), "--served-model-name", "smollm2", "--data-parallel-size", "2",
+            "--enable-expert-parallel", "--shutdown-timeout", "5"]
+    with launched_ranks(tmp_path, args) as procs:
+        url = f"http://127.0.0.1:{port}"
+        assert wait_for(lambda: answers_ready(url), timeout=120), (tmp_path / "rank0.log").read_text()[-2000:]
+        assert all(completions(url, PROMPTS[:2]))
+        for p in procs if signalled == "all" else procs[1:]:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=60)
+        logs = [(tmp_path / f"rank{r}.log").read_text() for r in range(2)]
+        assert [p.returncode for p in procs] == [0, 0], logs[0][-1500:] + logs[1][-1500:]
+        for log in logs:
+            assert "serve: stopped" in log and "engine loop died" not in log, log[-2000:]
+        if signalled == "rank1":
+            assert "another rank of the data-parallel group is stopping" in logs[0], logs[0][-2000:]
+
+
 def test_dense_replicas_serve_on_when_one_rank_dies(tmp_path):
     """Dense ranks started as torchrun would start them are independent
     replicas behind rank 0's router (no vote): both serve, and when rank 1 is

@@ -359,6 +359,57 @@ TEST(DataParallel, AnEmptyGroupLeavesAtItsFirstVote) {
   }
 }
 
+// A rank that is done early and drains (a server's SIGTERM, the end of its
+// share of a batch) keeps stepping - padding steps - while another rank
+// still serves; that rank learns from the vote that the group is stopping,
+// finishes its request with the tokens it would have had alone, drains too,
+// and both leave after the same vote.
+TEST(DataParallel, ADrainingRankWaitsForTheOthersWhoLearnOfIt) {
+  RendezvousDir dir;
+  const std::vector<int32_t> short_prompt = make_prompt(7, 1), long_prompt = make_prompt(11, 2);
+  const EngineConfig base = base_config("mixtral");
+  const std::vector<std::vector<int32_t>> reference =
+      one_rank_reference(base, {{0, 0, short_prompt, 3}, {0, 1, long_prompt, 24}});
+  std::vector<std::string> errors(2);
+  std::vector<EngineStats> stats(2);
+  std::vector<std::vector<int32_t>> tokens(2);
+  bool rank1_saw_leaving_while_working = false;
+  auto rank_main = [&](int r) {
+    try {
+      EngineConfig c = base;
+      c.enable_expert_parallel = true;
+      c.data_parallel_size = 2;
+      c.dist = {r, 2, r, dir.init_method(), 30s, ""};
+      Engine engine(c);
+      engine.add_request(r == 0 ? short_prompt : long_prompt, greedy_params(r == 0 ? 3 : 24));
+      while (engine.has_unfinished()) {
+        for (const RequestOutput& o : engine.step()) {
+          for (const TokenOutput& t : o.new_tokens) tokens[static_cast<size_t>(r)].push_back(t.token);
+        }
+        if (r == 1 && engine.group_leaving() && engine.has_unfinished()) rank1_saw_leaving_while_working = true;
+      }
+      engine.drain_group();
+      EXPECT_FALSE(engine.group_leaving()) << "rank " << r << ": a drained group starts over";
+      stats[static_cast<size_t>(r)] = engine.stats();
+      engine.check_integrity();
+    } catch (const std::exception& e) {
+      errors[static_cast<size_t>(r)] = e.what();
+    }
+  };
+  std::thread t0(rank_main, 0), t1(rank_main, 1);
+  t0.join();
+  t1.join();
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  EXPECT_EQ(tokens[0], reference[0]);
+  EXPECT_EQ(tokens[1], reference[1]);
+  EXPECT_TRUE(rank1_saw_leaving_while_working);
+  EXPECT_EQ(stats[0].group_votes, stats[1].group_votes) << "both leave after the same vote";
+  EXPECT_GT(stats[0].padding_steps, 10) << "rank 0 stepped with rank 1 while it worked";
+  std::printf("[dp] drain: %lld votes, rank 0 %lld padding steps\n", static_cast<long long>(stats[0].group_votes),
+              static_cast<long long>(stats[0].padding_steps));
+}
+
 // A rank that leaves the group mid-run (stops calling step(), keeping its
 // engine, or destroys its engine): its peer, which still has a request, must
 // get an Error from step() within the group's timeout, not hang.

@@ -234,6 +234,28 @@ TEST(GroupVoteRules, AnyPrefillsForOneRanksWorkAndTheOthersRunEmpty) {
   for (const GroupVote& v : g.votes) EXPECT_EQ(v.step(), 2);
 }
 
+// A rank that is stopping says so in its vote; the others read it, the
+// token count beside it is unchanged, and the group knows when all are leaving.
+TEST(GroupVoteRules, LeavingIsVotedAndSeenByEveryRank) {
+  FakeRanks g(3, {VoteMode::Any, 1, 1, 0});
+  Local leaving = waiting(123456789);
+  leaving.leaving = true;
+  EXPECT_EQ(one_step(g.votes, {decoding(), leaving, decoding()}, {false, true, false}), (Row{"P-", "P", "P-"}));
+  for (const GroupVote& v : g.votes) {
+    EXPECT_TRUE(v.votes()[1].leaving);
+    EXPECT_FALSE(v.votes()[0].leaving);
+    EXPECT_EQ(v.votes()[1].waiting_prefill_tokens, 123456789);
+    EXPECT_TRUE(v.any_leaving());
+    EXPECT_FALSE(v.all_leaving());
+  }
+  Local idle{false, 0, false};
+  idle.leaving = true;
+  EXPECT_EQ(one_step(g.votes, {idle, idle, idle}, {false, false, false}), (Row{"D", "D", "D"}));
+  for (const GroupVote& v : g.votes) EXPECT_TRUE(v.all_leaving());
+  EXPECT_EQ(one_step(g.votes, {decoding(), decoding(), decoding()}, {false, false, false}), (Row{"D", "D", "D"}));
+  for (const GroupVote& v : g.votes) EXPECT_FALSE(v.any_leaving());
+}
+
 TEST(GroupVoteRules, AllWaitsForEveryRankButNotForIdleOnes) {
   FakeRanks g(3, {VoteMode::All, 1, 1, 0});
   std::vector<StepType> proposed;
