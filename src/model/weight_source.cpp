@@ -197,8 +197,13 @@ Tensor HfWeightSource::file_tensor(const std::string& hf_name, Fp8Form form) con
   if (t.dtype() != DType::F8E4M3) return t;
   DI_CHECK(t.ndim() == 2 && t.is_contiguous(), "FP8 tensor '{}' is {}: expected a contiguous matrix", hf_name,
            t.describe());
+  // Converted before (find() is asked twice: has(), then get()).
+  if (form == Fp8Form::Blocks) {
+    if (auto it = owned_stacks_.find(hf_name + "#blocks"); it != owned_stacks_.end()) return it->second.view;
+  }
+  if (auto it = owned_stacks_.find(hf_name + "#dequantized"); it != owned_stacks_.end()) return it->second.view;
   const Fp8Scales scales = fp8_scales(hf_name, t);
-  // Row blocks of 128 take the codes as they are when each lies inside one
+  // Row blocks of 64 take the codes as they are when each lies inside one
   // of the checkpoint's scale blocks.
   const int64_t cols = t.size(1);
   if (form == Fp8Form::Blocks && cols % kF8BlockElems == 0 && scales.block_cols % kF8BlockElems == 0) {
