@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Writes a Hugging Face Llama-architecture checkpoint as a bf16 GGUF for the
-llama.cpp speed peer (scripts/gpu_run.sh, stage peer_llamacpp).
+"""Writes a Hugging Face Llama-architecture checkpoint as a bf16 (or Q8_0) GGUF
+for the llama.cpp speed peer (scripts/gpu_run.sh, stage peer_llamacpp; the CPU
+FP8 comparison in docs/benchmarks.md uses --type q8_0).
 
 The file is for timing only. The weights are copied as they are (no Q/K
 row permutation for llama.cpp's rotary layout), and the vocabulary is a
@@ -8,7 +9,10 @@ placeholder of the model's size (three specials, 256 byte tokens, filler).
 llama-bench feeds random token ids, so the work per token is the model's
 and nothing else matters; the file's outputs are not the HF model's.
 
-    python3 scripts/hf_to_gguf_bf16.py MODEL_DIR OUT.gguf --gguf-py PATH/TO/gguf-py
+    python3 scripts/hf_to_gguf_bf16.py MODEL_DIR OUT.gguf [--type q8_0] [--gguf-py PATH/TO/gguf-py]
+
+Needs numpy and gguf-py (llama.cpp's tree, or `pip install gguf`); reads
+safetensors files itself (f32, f16 or bf16 tensors).
 """
 import argparse
 import json
@@ -16,8 +20,6 @@ import pathlib
 import sys
 
 import numpy as np
-import torch
-from safetensors import safe_open
 
 LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
@@ -45,14 +47,40 @@ def gguf_name(hf):
     raise SystemExit(f"unexpected tensor {hf}: only Llama-architecture checkpoints are supported")
 
 
+def read_safetensors(path):
+    """(name, f32 numpy array) for every tensor of one safetensors file."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        base = 8 + n
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            begin, end = info["data_offsets"]
+            f.seek(base + begin)
+            raw = np.frombuffer(f.read(end - begin), dtype=np.uint8)
+            if info["dtype"] == "BF16":
+                values = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+            elif info["dtype"] == "F16":
+                values = raw.view(np.float16).astype(np.float32)
+            elif info["dtype"] == "F32":
+                values = raw.view(np.float32)
+            else:
+                raise SystemExit(f"{path}: tensor {name} is {info['dtype']}; expected F32, F16 or BF16")
+            yield name, values.reshape(info["shape"])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model_dir")
     ap.add_argument("out")
-    ap.add_argument("--gguf-py", required=True, help="the gguf-py folder of the llama.cpp tree")
+    ap.add_argument("--type", choices=["bf16", "q8_0"], default="bf16", help="type of the matrices (norms stay f32)")
+    ap.add_argument("--gguf-py", help="the gguf-py folder of the llama.cpp tree (default: the installed gguf)")
     args = ap.parse_args()
-    sys.path.insert(0, args.gguf_py)
+    if args.gguf_py:
+        sys.path.insert(0, args.gguf_py)
     import gguf
+    import gguf.quants
 
     model = pathlib.Path(args.model_dir)
     cfg = json.loads((model / "config.json").read_text())
@@ -76,7 +104,7 @@ def main():
     w.add_rope_dimension_count(head_dim)
     w.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-5))
     w.add_rope_freq_base(float(rope_theta))
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if args.type == "bf16" else gguf.LlamaFileType.MOSTLY_Q8_0)
 
     specials = ["<unk>", "<s>", "</s>"]
     tokens = specials + [f"<0x{b:02X}>" for b in range(256)]
@@ -98,20 +126,19 @@ def main():
         raise SystemExit(f"{model}: no safetensors files")
     count = 0
     for path in files:
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():
-                t = f.get_tensor(name)
-                if t.dim() == 1:  # norms stay f32, as llama.cpp's own converter keeps them
-                    w.add_tensor(gguf_name(name), t.float().numpy())
-                else:
-                    raw = t.to(torch.bfloat16).contiguous().view(torch.int16).numpy().view(np.uint8)
-                    w.add_tensor(gguf_name(name), raw, raw_dtype=gguf.GGMLQuantizationType.BF16)
-                count += 1
+        for name, t in read_safetensors(path):
+            if t.ndim == 1:  # norms stay f32, as llama.cpp's own converter keeps them
+                w.add_tensor(gguf_name(name), np.ascontiguousarray(t, dtype=np.float32))
+            else:
+                qtype = gguf.GGMLQuantizationType.BF16 if args.type == "bf16" else gguf.GGMLQuantizationType.Q8_0
+                raw = gguf.quants.quantize(np.ascontiguousarray(t, dtype=np.float32), qtype)
+                w.add_tensor(gguf_name(name), raw, raw_dtype=qtype)
+            count += 1
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    print(f"wrote {args.out}: {count} tensors, vocabulary {vocab} (placeholder)")
+    print(f"wrote {args.out}: {count} tensors ({args.type}), vocabulary {vocab} (placeholder)")
 
 
 if __name__ == "__main__":
