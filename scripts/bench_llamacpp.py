@@ -117,10 +117,10 @@ def main():
                 n_batch=max_prefill, n_ubatch=max_prefill, n_threads=args.threads,
                 n_threads_batch=args.threads, logits_all=False, verbose=False)
 
-    decode_prompt = prompt_tokens(llm, 128)
-    # Warm-up: faults in the weights and sizes the compute buffers.
+    # Warm-up: faults in the weights and sizes the compute buffers (within
+    # the context: the shortest decode context's prompt).
     prefill_once(llm, prompt_tokens(llm, max_prefill))
-    decode_once(llm, decode_prompt, 8)
+    decode_once(llm, prompt_tokens(llm, min(args.decode_contexts)), 8)
 
     rows = []
     for n in args.prefill:
@@ -131,7 +131,7 @@ def main():
                      "tok_per_s_llama_perf": statistics.median(r[1] for r in runs),
                      "runs_tok_per_s": [round(r[0], 2) for r in runs]})
     for ctx in args.decode_contexts:
-        prompt = decode_prompt if ctx == 128 else prompt_tokens(llm, ctx)
+        prompt = prompt_tokens(llm, ctx)
         runs = [decode_once(llm, prompt, args.gen) for _ in range(args.runs)]
         rows.append({"test": f"decode {args.gen} @ctx {ctx}", "tokens": args.gen,
                      "tok_per_s": statistics.median(r[0] for r in runs),

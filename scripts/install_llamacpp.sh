@@ -104,7 +104,8 @@ build() {  # build ISA_ARGS
         local cached="/tmp/pk/lcpp/llama_cpp_python-${version}.tar.gz"
         [[ -f "$cached" ]] && sdist="$cached"
     fi
-    "$python" -m pip install --upgrade --quiet scikit-build-core cmake ninja numpy
+    # The build tools, and the runtime dependencies that --no-deps below skips.
+    "$python" -m pip install --upgrade --quiet scikit-build-core cmake ninja numpy diskcache jinja2 typing-extensions
     local where=()
     [[ -n "$target" ]] && where=(--target "$target" --upgrade)
     "$python" -m pip install --force-reinstall --no-deps --no-binary llama-cpp-python --no-cache-dir --quiet \
