@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "model/weight_store.h"
 #include "ops/ops.h"
 
 namespace deepinfer {
@@ -221,6 +222,20 @@ Tensor ShardedWeightSource::slice(std::string_view name, const Tensor& t, int di
     size_t offset, bytes;
   };
   std::vector<Chunk> chunks;
+  if (dim == last && dtype == DType::F8E4M3_B64 && t.is_contiguous()) {
+    // FP8 row blocks cut inside a block (a row-parallel width that is not a
+    // multiple of 64, e.g. Qwen3-30B-A3B's 768-wide experts over 8 ranks):
+    // this weight is cut from its values rounded to bf16, as an FP8
+    // checkpoint's weights were before they stayed FP8.
+    const bool whole_blocks = std::all_of(ranges.begin(), ranges.end(), [&](const IndexRange& r) {
+      return r.begin % block == 0 && r.end % block == 0;
+    });
+    if (!whole_blocks) {
+      const std::vector<char> bf16 = dequantize_rows(t, DType::BF16);
+      std::vector<uint8_t>& held = owned_.emplace_back(bf16.begin(), bf16.end());
+      return slice(name, Tensor(held.data(), DType::BF16, t.shape()), dim, ranges);
+    }
+  }
   if (dim == last) {
     for (const IndexRange& r : ranges) {
       DI_CHECK(r.begin % block == 0 && r.end % block == 0,
