@@ -253,19 +253,21 @@ void CudaBackend::close_shared_device(void* ptr) {
   cudaIpcCloseMemHandle(ptr);
 }
 
-void* CudaBackend::scratch(size_t bytes) {
-  if (bytes > scratch_bytes_) {
-    DI_CHECK(!capturing_, "CUDA backend: an op needs {} bytes of scratch while a graph is being captured; "
-             "run one step of this shape eagerly first", bytes);
+void* CudaBackend::grow_buffer(void*& buf, size_t& have, size_t bytes, const char* what) {
+  if (bytes > have) {
+    DI_CHECK(!capturing_, "CUDA backend: an op needs {} bytes of {} while a graph is being captured; run one step "
+             "of this shape eagerly first", bytes, what);
     check_cuda(cudaStreamSynchronize(cu(stream_)), "cudaStreamSynchronize");
-    cudaFree(scratch_);
-    scratch_ = nullptr;
-    size_t want = std::max(bytes, scratch_bytes_ + scratch_bytes_ / 2);
-    check_cuda(cudaMalloc(&scratch_, want), "cudaMalloc(scratch)");
-    scratch_bytes_ = want;
+    cudaFree(buf);
+    buf = nullptr;
+    const size_t want = std::max(bytes, have + have / 2);
+    check_cuda(cudaMalloc(&buf, want), what);
+    have = want;
   }
-  return scratch_;
+  return buf;
 }
+
+void* CudaBackend::scratch(size_t bytes) { return grow_buffer(scratch_, scratch_bytes_, bytes, "scratch"); }
 
 void CudaBackend::check_launch(const char* op) {
   cudaError_t e = cudaGetLastError();
@@ -383,16 +385,7 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor
   // GEMM) on each chunk of output columns.
   const int64_t row_bytes_16 = k * 2;
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(m, (int64_t{64} << 20) / row_bytes_16));
-  const size_t want = static_cast<size_t>(chunk * row_bytes_16);
-  if (want > fp8_dequant_bytes_) {
-    DI_CHECK(!capturing_, "CUDA backend: FP8 weights need {} bytes of dequantisation buffer while a graph is being "
-             "captured; run one step of this shape eagerly first", want);
-    check_cuda(cudaStreamSynchronize(cu(stream_)), "cudaStreamSynchronize");
-    cudaFree(fp8_dequant_);
-    fp8_dequant_ = nullptr;
-    check_cuda(cudaMalloc(&fp8_dequant_, want), "cudaMalloc(fp8 dequantisation)");
-    fp8_dequant_bytes_ = want;
-  }
+  grow_buffer(fp8_dequant_, fp8_dequant_bytes_, static_cast<size_t>(chunk * row_bytes_16), "FP8 dequantisation buffer");
   for (int64_t r0 = 0; r0 < m; r0 += chunk) {
     const int64_t rows = std::min(chunk, m - r0);
     launch_dequant_f8(static_cast<const char*>(weight.data()) + r0 * weight.stride_bytes(0), weight.stride_bytes(0),

@@ -113,6 +113,9 @@ class CudaBackend final : public Backend {
   void check_launch(const char* op);
   void linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out);
   void* scratch(size_t bytes);
+  // A grow-only device buffer of at least `bytes` (grown by half at least;
+  // refused while a graph is captured).
+  void* grow_buffer(void*& buf, size_t& have, size_t bytes, const char* what);
 
   int device_ = 0;
   int num_sms_ = 0;
