@@ -267,7 +267,7 @@ def prompts_for(name, vocab, seed=1):
     return [torch.randint(3, vocab, (n,), generator=g).tolist() for n in lengths]
 
 
-def run_deepinfer(exe, path, prompts, max_tokens, workdir, kv_dtype="auto"):
+def run_deepinfer(exe, path, prompts, max_tokens, workdir, kv_dtype="auto", quantization="none"):
     inp = os.path.join(workdir, "in.jsonl")
     out = os.path.join(workdir, "out.jsonl")
     with open(inp, "w") as f:
@@ -276,9 +276,11 @@ def run_deepinfer(exe, path, prompts, max_tokens, workdir, kv_dtype="auto"):
                                 "ignore_eos": True, "logprobs": 20}) + "\n")
     cmd = [exe, "generate", "--device", DEVICE, "--model", path, "--input", inp, "--output", out,
            "--max-model-len", "4096", "--kv-cache-memory", str(8 << 30), "--max-num-batched-tokens", "2048",
-           "--kv-cache-dtype", kv_dtype]
+           "--kv-cache-dtype", kv_dtype, "--quantization", quantization]
+    # FP8 weights stay FP8 on the GPU only when asked (docs/quantization.md).
+    env = dict(os.environ, DEEPINFER_CUDA_FP8="1") if quantization == "fp8" else None
     t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"deepinfer failed ({r.returncode}):\n{r.stderr[-4000:]}")
     rows = [json.loads(l) for l in open(out) if l.strip()]
@@ -364,6 +366,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--keep", default="llama8b,qwen3", help="model folders to keep for the benchmark")
     ap.add_argument("--kv-cache-dtypes", default="auto", help="DeepInfer runs per model, e.g. auto,fp8")
+    ap.add_argument("--quantizations", default="none", help="DeepInfer runs per model by weight format, e.g. none,fp8")
     ap.add_argument("--gguf", default="", help="comma list of GGUF checkpoints to check too (real weights)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     args = ap.parse_args()
@@ -372,10 +375,11 @@ def main():
     results = {}
     os.makedirs(args.workdir, exist_ok=True)
     def check(model, prompts, runs):
-        """runs: {result key: (model path for DeepInfer, KV-cache dtype, its workdir)}."""
+        """runs: {result key: (model path for DeepInfer, KV-cache dtype, weight quantization, its workdir)}."""
         row_sets, seconds = {}, {}
-        for key, (path, kv, workdir) in runs.items():
-            row_sets[key], seconds[key], _ = run_deepinfer(args.deepinfer, path, prompts, args.max_tokens, workdir, kv)
+        for key, (path, kv, quant, workdir) in runs.items():
+            row_sets[key], seconds[key], _ = run_deepinfer(args.deepinfer, path, prompts, args.max_tokens, workdir, kv,
+                                                           quant)
         for key, res in compare(model, prompts, row_sets, args.max_tokens).items():
             res["deepinfer_seconds"] = seconds[key]
             res["prompt_lengths"] = [len(p) for p in prompts]
@@ -402,8 +406,9 @@ def main():
         model = None
         try:
             model, prompts = build()
-            check(model, prompts, {name if kv == "auto" else f"{name}_kv_{kv}": (path, kv, workdir)
-                                   for kv in args.kv_cache_dtypes.split(",")})
+            check(model, prompts, {name + ("" if kv == "auto" else f"_kv_{kv}") + ("" if q == "none" else f"_w_{q}"):
+                                   (path, kv, q, workdir)
+                                   for kv in args.kv_cache_dtypes.split(",") for q in args.quantizations.split(",")})
         except Exception as e:  # keep going: the report says what failed
             results[name] = {"error": str(e)[-3000:]}
             print(f"[e2e] {name}: FAILED: {str(e)[-3000:]}", flush=True)

@@ -134,7 +134,8 @@ if has e2e; then
     cat "${first%aa}"* > "build-gguf/$(basename "$first" .part_aa)"
   done
   timeout "${E2E_TIMEOUT:-420}" python3 scripts/gpu_e2e.py --deepinfer "$BIN/deepinfer" --out "$OUT" \
-    ${E2E_MODELS+--models "$E2E_MODELS"} ${E2E_KV:+--kv-cache-dtypes $E2E_KV} ${E2E_GGUF:+--gguf $E2E_GGUF} \
+    ${E2E_MODELS+--models "$E2E_MODELS"} ${E2E_KV:+--kv-cache-dtypes $E2E_KV} \
+    ${E2E_QUANT:+--quantizations $E2E_QUANT} ${E2E_GGUF:+--gguf $E2E_GGUF} \
     > "$OUT/e2e.log" 2>&1
   echo "exit code $?" >> "$REPORT"
   [ -f /tmp/deepinfer_e2e/e2e.md ] && cat /tmp/deepinfer_e2e/e2e.md >> "$REPORT"
