@@ -101,19 +101,25 @@ Tensor WeightStore::linear_weight(const Tensor& host) {
 
 Tensor WeightStore::fused_matrix(std::initializer_list<Tensor> parts) {
   if (!backend_.stacks_projections() || parts.size() < 2) return Tensor();
-  // FP8 parts the backend keeps as FP8 are stored one by one (linear_weight).
+  // FP8 parts the backend keeps as FP8 stack as FP8 rows (a row of blocks
+  // does not depend on its neighbours); mixed with other types, each part is
+  // stored on its own (linear_weight).
+  const auto kept_fp8 = [&](const Tensor& t) {
+    return t.dtype() == DType::F8E4M3_B64 && backend_.stores_fp8_weights();
+  };
+  const bool fp8 = kept_fp8(*parts.begin());
   for (const Tensor& t : parts) {
-    if (t.dtype() == DType::F8E4M3_B64 && backend_.stores_fp8_weights()) return Tensor();
+    if (kept_fp8(t) != fp8) return Tensor();
   }
-  // Quantised parts are dequantised first, as matrix() would store them.
+  // Otherwise quantised parts are dequantised first, as matrix() would store them.
   std::vector<std::vector<char>> dequantized(parts.size());
   std::vector<Tensor> ready;
-  for (const Tensor& t : parts) ready.push_back(dequantized_view(t, dequantized[ready.size()]));
+  for (const Tensor& t : parts) ready.push_back(fp8 ? t : dequantized_view(t, dequantized[ready.size()]));
   const Tensor& first = ready.front();
   int64_t rows = 0;
   for (const Tensor& t : ready) {
-    if (t.ndim() != 2 || t.dtype() != first.dtype() || t.size(1) != first.size(1) || is_quantized(t.dtype()) ||
-        !t.is_contiguous()) {
+    if (t.ndim() != 2 || t.dtype() != first.dtype() || t.size(1) != first.size(1) ||
+        (is_quantized(t.dtype()) && !fp8) || !t.is_contiguous()) {
       return Tensor();
     }
     rows += t.size(0);

@@ -369,7 +369,7 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor
   DI_CHECK(out.dtype() == DType::F32 || out.dtype() == x.dtype(), "linear: output {} for FP8 weights and {} x",
            out.describe(), x.describe());
   const float* bias_data = bias.defined() ? bias.data_as<const float>() : nullptr;
-  const bool x_aligned = reinterpret_cast<uintptr_t>(x.data()) % 8 == 0 && x.stride_bytes(0) % 8 == 0;
+  const bool x_aligned = aligned16(x.data(), x.stride_bytes(0));
   const bool w_aligned = reinterpret_cast<uintptr_t>(weight.data()) % 4 == 0 && weight.stride_bytes(0) % 4 == 0;
   DI_CHECK(w_aligned, "linear: FP8 weight rows {} are not 4-byte aligned", weight.describe());
   if (n <= kGemvF8MaxRows && x_aligned && !batch_invariant_) {

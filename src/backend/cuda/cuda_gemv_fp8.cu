@@ -2,121 +2,184 @@
 // on the GPU, in the host's byte layout: each block is 17 words, the f32
 // scale then 64 e4m3 codes (4 per word).
 //
-// gemv_f8 (decode, a few activation rows): a warp reads a weight row as
-// consecutive 32-bit words, 128 contiguous bytes per load instruction, so the
-// weight stream is as coalesced as the bf16 gemv's. The lane holding a code
-// word decodes its 4 codes with the hardware e4m3x2 -> f16x2 conversion,
-// multiplies them with the 4 matching activations and adds the sum times the
-// block's scale (a second load of the scale word, which the same or the
-// previous instruction brought into L1). Lanes on a scale word (1 in 17) idle
-// that turn. Rows are split over `wpr` warps as in the bf16 gemv.
+// gemv_f8 (decode, up to kGemvF8MaxRows activation rows): tensor cores
+// (mma.sync m16n8k16, f32 accumulators) on 16 weight rows x 8 activation rows
+// per tile. The reduction over k does not care in which order k is visited,
+// so each lane feeds the mma from the bytes it can load in one piece instead
+// of the fragment's canonical columns: lane (g, t) of a warp holds codes
+// 16t..16t+15 of one FP8 block of rows g and g + 8 (four 32-bit loads each)
+// and the same 16 activations of token g (two 16-byte loads); mma step s
+// (of 4) takes codes 4s..4s+3 as its k slots {2t, 2t+1, 2t+8, 2t+9}, on both
+// A and B. Four steps cover exactly one block, so the block's partial sums
+// come out of the mma unscaled and are added times their row's scale (exact
+// codes in bf16/f16, one multiply per block). The warps of a CTA split the
+// blocks of k; a shared-memory sum ends the tile. A scalar version of this
+// kernel (one FMA per code, scale per word) ran at 29% of the bandwidth
+// roofline on the H200 (8B shape, batch 1: 6.1 ms/token vs bf16's 4.5).
 //
 // dequant_f8 (prefill): rows of blocks to bf16/f16 rows, for cuBLAS.
-//
-// Written without a GPU at hand: tests/ops/test_linear.cpp (Fp8RowBlockWeights)
-// and bench_gemv_cuda check and measure it on the device.
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_mma.cuh"
 
 namespace deepinfer::cuda {
 
 namespace {
 
-constexpr int kWarps = 8;
 constexpr int kBlockWords = 17;    // 4-byte scale + 64 one-byte codes
 constexpr int kBlockElems = 64;
+constexpr int kMmaWarps = 8;       // warps of a CTA, splitting the blocks of k
+constexpr int kMmaTileTokens = 8;  // the mma's n
+constexpr int kMaxTiles = 4;       // token tiles per CTA (32 activation rows)
 
 __device__ __forceinline__ float2 codes_to_float2(uint32_t two_codes) {
   const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes & 0xffffu), __NV_E4M3);
   return __half22float2(__half2(raw));
 }
 
-// 4 consecutive activations of type T (8 bytes, 8-byte aligned) as floats.
+// Two e4m3 codes (the low 16 bits) as one register of two T, exactly (every
+// e4m3 value is a bf16 and an f16).
 template <typename T>
-__device__ __forceinline__ float4 load4(const T* p) {
-  const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
-  const T* e = reinterpret_cast<const T*>(&v);
-  return make_float4(to_f(e[0]), to_f(e[1]), to_f(e[2]), to_f(e[3]));
+__device__ __forceinline__ uint32_t codes_to_pair(uint32_t two_codes) {
+  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes & 0xffffu), __NV_E4M3);
+  if constexpr (std::is_same_v<T, __half>) {
+    return static_cast<uint32_t>(raw.x) | (static_cast<uint32_t>(raw.y) << 16);
+  } else {
+    const float2 f = __half22float2(__half2(raw));
+    return pack2<__nv_bfloat16>(f.x, f.y);
+  }
 }
 
-// n <= N activation rows.
-template <typename T, typename TO, int N, int kUnroll>
-__global__ void __launch_bounds__(kWarps * 32) gemv_f8_kernel(int n, const char* x, int64_t x_stride, const char* w,
-                                                              int64_t w_stride, int64_t m, int64_t k,
-                                                              const float* bias, char* out, int64_t out_stride,
-                                                              int wpr) {
-  __shared__ float part[kWarps][N];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int sub = warp % wpr;
-  const int64_t j = blockIdx.x * int64_t{kWarps / wpr} + warp / wpr;
-  const int words = static_cast<int>(k / kBlockElems) * kBlockWords;
-  const int stride = 32 * wpr;
-  float acc[N];
+// NT token tiles (8 activation rows each) of one CTA; U blocks per warp in flight.
+template <typename T, typename TO, int NT, int U>
+__global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_kernel(int n, const char* x, int64_t x_stride, const char* w,
+                                                                 int64_t w_stride, int64_t m, int64_t k,
+                                                                 const float* bias, char* out, int64_t out_stride,
+                                                                 int chunks) {
+  __shared__ float partial[kMmaWarps][NT][4][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // Consecutive CTAs share a weight tile (its token chunks), so the tile
+  // comes from memory once and from L2 after.
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x / chunks) * 16;
+  const int tok0 = static_cast<int>(blockIdx.x % chunks) * NT * kMmaTileTokens;
+  const int nb = static_cast<int>(k / kBlockElems);
+  const uint32_t* wrow[2];
 #pragma unroll
-  for (int i = 0; i < N; ++i) acc[i] = 0.0f;
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = row0 + g + 8 * r;
+    wrow[r] = row < m ? reinterpret_cast<const uint32_t*>(w + row * w_stride) : nullptr;
+  }
+  const T* xrow[NT];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    const int tok = tok0 + i * kMmaTileTokens + g;
+    xrow[i] = tok < n ? reinterpret_cast<const T*>(x + tok * x_stride) : nullptr;
+  }
+  float acc[NT][4];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[i][c] = 0.0f;
+  }
   wait_for_prior_kernel();
   release_next_kernel();
-  if (j < m) {
-    const uint32_t* wr = reinterpret_cast<const uint32_t*>(w + j * w_stride);
-    for (int w0 = sub * 32 + lane; w0 < words; w0 += stride * kUnroll) {
-      uint32_t v[kUnroll];
+  for (int b0 = warp; b0 < nb; b0 += kMmaWarps * U) {
+    uint32_t codes[U][2][4];
+    float scale[U][2];
+    uint4 xv[U][NT][2];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int idx = w0 + stride * u;
-        v[u] = idx < words ? __ldg(wr + idx) : 0u;
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + u * kMmaWarps;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const bool ok = b < nb && wrow[r] != nullptr;
+        const uint32_t* blk = ok ? wrow[r] + b * kBlockWords : nullptr;
+        scale[u][r] = ok ? __uint_as_float(__ldg(blk)) : 0.0f;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) codes[u][r][s] = ok ? __ldg(blk + 1 + 4 * t + s) : 0u;
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int idx = w0 + stride * u;
-        const int b = idx / kBlockWords, t = idx - b * kBlockWords;
-        if (idx >= words || t == 0) continue;
-        const float scale = __uint_as_float(__ldg(wr + b * kBlockWords));
-        const float2 c01 = codes_to_float2(v[u]), c23 = codes_to_float2(v[u] >> 16);
-        const int64_t e = int64_t{b} * kBlockElems + (t - 1) * 4;
+      for (int i = 0; i < NT; ++i) {
+        const bool ok = b < nb && xrow[i] != nullptr;
+        const uint4* xp = ok ? reinterpret_cast<const uint4*>(xrow[i] + b * kBlockElems + 16 * t) : nullptr;
+        xv[u][i][0] = ok ? __ldg(xp) : make_uint4(0, 0, 0, 0);
+        xv[u][i][1] = ok ? __ldg(xp + 1) : make_uint4(0, 0, 0, 0);
+      }
+    }
 #pragma unroll
-        for (int i = 0; i < N; ++i) {
-          if (i >= n) break;
-          const float4 xv = load4(reinterpret_cast<const T*>(x + i * x_stride) + e);
-          const float s = fmaf(c01.x, xv.x, fmaf(c01.y, xv.y, fmaf(c23.x, xv.z, c23.y * xv.w)));
-          acc[i] = fmaf(scale, s, acc[i]);
+    for (int u = 0; u < U; ++u) {
+      float part[NT][4];
+#pragma unroll
+      for (int i = 0; i < NT; ++i) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) part[i][c] = 0.0f;
+      }
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        // A: rows g / g+8 at k slots {2t, 2t+1} = codes 4s, 4s+1 and
+        // {2t+8, 2t+9} = codes 4s+2, 4s+3 of the lane's 16.
+        const uint32_t a[4] = {codes_to_pair<T>(codes[u][0][s]), codes_to_pair<T>(codes[u][1][s]),
+                               codes_to_pair<T>(codes[u][0][s] >> 16), codes_to_pair<T>(codes[u][1][s] >> 16)};
+#pragma unroll
+        for (int i = 0; i < NT; ++i) {
+          // B: the same k of token g: activations 4s, 4s+1 and 4s+2, 4s+3.
+          const uint4& lo = xv[u][i][s / 2];
+          mma16816<T>(part[i], a, s % 2 == 0 ? lo.x : lo.z, s % 2 == 0 ? lo.y : lo.w);
         }
+      }
+#pragma unroll
+      for (int i = 0; i < NT; ++i) {
+        // C: rows g (c0, c1) and g+8 (c2, c3), tokens 2t and 2t+1.
+        acc[i][0] = fmaf(scale[u][0], part[i][0], acc[i][0]);
+        acc[i][1] = fmaf(scale[u][0], part[i][1], acc[i][1]);
+        acc[i][2] = fmaf(scale[u][1], part[i][2], acc[i][2]);
+        acc[i][3] = fmaf(scale[u][1], part[i][3], acc[i][3]);
       }
     }
   }
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const float s = warp_sum(acc[i]);
-    if (lane == 0) part[warp][i] = s;
+  for (int i = 0; i < NT; ++i) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) partial[warp][i][c][lane] = acc[i][c];
   }
   __syncthreads();
-  if (sub == 0 && lane < n && j < m) {
-    float s = 0.0f;
-    for (int s2 = 0; s2 < wpr; ++s2) s += part[warp + s2][lane];
-    if (bias) s += bias[j];
-    reinterpret_cast<TO*>(out + lane * out_stride)[j] = from_f<TO>(s);
+  for (int e = threadIdx.x; e < NT * 4 * 32; e += kMmaWarps * 32) {
+    const int i = e / 128, c = (e / 32) % 4, ln = e % 32;
+    float sum = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kMmaWarps; ++v) sum += partial[v][i][c][ln];
+    const int64_t row = row0 + ln / 4 + (c >= 2 ? 8 : 0);
+    const int tok = tok0 + i * kMmaTileTokens + 2 * (ln % 4) + (c & 1);
+    if (row < m && tok < n) {
+      if (bias) sum += bias[row];
+      reinterpret_cast<TO*>(out + tok * out_stride)[row] = from_f<TO>(sum);
+    }
   }
 }
 
-template <typename T, typename TO, int N>
-void launch_rows(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k, const float* bias,
-                 char* out, int64_t os, int wpr, cudaStream_t s) {
-  const dim3 blocks(static_cast<unsigned>((m + kWarps / wpr - 1) / (kWarps / wpr)));
-  launch_chained(gemv_f8_kernel<T, TO, N, 8>, blocks, dim3(kWarps * 32), 0, s, n, x, xs, w, ws, m, k, bias, out,
-                 os, wpr);
+template <typename T, typename TO, int NT>
+void launch_tiles(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k, const float* bias,
+                  char* out, int64_t os, cudaStream_t s) {
+  constexpr int U = NT == 1 ? 4 : 2;  // bytes in flight per warp; registers bound U * NT
+  const int chunks = (n + NT * kMmaTileTokens - 1) / (NT * kMmaTileTokens);
+  const dim3 blocks(static_cast<unsigned>((m + 15) / 16 * chunks));
+  launch_chained(gemv_f8_kernel<T, TO, NT, U>, blocks, dim3(kMmaWarps * 32), 0, s, n, x, xs, w, ws, m, k, bias, out,
+                 os, chunks);
 }
 
 template <typename T, typename TO>
 void launch_typed(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k,
-                  const float* bias, char* out, int64_t os, int wpr, cudaStream_t s) {
-  switch (n) {
-    case 1: launch_rows<T, TO, 1>(n, x, xs, w, ws, m, k, bias, out, os, wpr, s); break;
-    case 2: launch_rows<T, TO, 2>(n, x, xs, w, ws, m, k, bias, out, os, wpr, s); break;
-    case 3: launch_rows<T, TO, 3>(n, x, xs, w, ws, m, k, bias, out, os, wpr, s); break;
-    case 4: launch_rows<T, TO, 4>(n, x, xs, w, ws, m, k, bias, out, os, wpr, s); break;
-    default: launch_rows<T, TO, 8>(n, x, xs, w, ws, m, k, bias, out, os, wpr, s); break;
+                  const float* bias, char* out, int64_t os, cudaStream_t s) {
+  const int tiles = (n + kMmaTileTokens - 1) / kMmaTileTokens;
+  switch (std::min(tiles, kMaxTiles)) {
+    case 1: launch_tiles<T, TO, 1>(n, x, xs, w, ws, m, k, bias, out, os, s); break;
+    case 2: launch_tiles<T, TO, 2>(n, x, xs, w, ws, m, k, bias, out, os, s); break;
+    case 3: launch_tiles<T, TO, 3>(n, x, xs, w, ws, m, k, bias, out, os, s); break;
+    default: launch_tiles<T, TO, 4>(n, x, xs, w, ws, m, k, bias, out, os, s); break;
   }
 }
 
@@ -144,32 +207,18 @@ __global__ void dequant_f8_kernel(const char* w, int64_t w_stride, int64_t rows,
 
 }  // namespace
 
-int gemv_f8_warps_per_row(int64_t m, int64_t k) {
-  // The bf16 gemv's measured choice (gemv_config) on rows of the same
-  // element count: an FP8 row is about half the bytes, so fewer lanes have
-  // a load to issue; measure with bench_gemv_cuda before tuning further.
-  // A power of two (a block's 8 warps split evenly into whole rows), and no
-  // more warps than have a few words each.
-  (void)m;
-  const int64_t words = k / kBlockElems * kBlockWords;
-  int wpr = k >= 8192 ? 8 : 4;
-  while (wpr > 1 && words < int64_t{wpr} * 8 * 32) wpr /= 2;
-  return wpr;
-}
-
 void launch_gemv_f8(ElemType x_type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride,
                     int64_t m, int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride,
                     Stream stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const int wpr = gemv_f8_warps_per_row(m, k);
   if (x_type == ElemType::F16) {
-    if (out_f32) launch_typed<__half, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, s);
-    else launch_typed<__half, __half>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, s);
+    if (out_f32) launch_typed<__half, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, s);
+    else launch_typed<__half, __half>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, s);
   } else {
     if (out_f32) {
-      launch_typed<__nv_bfloat16, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, s);
+      launch_typed<__nv_bfloat16, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, s);
     } else {
-      launch_typed<__nv_bfloat16, __nv_bfloat16>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, wpr, s);
+      launch_typed<__nv_bfloat16, __nv_bfloat16>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, s);
     }
   }
 }

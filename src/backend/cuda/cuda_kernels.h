@@ -136,10 +136,11 @@ void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const ch
                  GemvConfig config = GemvConfig{0, 4}, GemvBatch batch = {});
 // FP8 row-block weights (DType::F8E4M3_B64, host byte layout; cuda_gemv_fp8.cu):
 // out[n, m] = x[n, k] W[m, k]^T (+ f32 bias) for 1 <= n <= kGemvF8MaxRows
-// bf16/f16 rows of x (8-byte aligned), f32 or x-typed out; k a multiple of 64,
-// weight rows 4-byte aligned.
-constexpr int kGemvF8MaxRows = 8;
-int gemv_f8_warps_per_row(int64_t m, int64_t k);
+// bf16/f16 rows of x (16-byte aligned), f32 or x-typed out; k a multiple of
+// 64, weight rows 4-byte aligned. Tensor cores; the weights are read once for
+// up to 32 rows of x, and from L2 for the next 32 (beyond, the activations'
+// reads outgrow what this non-tiled kernel does well: dequantise and GEMM).
+constexpr int kGemvF8MaxRows = 64;
 void launch_gemv_f8(ElemType x_type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride,
                     int64_t m, int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride,
                     Stream stream);
