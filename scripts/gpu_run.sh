@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (device `run` tool), from the repository root:
-#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,dist,e2e,bench,fp8,kvtiers,disagg,bi,decode_ab,pdl,moe,kernels,mtp,spec,structured,sweep,eval,profile,peer_llamacpp
+#   scripts/gpu_run.sh [stages]     stages: any of build,probe,test,dist,e2e,bench,fp8,tput,kvtiers,disagg,bi,decode_ab,pdl,moe,kernels,mtp,spec,structured,sweep,eval,profile,peer_llamacpp
 #                                   (default: build,test,e2e,bench)
 # Uses the binaries staged in build-gpu/ by scripts/gpu_prepare.sh when present
 # (pass carry=["build-gpu"]); otherwise configures and builds with CUDA here
@@ -260,6 +260,23 @@ if has fp8 && [ -n "$BIN" ]; then
         -b 1,4,32 -p 128 -g 256 -r 1 --json --max-model-len 512 --quantization $q 2>"$OUT/fp8_bench_$q.log" |
         python3 -c 'import json,sys; print(" ".join("b%d: %.3f ms/step" % (p["batch"], 1000 * p["batch"] / p["decode_tok_s"]) for p in json.load(sys.stdin)))' |
         sed "s/^/    round $round quantization=$q: /" >> "$REPORT"
+    done
+  done
+fi
+if has tput && [ -n "$BIN" ]; then
+  # Where a large-batch decode step goes (issue 25): step time of B
+  # sequences decoding one token after C cached tokens (bench --verify-curve,
+  # k = 0 rows), for bf16 and FP8 KV; the growth with C is the attention's
+  # share, to set against the KV bytes it reads (128 KiB a token in bf16).
+  echo -e "\n## Decode step time vs context (llama8b; bench --verify-curve, k=0)\n" >> "$REPORT"
+  make_llama8b
+  for kv in auto fp8; do
+    for q in ${TPUT_QUANT:-none}; do
+      DEEPINFER_CUDA_FP8=1 timeout "${TPUT_TIMEOUT:-150}" "$BIN/deepinfer" bench --device cuda --model /tmp/deepinfer_e2e/llama8b \
+        --verify-curve 1 -b ${TPUT_BATCHES:-1,64,256} -p ${TPUT_CONTEXTS:-16,1024,2048} -r 3 --json \
+        --max-model-len 2100 --kv-cache-dtype $kv --quantization $q 2>"$OUT/tput_${kv}_$q.log" |
+        python3 -c 'import json,sys; print("\n".join("batch %d context %d: %.3f ms" % (r["batch"], r["cached"], r["ms"]) for r in json.load(sys.stdin) if r["drafts"] == 0))' |
+        sed "s/^/    kv=$kv weights=$q: /" >> "$REPORT"
     done
   done
 fi
