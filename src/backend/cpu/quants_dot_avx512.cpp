@@ -120,65 +120,42 @@ inline __m512i pair_dot(const typename Format<K>::Block& wa, const typename Form
   }
 }
 
-// Pair p of a group (blocks 2p and 2p + 1; a lone last block pairs with
-// itself and its copy's scale is zero): acc + scales * dots, the scales taken
-// from `scale` (and `scale16`, scale / 16) by one permute.
+// Block i's scale: the weight's d times the activation's.
 template <Kind K>
-inline __m512 pair_step(const typename Format<K>::Block* b, const BlockQ8_1* a, int count, int p, __m512 scale,
-                        __m512 scale16, __m512 acc) {
-  const int ia = 2 * p, ib = 2 * p + 1 < count ? 2 * p + 1 : 2 * p;
-  const __m512 dot = _mm512_cvtepi32_ps(pair_dot<K>(b[ia], b[ib], a[ia], a[ib]));
-  __m512 sc;
-  if constexpr (Format<K>::kSixteenths) {
-    const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 16, 16, 16, 16, 1, 1, 1, 1, 17, 17, 17, 17);
-    sc = _mm512_permutex2var_ps(scale, _mm512_add_epi32(lanes, _mm512_set1_epi32(2 * p)), scale16);
-  } else {
-    const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    sc = _mm512_permutexvar_ps(_mm512_add_epi32(lanes, _mm512_set1_epi32(2 * p)), scale);
-  }
-  return _mm512_fmadd_ps(sc, dot, acc);
+inline float block_scale(const typename Format<K>::Block& w, const BlockQ8_1& x) {
+  return f16_to_f32(w.d) * x.d;
 }
 
-// Per-group state: the float accumulators of the block sums and of the
-// offset/min terms.
-struct Sums {
-  __m512 acc0, acc1, extra;
-};
+// Block i's offset/min term: min(w) * s(x) (Q4_1, Q5_1, added) or
+// d(w) * s(x) (Q4_0, Q5_0, subtracted kOffset times).
+template <Kind K>
+inline float block_extra(const typename Format<K>::Block& w, const BlockQ8_1& x) {
+  if constexpr (Format<K>::kMin) {
+    return f16_to_f32(w.m) * x.s;
+  } else if constexpr (Format<K>::kOffset != 0) {
+    return f16_to_f32(w.d) * x.s;
+  } else {
+    return 0.0f;
+  }
+}
 
-// Blocks 0 .. count - 1 of b and a (1 <= count <= 16; 16 when kFull, which
-// unrolls the pairs). The scales come from masked gathers: lanes past count
-// are zero.
-template <Kind K, bool kFull>
-inline void group(const typename Format<K>::Block* b, const BlockQ8_1* a, int tail, Sums& s) {
-  using F = Format<K>;
-  const int count = kFull ? 16 : tail;
-  const __mmask16 live = count >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << count) - 1);
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i w_off = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(sizeof(typename F::Block))));
-  const __m512i a_off = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(sizeof(BlockQ8_1))));
-  const __m512i zero = _mm512_setzero_si512();
-  // d (and m) of each weight block: the first 4 bytes.
-  const __m512i dm = _mm512_mask_i32gather_epi32(zero, live, w_off, b, 1);
-  const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
-  const __m512 da = _mm512_castsi512_ps(_mm512_mask_i32gather_epi32(zero, live, a_off, &a->d, 1));
-  const __m512 sa = _mm512_castsi512_ps(_mm512_mask_i32gather_epi32(zero, live, a_off, &a->s, 1));
-  if constexpr (F::kMin) {
-    const __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-    s.extra = _mm512_fmadd_ps(mw, sa, s.extra);
-  } else if constexpr (F::kOffset != 0) {
-    s.extra = _mm512_fmadd_ps(dw, sa, s.extra);
+// acc + the dots of blocks i and j (j == i for a lone last block, whose copy's
+// scale is zero) times their scales, broadcast from scalars. Gathering the
+// scales of 16 blocks at a time and permuting them per pair, as this kernel
+// did, cost more than it saved on an EPYC core (Zen 4): the gathering kernel
+// decoded SmolLM2 Q4_1 at 125-135 tok/s on 2 threads where the AVX2 one gets
+// 148, and the 1B shape's Q8_0 at 16.5 (this one: 18.6-20.0).
+template <Kind K>
+inline __m512 pair_step(const typename Format<K>::Block* b, const BlockQ8_1* a, int64_t i, int64_t j, __m512 acc) {
+  const __m512 dot = _mm512_cvtepi32_ps(pair_dot<K>(b[i], b[j], a[i], a[j]));
+  const float si = block_scale<K>(b[i], a[i]), sj = j != i ? block_scale<K>(b[j], a[j]) : 0.0f;
+  __m512 sc = _mm512_insertf32x8(_mm512_set1_ps(si), _mm256_set1_ps(sj), 1);
+  if constexpr (Format<K>::kSixteenths) {
+    // Lanes 4..7 and 12..15 hold 16 times their sums (pair_dot).
+    constexpr float q = 1.0f / 16;
+    sc = _mm512_mul_ps(sc, _mm512_setr_ps(1, 1, 1, 1, q, q, q, q, 1, 1, 1, 1, q, q, q, q));
   }
-  const __m512 scale = _mm512_mul_ps(dw, da);
-  const __m512 scale16 = _mm512_mul_ps(scale, _mm512_set1_ps(1.0f / 16));
-  prefetch_weights(b, 16 * sizeof(typename F::Block));
-  const int pairs = (count + 1) / 2;
-  int p = 0;
-#pragma GCC unroll 4
-  for (; p + 2 <= pairs; p += 2) {
-    s.acc0 = pair_step<K>(b, a, count, p, scale, scale16, s.acc0);
-    s.acc1 = pair_step<K>(b, a, count, p + 1, scale, scale16, s.acc1);
-  }
-  if (p < pairs) s.acc0 = pair_step<K>(b, a, count, p, scale, scale16, s.acc0);
+  return _mm512_fmadd_ps(sc, dot, acc);
 }
 
 template <Kind K>
@@ -187,13 +164,27 @@ float dot_blocks(const void* w, const void* x, int64_t n) {
   const auto* b = blocks_of<typename F::Block>(w);
   const auto* a = blocks_of<BlockQ8_1>(x);
   const int64_t nb = n / kQK;
-  Sums s{_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  float extra = 0.0f;
   int64_t i = 0;
-  for (; i + 16 <= nb; i += 16) group<K, true>(b + i, a + i, 16, s);
-  if (i < nb) group<K, false>(b + i, a + i, static_cast<int>(nb - i), s);
-  const float sum = _mm512_reduce_add_ps(_mm512_add_ps(s.acc0, s.acc1));
-  if constexpr (F::kMin) return sum + _mm512_reduce_add_ps(s.extra);
-  if constexpr (F::kOffset != 0) return sum - static_cast<float>(F::kOffset) * _mm512_reduce_add_ps(s.extra);
+  for (; i + 4 <= nb; i += 4) {
+    prefetch_weights(b + i, 4 * sizeof(typename F::Block));
+    acc0 = pair_step<K>(b, a, i, i + 1, acc0);
+    acc1 = pair_step<K>(b, a, i + 2, i + 3, acc1);
+    if constexpr (F::kMin || F::kOffset != 0) {
+      extra += (block_extra<K>(b[i], a[i]) + block_extra<K>(b[i + 1], a[i + 1])) +
+               (block_extra<K>(b[i + 2], a[i + 2]) + block_extra<K>(b[i + 3], a[i + 3]));
+    }
+  }
+  for (; i < nb; i += 2) {
+    acc0 = pair_step<K>(b, a, i, i + 1 < nb ? i + 1 : i, acc0);
+    if constexpr (F::kMin || F::kOffset != 0) {
+      extra += block_extra<K>(b[i], a[i]) + (i + 1 < nb ? block_extra<K>(b[i + 1], a[i + 1]) : 0.0f);
+    }
+  }
+  const float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  if constexpr (F::kMin) return sum + extra;
+  if constexpr (F::kOffset != 0) return sum - static_cast<float>(F::kOffset) * extra;
   return sum;
 }
 
@@ -276,37 +267,7 @@ float dot_q4_0(const void* w, const void* x, int64_t n) { return dot_blocks<Kind
 float dot_q4_1(const void* w, const void* x, int64_t n) { return dot_blocks<Kind::Q4_1>(w, x, n); }
 float dot_q5_0(const void* w, const void* x, int64_t n) { return dot_blocks<Kind::Q5_0>(w, x, n); }
 float dot_q5_1(const void* w, const void* x, int64_t n) { return dot_blocks<Kind::Q5_1>(w, x, n); }
-// Q8_0 reads 34 bytes per 32 elements, so it streams at memory speed unless
-// the per-block work is small: two blocks per vector as in pair_dot, but the
-// two scales broadcast from scalars rather than gathered and permuted per 16
-// blocks (on an EPYC core the gathers cost more than they save: 20 GB/s
-// against the AVX2 kernel's 25 at 128 MiB, bench_quants).
-float dot_q8_0(const void* w, const void* x, int64_t n) {
-  const auto* b = blocks_of<BlockQ8_0>(w);
-  const auto* a = blocks_of<BlockQ8_1>(x);
-  const int64_t nb = n / kQK;
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  auto pair = [&](int64_t i, __m512 acc) {
-    const __m512i dot = pair_dot<Kind::Q8_0>(b[i], b[i + 1], a[i], a[i + 1]);
-    const __m512 scale = _mm512_insertf32x8(_mm512_set1_ps(f16_to_f32(b[i].d) * a[i].d),
-                                            _mm256_set1_ps(f16_to_f32(b[i + 1].d) * a[i + 1].d), 1);
-    return _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(dot), acc);
-  };
-  int64_t i = 0;
-  for (; i + 4 <= nb; i += 4) {
-    prefetch_weights(b + i, 4 * sizeof(BlockQ8_0));
-    acc0 = pair(i, acc0);
-    acc1 = pair(i + 2, acc1);
-  }
-  float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-  for (; i < nb; ++i) {  // at most 3 blocks
-    const __m256i wq = load256(b[i].qs), xq = load256(a[i].qs);
-    const __m256i xs = _mm256_mask_sub_epi8(xq, _mm256_movepi8_mask(wq), _mm256_setzero_si256(), xq);
-    const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wq), xs);
-    sum += f16_to_f32(b[i].d) * a[i].d * _mm512_reduce_add_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(dot)));
-  }
-  return sum;
-}
+float dot_q8_0(const void* w, const void* x, int64_t n) { return dot_blocks<Kind::Q8_0>(w, x, n); }
 
 // Same scales and rounding as scalar::quantize_q8_1, so both give the same bytes.
 void quantize_q8_1(const float* src, void* dst, int64_t n) {
