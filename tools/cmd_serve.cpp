@@ -109,7 +109,8 @@ int run_serve(int argc, char** argv) {
       ->delimiter(',');
   std::string etcd, advertise_url;
   app.add_option("--etcd", etcd,
-                 "register this engine in etcd (http://host:2379) for `deepinfer router --etcd` to find");
+                 "register this engine in etcd (http://host:2379) for `deepinfer router --etcd` to find (with "
+                 "--data-parallel-size, rank 0 registers the group's router once it listens)");
   app.add_option("--advertise-url", advertise_url,
                  "with --etcd: the URL routers reach this engine at (default http://HOST:PORT, the machine's "
                  "name when listening on every address)");
@@ -179,10 +180,6 @@ int run_serve(int argc, char** argv) {
   std::unique_ptr<DataParallelFront> front;
   server::HttpServerOptions own_http = http;
   if (data_parallel) {
-    if (!etcd.empty()) {
-      log_error("serve: --etcd with --data-parallel-size: register the ranks' router instead (not built yet)");
-      return 2;
-    }
     own_http.port = 0;
     config.data_parallel_independent_replicas = true;
     front = std::make_unique<DataParallelFront>(http, advertised_host(http.host), api.api_key, config.dist.timeout);
@@ -197,15 +194,27 @@ int run_serve(int argc, char** argv) {
   server.start();
   if (front) front->own_port_known(server.port());
   log_info("serve: listening on http://{}:{} (model '{}' loading)", own_http.host, server.port(), api.served_model_name);
+  // --etcd: one record per engine that routers should send to. A
+  // data-parallel group is one such engine, its rank 0's router on the public
+  // port: rank 0 registers it once the router listens, the other ranks never.
   std::unique_ptr<router::EtcdRegistration> registration;
+  const auto register_in_etcd = [&](int port) {
+    const std::string url = !advertise_url.empty() ? advertise_url
+                                                   : fmt::format("http://{}:{}", advertised_host(http.host), port);
+    const nlohmann::json record = {{"url", router::parse_url(url).str()},
+                                   {"role", server::serve_role_name(api.role)},
+                                   {"model", api.served_model_name}};
+    registration = std::make_unique<router::EtcdRegistration>(router::parse_url(etcd), router::parse_url(url).str(),
+                                                              record.dump());
+  };
   if (!etcd.empty()) {
-    if (advertise_url.empty()) advertise_url = fmt::format("http://{}:{}", advertised_host(http.host), server.port());
     try {
-      const nlohmann::json record = {{"url", router::parse_url(advertise_url).str()},
-                                     {"role", server::serve_role_name(api.role)},
-                                     {"model", api.served_model_name}};
-      registration = std::make_unique<router::EtcdRegistration>(router::parse_url(etcd),
-                                                                router::parse_url(advertise_url).str(), record.dump());
+      if (data_parallel) {  // registered later: check the URLs now
+        router::parse_url(etcd);
+        if (!advertise_url.empty()) router::parse_url(advertise_url);
+      } else {
+        register_in_etcd(server.port());
+      }
     } catch (const Error& e) {
       log_error("serve: --etcd/--advertise-url: {}", e.what());
       server.stop();
@@ -243,7 +252,7 @@ int run_serve(int argc, char** argv) {
     }
     if (front && config.dist.rank == 0) {
       try {
-        front->start_router_when_ready();
+        if (front->start_router_when_ready() && !etcd.empty() && !registration) register_in_etcd(front->public_port());
       } catch (const Error& e) {
         log_error("serve: the data-parallel router: {}", e.what());
         server.stop();

@@ -72,6 +72,8 @@ bool DataParallelFront::start_router_when_ready() {
   return true;
 }
 
+int DataParallelFront::public_port() const { return server_ ? server_->port() : 0; }
+
 void DataParallelFront::stop(std::chrono::milliseconds timeout) {
   if (!server_) return;
   server_->stop_accepting();

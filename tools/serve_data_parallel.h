@@ -46,6 +46,8 @@ class DataParallelFront {
   // Rank 0, from the main thread: starts the router once the URLs are in.
   // True while it runs.
   bool start_router_when_ready();
+  // Rank 0, once the router runs: the port it listens on (the public one).
+  int public_port() const;
   // Rank 0: no new connections, then up to `timeout` for the proxied requests.
   void stop(std::chrono::milliseconds timeout);
 

@@ -1,6 +1,7 @@
 #include "router/router_server.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -126,6 +127,27 @@ void RouterServer::answer_admin(const server::HttpRequest& r, std::string_view p
       data.push_back({{"id", b.model}, {"object", "model"}, {"owned_by", "deepinfer"}, {"root", b.model}});
     }
     ch->send(200, "application/json", server::dump_json({{"object", "list"}, {"data", data}}));
+    return;
+  }
+  if (path == "/server_info" && get) {
+    // The pool as one engine, for a router in front of this one (a
+    // data-parallel group registered in etcd): ready with any backend up, the
+    // backends' model and the smallest max-model-len among them.
+    std::optional<BackendState> first;
+    int64_t max_len = 0;
+    bool same_role = true;
+    for (const BackendState& b : snapshot) {
+      if (!b.usable()) continue;
+      if (!first) first = b;
+      same_role = same_role && b.role == first->role;
+      max_len = max_len == 0 ? b.max_model_len : std::min(max_len, b.max_model_len);
+    }
+    nlohmann::ordered_json info = {
+        {"role", server::serve_role_name(first && same_role ? first->role : server::ServeRole::Both)},
+        {"model", first ? first->model : ""},
+        {"ready", first.has_value()}};
+    if (first) info["max_model_len"] = max_len;
+    ch->send(200, "application/json", server::dump_json(info));
     return;
   }
   if (path == "/router/backends" && get) {

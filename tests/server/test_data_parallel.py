@@ -289,3 +289,29 @@ def test_the_router_in_front_of_the_ranks_requires_the_api_key():
         assert httpx.post(s.url + "/router/drain", json={"url": backend}, timeout=10).status_code == 401
     finally:
         s.stop()
+
+
+def test_a_group_registers_its_router_in_etcd():
+    """serve --data-parallel-size 2 --etcd: rank 0 registers the group's
+    router (the public port) once it listens and the other rank nothing, so a
+    `router --etcd` in front sends to the group as to one engine; a clean stop
+    takes the record away."""
+    from test_router import Etcd, Router
+    etcd = Etcd()
+    router = s = None
+    try:
+        router = Router([], "--etcd", etcd.url, "--health-interval", "0.2", need_backend=False)
+        s = tiny_server("--data-parallel-size", "2", "--etcd", etcd.url, model_dir="llama",
+                        env={"DEEPINFER_DIST_TIMEOUT_S": "10"})
+        assert wait_for(lambda: [b["url"] for b in router.backends() if b["healthy"]] == [s.url], timeout=20), \
+            router.backends()
+        assert completions(router.url, PROMPTS[:2]) == completions(s.url, PROMPTS[:2])
+        s.proc.send_signal(signal.SIGTERM)
+        s.proc.wait(timeout=60)
+        assert wait_for(lambda: router.backends() == [], timeout=15), router.backends()
+    finally:
+        if router:
+            router.stop()
+        if s:
+            s.stop()
+        etcd.stop()
