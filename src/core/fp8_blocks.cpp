@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/fp8.h"
 
@@ -42,6 +43,30 @@ void dequantize_f8_blocks(const F8Block* src, float* dst, int64_t n) {
   const auto& table = f8e4m3_table();
   for (int64_t b = 0; b < n / kF8BlockElems; ++b) {
     for (int i = 0; i < kF8BlockElems; ++i) dst[b * kF8BlockElems + i] = table[src[b].codes[i]] * src[b].scale;
+  }
+}
+
+void split_f8_rows(const F8Block* src, int64_t rows, int64_t k, uint8_t* dst) {
+  const int64_t nb = k / kF8BlockElems;
+  for (int64_t r = 0; r < rows; ++r, src += nb) {
+    uint8_t* codes = dst + r * nb * static_cast<int64_t>(sizeof(F8Block));
+    uint8_t* scales = codes + k;
+    for (int64_t b = 0; b < nb; ++b) {
+      std::memcpy(codes + b * kF8BlockElems, src[b].codes, kF8BlockElems);
+      std::memcpy(scales + b * 4, &src[b].scale, 4);
+    }
+  }
+}
+
+void join_f8_rows(const uint8_t* src, int64_t rows, int64_t k, F8Block* dst) {
+  const int64_t nb = k / kF8BlockElems;
+  for (int64_t r = 0; r < rows; ++r, dst += nb) {
+    const uint8_t* codes = src + r * nb * static_cast<int64_t>(sizeof(F8Block));
+    const uint8_t* scales = codes + k;
+    for (int64_t b = 0; b < nb; ++b) {
+      std::memcpy(dst[b].codes, codes + b * kF8BlockElems, kF8BlockElems);
+      std::memcpy(&dst[b].scale, scales + b * 4, 4);
+    }
   }
 }
 

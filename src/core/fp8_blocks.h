@@ -37,4 +37,11 @@ int64_t pack_f8_blocks(const uint8_t* codes, const float* block_scales, F8Block*
 // The exact values: e4m3 value * scale, one f32 rounding.
 void dequantize_f8_blocks(const F8Block* src, float* dst, int64_t n);
 
+// The split row layout a GPU keeps these weights in (same bytes per row): a
+// row's k codes first, then its k / 64 f32 scales, so that its codes load as
+// aligned 16-byte vectors. `rows` rows of k elements (a multiple of 64),
+// contiguous, from blocks to split rows and back.
+void split_f8_rows(const F8Block* src, int64_t rows, int64_t k, uint8_t* dst);
+void join_f8_rows(const uint8_t* src, int64_t rows, int64_t k, F8Block* dst);
+
 }  // namespace deepinfer

@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_sampling.h"
 #include "backend/cuda/cuda_token_mask.h"
 #include "core/error.h"
+#include "core/fp8_blocks.h"
 #include "core/logging.h"
 
 #include <fmt/ranges.h>
@@ -137,8 +138,9 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
   if (options.fp8_weights) {
     const char* opt_in = std::getenv("DEEPINFER_CUDA_FP8");
     DI_CHECK(opt_in != nullptr && std::string_view(opt_in) == "1",
-             "--quantization fp8 on CUDA: the FP8 weight kernels are written but not yet measured on a GPU; set "
-             "DEEPINFER_CUDA_FP8=1 to use them (FP8 checkpoints load without the flag, dequantised to bf16)");
+             "--quantization fp8 on CUDA: the FP8 weight kernels do not yet meet their speed goals "
+             "(docs/quantization.md); set DEEPINFER_CUDA_FP8=1 to use them (FP8 checkpoints load without the flag, "
+             "dequantised to bf16)");
     fp8_weights_ = true;
   }
   int count = 0;
@@ -173,6 +175,9 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
   check_cuda(cudaMalloc(&err, sizeof(uint32_t)), "cudaMalloc(error word)");
   error_word_ = static_cast<uint32_t*>(err);
   check_cuda(cudaMemsetAsync(error_word_, 0, sizeof(uint32_t), s), "cudaMemset");
+  // The dequantising FP8 path's chunk buffer at its largest (linear_fp8),
+  // now: a step captured into a graph cannot allocate.
+  if (fp8_weights_) grow_buffer(fp8_dequant_, fp8_dequant_bytes_, kFp8DequantChunkBytes, "FP8 dequantisation buffer");
   check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   log_debug("cuda: {} ({} SMs, {:.1f} GiB), compute capability {}.{}", prop.name, num_sms_,
            prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor);
@@ -277,6 +282,10 @@ void CudaBackend::check_launch(const char* op) {
 void CudaBackend::copy(Tensor dst, const Tensor& src) {
   cudaStream_t s = cu(stream_);
   if (src.numel() == 0) return;
+  if (src.dtype() == DType::F8E4M3_B64 && on_host(src) != on_host(dst)) {
+    copy_fp8_rows(dst, src);
+    return;
+  }
   if (dst.is_contiguous() && src.is_contiguous()) {
     check_cuda(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDefault, s), "cudaMemcpyAsync");
     if (on_host(dst)) check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
@@ -362,6 +371,26 @@ void CudaBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w
   check_launch("add_rms_norm");
 }
 
+// FP8 row blocks live on the device in split rows (core/fp8_blocks.h:
+// codes, then scales), converted on the way in and out.
+void CudaBackend::copy_fp8_rows(Tensor dst, const Tensor& src) {
+  DI_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel() && dst.is_contiguous() && src.is_contiguous(),
+           "copy: FP8 row blocks move between host and device as whole contiguous tensors, got {} -> {}",
+           src.describe(), dst.describe());
+  const int64_t k = src.size(-1), rows = src.numel() / k;
+  std::vector<uint8_t> staged(src.nbytes());
+  cudaStream_t s = cu(stream_);
+  if (on_host(src)) {
+    split_f8_rows(src.data_as<const F8Block>(), rows, k, staged.data());
+    check_cuda(cudaMemcpyAsync(dst.data(), staged.data(), staged.size(), cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+    check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");  // `staged` is read until then
+  } else {
+    check_cuda(cudaMemcpyAsync(staged.data(), src.data(), staged.size(), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
+    check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    join_f8_rows(staged.data(), rows, k, dst.data_as<F8Block>());
+  }
+}
+
 void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) {
   const int64_t n = x.size(0), k = x.size(1), m = weight.size(0);
   DI_CHECK(x.dtype() == DType::BF16 || x.dtype() == DType::F16,
@@ -370,8 +399,7 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor
            out.describe(), x.describe());
   const float* bias_data = bias.defined() ? bias.data_as<const float>() : nullptr;
   const bool x_aligned = aligned16(x.data(), x.stride_bytes(0));
-  const bool w_aligned = reinterpret_cast<uintptr_t>(weight.data()) % 4 == 0 && weight.stride_bytes(0) % 4 == 0;
-  DI_CHECK(w_aligned, "linear: FP8 weight rows {} are not 4-byte aligned", weight.describe());
+  DI_CHECK(weight.is_contiguous(), "linear: FP8 weight {} is not a contiguous stack of rows", weight.describe());
   if (n <= kGemvF8MaxRows && x_aligned && !batch_invariant_) {
     launch_gemv_f8(elem_type(x.dtype(), "linear"), static_cast<int>(n), static_cast<const char*>(x.data()),
                    x.stride_bytes(0), static_cast<const char*>(weight.data()), weight.stride_bytes(0), m, k,
@@ -381,10 +409,10 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor
     return;
   }
   // Larger batches: weight rows dequantised to x's type a chunk at a time
-  // (at most 64 MiB), then the 16-bit path (cuBLAS, or the batch-invariant
+  // (at most kFp8DequantChunkBytes), then the 16-bit path (cuBLAS, or the batch-invariant
   // GEMM) on each chunk of output columns.
   const int64_t row_bytes_16 = k * 2;
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(m, (int64_t{64} << 20) / row_bytes_16));
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(m, kFp8DequantChunkBytes / row_bytes_16));
   grow_buffer(fp8_dequant_, fp8_dequant_bytes_, static_cast<size_t>(chunk * row_bytes_16), "FP8 dequantisation buffer");
   for (int64_t r0 = 0; r0 < m; r0 += chunk) {
     const int64_t rows = std::min(chunk, m - r0);

@@ -134,10 +134,11 @@ void launch_copy_blocks(const CopyBlocksArgs& args, int n, size_t dst_pitch, siz
 void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride, int64_t m,
                  int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride, Stream stream,
                  GemvConfig config = GemvConfig{0, 4}, GemvBatch batch = {});
-// FP8 row-block weights (DType::F8E4M3_B64, host byte layout; cuda_gemv_fp8.cu):
+// FP8 row-block weights (DType::F8E4M3_B64 in split rows: codes, then scales;
+// cuda_gemv_fp8.cu):
 // out[n, m] = x[n, k] W[m, k]^T (+ f32 bias) for 1 <= n <= kGemvF8MaxRows
 // bf16/f16 rows of x (16-byte aligned), f32 or x-typed out; k a multiple of
-// 64, weight rows 4-byte aligned. Tensor cores; the weights are read once for
+// 64, weight rows 4-byte aligned (16: faster). Tensor cores; the weights are read once for
 // up to 32 rows of x, and from L2 for the next 32 (beyond, the activations'
 // reads outgrow what this non-tiled kernel does well: dequantise and GEMM).
 constexpr int kGemvF8MaxRows = 64;

@@ -44,6 +44,32 @@ TEST(F8Blocks, DTypeDescribesTheBlock) {
   EXPECT_THROW(row_bytes(DType::F8E4M3_B64, 96), Error);
 }
 
+// The GPU's split rows (codes, then scales; CudaBackend::copy): same bytes
+// per row, each row's codes in order then its scales, and back unchanged.
+TEST(F8Blocks, SplitRowsPutEachRowsCodesBeforeItsScales) {
+  constexpr int64_t rows = 3, k = 3 * kF8BlockElems, nb = k / kF8BlockElems;
+  std::vector<F8Block> blocks(static_cast<size_t>(rows * nb));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    blocks[i].scale = 0.5f + static_cast<float>(i);
+    for (int e = 0; e < kF8BlockElems; ++e) blocks[i].codes[e] = static_cast<uint8_t>((i * 7 + e) % 0x7e);
+  }
+  std::vector<uint8_t> split(blocks.size() * sizeof(F8Block));
+  split_f8_rows(blocks.data(), rows, k, split.data());
+  const size_t row = static_cast<size_t>(nb) * sizeof(F8Block);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const F8Block& src = blocks[static_cast<size_t>(r * nb + b)];
+      EXPECT_EQ(std::memcmp(&split[r * row + b * kF8BlockElems], src.codes, kF8BlockElems), 0) << r << " " << b;
+      float scale;
+      std::memcpy(&scale, &split[r * row + k + b * 4], 4);
+      EXPECT_EQ(scale, src.scale) << r << " " << b;
+    }
+  }
+  std::vector<F8Block> back(blocks.size());
+  join_f8_rows(split.data(), rows, k, back.data());
+  EXPECT_EQ(std::memcmp(back.data(), blocks.data(), split.size()), 0);
+}
+
 TEST(F8Blocks, QuantisingKeepsEachValueWithinHalfAnE4m3Step) {
   // Blocks of very different magnitudes, one all zero, one with an outlier.
   constexpr int B = kF8BlockElems;
