@@ -315,9 +315,38 @@ def compare(model, prompts, row_sets, max_tokens):
             greedy_match.append(n)
         forced[key] = (seqs, bf16_rows, greedy_match)
     model.float()
-    return {key: score(rows, *forced[key], [torch.log_softmax(model(seq).logits[0][pos].float(), dim=-1)
-                                             for seq, pos in forced[key][0]], max_tokens)
-            for key, rows in row_sets.items()}
+
+    def f32_rows(key):
+        return [torch.log_softmax(model(seq).logits[0][pos].float(), dim=-1) for seq, pos in forced[key][0]]
+    f32 = {key: f32_rows(key) for key in row_sets if not key.endswith("_w_fp8")}
+    fp8_keys = [key for key in row_sets if key.endswith("_w_fp8")]
+    if fp8_keys:
+        # FP8 weights are checked against transformers in f32 with the same
+        # FP8 weights (what our kernels should compute) and against bf16
+        # without them (what quantising costs).
+        fake_quantize_fp8_(model)
+        f32.update({key: f32_rows(key) for key in fp8_keys})
+    return {key: score(rows, *forced[key], f32[key], max_tokens) for key, rows in row_sets.items()}
+
+
+@torch.no_grad()
+def fake_quantize_fp8_(model):
+    """The linear layers' weights (attention and MLP of every layer; not the
+    embeddings, LM head, norms or routers) replaced in place by what
+    `--quantization fp8` stores: per 64 elements of a row, scale = max |w| /
+    448, codes = e4m3 of w / scale (round to nearest even), value = code *
+    scale in f32."""
+    for name, mod in model.named_modules():
+        if not isinstance(mod, torch.nn.Linear) or ".layers." not in name or name.endswith(("gate", "router")):
+            continue
+        w = mod.weight.data.float()
+        if w.shape[1] % 64:
+            continue
+        blocks = w.reshape(w.shape[0], -1, 64)
+        scale = blocks.abs().amax(dim=-1, keepdim=True) / 448.0
+        safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+        codes = (blocks / safe).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float()
+        mod.weight.data.copy_((codes * scale).reshape(w.shape))
 
 
 def score(rows, seqs, bf16_rows, greedy_match, f32_rows, max_tokens):

@@ -227,10 +227,12 @@ if has profile && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
   # Per-kernel GPU time of a short run (prefill of 64 tokens + 3 decode steps).
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   echo -e "\n## Kernel times (ncu, llama8b, 64-token prompt + 3 decode steps)\n" >> "$REPORT"
+  # PROFILE_ARGS: more flags for the run (e.g. --quantization fp8, with DEEPINFER_CUDA_FP8=1 set).
   timeout "${PROFILE_TIMEOUT:-150}" "$NCU" --clock-control none --metrics gpu__time_duration.sum \
     --print-summary per-kernel "$BIN/deepinfer" generate --device cuda --model /tmp/deepinfer_e2e/llama8b \
-    --prompt "$(printf 'a%.0s' $(seq 64))" -n 4 --kv-cache-memory 4294967296 > "$OUT/ncu.txt" 2>&1
+    --prompt "$(printf 'a%.0s' $(seq 64))" -n 4 --kv-cache-memory 4294967296 ${PROFILE_ARGS:-} > "$OUT/ncu.txt" 2>&1
   echo "exit code $? (full summary in ncu.txt)" >> "$REPORT"
+  grep -E "^  [a-zA-Z_].*\(|gpu__time_duration.sum" "$OUT/ncu.txt" | paste - - | head -40 | cut -c1-220 | sed 's/^/    /' >> "$REPORT"
 fi
 if has pdl && [ -f /tmp/deepinfer_e2e/llama8b/config.json ]; then
   # Programmatic dependent launch on and off, alternating, same process
