@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cuda/cuda_backend_helpers.h"
 #include "backend/cuda/cuda_expert_counts.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_moe.h"
@@ -16,38 +17,20 @@
 #include "backend/cuda/cuda_sampling.h"
 #include "backend/cuda/cuda_token_mask.h"
 #include "core/error.h"
-#include "core/fp8_blocks.h"
 #include "core/logging.h"
 
 #include <fmt/ranges.h>
 
 namespace deepinfer::cuda {
 
-namespace {
+using namespace backend_helpers;
 
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("CUDA backend: {} failed: {}", what, cudaGetErrorString(e));
-}
+namespace {
 
 void check_cublas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) fail("CUDA backend: {} failed: {}", what, cublasGetStatusString(s));
 }
 
-cudaStream_t cu(CUstream_st* s) { return s; }
-
-ElemType elem_type(DType t, const char* op) {
-  switch (t) {
-    case DType::F32: return ElemType::F32;
-    case DType::F16: return ElemType::F16;
-    case DType::BF16: return ElemType::BF16;
-    default: break;
-  }
-  if (is_quantized(t)) {
-    fail("{}: no CUDA kernels for GGUF block-quantised {} tensors (model weights are dequantised at load)", op,
-         dtype_name(t));
-  }
-  fail("{}: dtype {} is not supported by the CUDA backend", op, dtype_name(t));
-}
 
 cudaDataType_t cublas_type(DType t) {
   switch (t) {
@@ -59,9 +42,6 @@ cudaDataType_t cublas_type(DType t) {
 
 size_t elem_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 
-bool aligned16(const void* p, int64_t stride) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
-}
 
 // Rows up to which a dense linear takes the gemv. Measured on the H200 at the
 // Llama-3-8B shape (docs/benchmarks.md, the verify-cost curve): one row 4.62
@@ -120,7 +100,6 @@ CacheView cache_of(const Tensor& t) {
   return v;
 }
 
-bool on_host(const Tensor& t) { return t.device().type == DeviceType::CPU; }
 
 // Leading dimension in elements of a row-major matrix view, as cuBLAS wants it.
 int ld_of(const Tensor& t, int64_t min_ld) {
@@ -369,60 +348,6 @@ void CudaBackend::add_rms_norm(Tensor residual, const Tensor& x, const Tensor& w
   launch_rms_norm(elem_type(x.dtype(), "add_rms_norm"), rows_of(x), rows_of(residual), weight.data_as<const float>(),
                   eps, weight_offset, rows_of(out), true, stream_, batch_invariant_);
   check_launch("add_rms_norm");
-}
-
-// FP8 row blocks live on the device in split rows (core/fp8_blocks.h:
-// codes, then scales), converted on the way in and out.
-void CudaBackend::copy_fp8_rows(Tensor dst, const Tensor& src) {
-  DI_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel() && dst.is_contiguous() && src.is_contiguous(),
-           "copy: FP8 row blocks move between host and device as whole contiguous tensors, got {} -> {}",
-           src.describe(), dst.describe());
-  const int64_t k = src.size(-1), rows = src.numel() / k;
-  std::vector<uint8_t> staged(src.nbytes());
-  cudaStream_t s = cu(stream_);
-  if (on_host(src)) {
-    split_f8_rows(src.data_as<const F8Block>(), rows, k, staged.data());
-    check_cuda(cudaMemcpyAsync(dst.data(), staged.data(), staged.size(), cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
-    check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");  // `staged` is read until then
-  } else {
-    check_cuda(cudaMemcpyAsync(staged.data(), src.data(), staged.size(), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
-    check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-    join_f8_rows(staged.data(), rows, k, dst.data_as<F8Block>());
-  }
-}
-
-void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) {
-  const int64_t n = x.size(0), k = x.size(1), m = weight.size(0);
-  DI_CHECK(x.dtype() == DType::BF16 || x.dtype() == DType::F16,
-           "linear: FP8 weights {} need bf16 or f16 activations on CUDA, got {}", weight.describe(), x.describe());
-  DI_CHECK(out.dtype() == DType::F32 || out.dtype() == x.dtype(), "linear: output {} for FP8 weights and {} x",
-           out.describe(), x.describe());
-  const float* bias_data = bias.defined() ? bias.data_as<const float>() : nullptr;
-  const bool x_aligned = aligned16(x.data(), x.stride_bytes(0));
-  DI_CHECK(weight.is_contiguous(), "linear: FP8 weight {} is not a contiguous stack of rows", weight.describe());
-  if (n <= kGemvF8MaxRows && x_aligned && !batch_invariant_) {
-    launch_gemv_f8(elem_type(x.dtype(), "linear"), static_cast<int>(n), static_cast<const char*>(x.data()),
-                   x.stride_bytes(0), static_cast<const char*>(weight.data()), weight.stride_bytes(0), m, k,
-                   bias_data, out.dtype() == DType::F32, static_cast<char*>(out.data()), out.stride_bytes(0),
-                   stream_);
-    check_launch("linear(gemv fp8)");
-    return;
-  }
-  // Larger batches: weight rows dequantised to x's type a chunk at a time
-  // (at most kFp8DequantChunkBytes), then the 16-bit path (cuBLAS, or the batch-invariant
-  // GEMM) on each chunk of output columns.
-  const int64_t row_bytes_16 = k * 2;
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(m, kFp8DequantChunkBytes / row_bytes_16));
-  grow_buffer(fp8_dequant_, fp8_dequant_bytes_, static_cast<size_t>(chunk * row_bytes_16), "FP8 dequantisation buffer");
-  for (int64_t r0 = 0; r0 < m; r0 += chunk) {
-    const int64_t rows = std::min(chunk, m - r0);
-    launch_dequant_f8(static_cast<const char*>(weight.data()) + r0 * weight.stride_bytes(0), weight.stride_bytes(0),
-                      rows, k, elem_type(x.dtype(), "linear"), static_cast<char*>(fp8_dequant_), row_bytes_16,
-                      stream_);
-    check_launch("linear(dequantise fp8)");
-    const Tensor w16(fp8_dequant_, x.dtype(), {rows, k}, device());
-    linear(x, w16, bias.defined() ? bias.narrow(0, r0, rows) : Tensor(), out.narrow(1, r0, rows));
-  }
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) {
