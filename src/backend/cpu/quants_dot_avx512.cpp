@@ -10,7 +10,6 @@
 
 #include <cstring>
 
-#include "core/half.h"
 #include "backend/cpu/isa_target.h"
 
 DEEPINFER_ISA_BEGIN(DEEPINFER_AVX512_FEATURES)
@@ -120,10 +119,14 @@ inline __m512i pair_dot(const typename Format<K>::Block& wa, const typename Form
   }
 }
 
+// An f16 to f32 by the F16C instruction (core/half.h's inline version is
+// compiled for the baseline, outside this region: a software conversion).
+inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+
 // Block i's scale: the weight's d times the activation's.
 template <Kind K>
 inline float block_scale(const typename Format<K>::Block& w, const BlockQ8_1& x) {
-  return f16_to_f32(w.d) * x.d;
+  return half_to_float(w.d) * x.d;
 }
 
 // Block i's offset/min term: min(w) * s(x) (Q4_1, Q5_1, added) or
@@ -131,9 +134,9 @@ inline float block_scale(const typename Format<K>::Block& w, const BlockQ8_1& x)
 template <Kind K>
 inline float block_extra(const typename Format<K>::Block& w, const BlockQ8_1& x) {
   if constexpr (Format<K>::kMin) {
-    return f16_to_f32(w.m) * x.s;
+    return half_to_float(w.m) * x.s;
   } else if constexpr (Format<K>::kOffset != 0) {
-    return f16_to_f32(w.d) * x.s;
+    return half_to_float(w.d) * x.s;
   } else {
     return 0.0f;
   }
@@ -142,9 +145,10 @@ inline float block_extra(const typename Format<K>::Block& w, const BlockQ8_1& x)
 // acc + the dots of blocks i and j (j == i for a lone last block, whose copy's
 // scale is zero) times their scales, broadcast from scalars. Gathering the
 // scales of 16 blocks at a time and permuting them per pair, as this kernel
-// did, cost more than it saved on an EPYC core (Zen 4): the gathering kernel
-// decoded SmolLM2 Q4_1 at 125-135 tok/s on 2 threads where the AVX2 one gets
-// 148, and the 1B shape's Q8_0 at 16.5 (this one: 18.6-20.0).
+// did, cost more than it saved on an EPYC core (Zen 4): in the same runs the
+// gathering kernel decoded SmolLM2 Q4_1 at 125-135 tok/s on 2 threads where
+// the AVX2 one got 148, and the 1B shape's Q8_0 at 16.5 (this one:
+// 18.6-20.0, the AVX2 kernel 18.2-19.1).
 template <Kind K>
 inline __m512 pair_step(const typename Format<K>::Block* b, const BlockQ8_1* a, int64_t i, int64_t j, __m512 acc) {
   const __m512 dot = _mm512_cvtepi32_ps(pair_dot<K>(b[i], b[j], a[i], a[j]));
