@@ -56,15 +56,6 @@ __device__ __forceinline__ uint32_t codes_to_pair(uint32_t two_codes) {
   }
 }
 
-// Streams weights past L1 (read once).
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 // NT token tiles (8 activation rows each) of one CTA; U blocks per warp in
 // flight; kVec: rows 16-byte aligned (codes in one load per lane and block).
 template <typename T, typename TO, int NT, int U, bool kVec>

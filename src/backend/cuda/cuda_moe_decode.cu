@@ -44,14 +44,6 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kUpUnroll = 4, kUpMinBlocks = 4;
 constexpr int kDownSlots = 8, kDownMinBlocks = 2;
 
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 __device__ __forceinline__ float2 to_f2(__half2 v) { return __half22float2(v); }
 __device__ __forceinline__ float2 to_f2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
 
