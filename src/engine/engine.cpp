@@ -122,8 +122,7 @@ void Engine::move_experts() {
     model.set_expert_placement(k, *placement);
   }
   log_info("expert parallel: experts of {} MoE layers re-placed over {} ranks (weights moved between ranks)",
-           monitor.moe_layers().size(),
-           std::max(parts_.config.tensor_parallel_size, parts_.config.data_parallel_size));
+           monitor.moe_layers().size(), model.expert_placement(0)->num_ranks());
 }
 
 void Engine::observe_for_mtp(const InflightStep& step) {

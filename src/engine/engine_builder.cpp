@@ -227,10 +227,6 @@ void check_data_parallel_limits(const EngineConfig& c) {
            "--data-parallel-size {}: --kv-transport serves one engine per node; run one engine per rank behind "
            "`deepinfer router` instead",
            c.data_parallel_size);
-  DI_CHECK(!c.enable_expert_parallel || c.tensor_parallel_size == 1,
-           "--enable-expert-parallel with both --tensor-parallel-size {} and --data-parallel-size {}: not built yet "
-           "(experts spread over the tensor- or the data-parallel ranks)",
-           c.tensor_parallel_size, c.data_parallel_size);
 }
 
 // The ranks of --tensor-parallel-size x --data-parallel-size, one process
@@ -240,7 +236,12 @@ void check_data_parallel_limits(const EngineConfig& c) {
 //    channel (step plans) and device group (the model's collectives);
 //  - dp > 1, on each data-parallel rank's first tensor-parallel rank (the one
 //    that runs the engine): the data-parallel group, its vote, and with
-//    expert parallelism the MoE layers' group.
+//    expert parallelism the MoE layers' group;
+//  - tp > 1 and dp > 1 with expert parallelism, on every rank: the MoE
+//    layers' group of all ranks (each tensor-parallel group a token group in
+//    it, model/expert_parallel.h). Followers join it after their
+//    tensor-parallel group, first ranks after the data-parallel group: every
+//    rank joins the groups in one order, so no join waits on another.
 TensorParallel build_rank_group(EngineParts& p) {
   EngineConfig& c = p.config;
   const DistConfig& d = c.dist;
@@ -265,9 +266,19 @@ TensorParallel build_rank_group(EngineParts& p) {
              tp_rank, tp, dp > 1 ? fmt::format(" of data-parallel rank {}", dp_rank) : std::string(), d.local_rank,
              p.device_group->name(), d.init_method, seconds_since(t0));
     result = TensorParallel{tp_rank, tp, p.device_group.get()};
-    result.expert_parallel = c.enable_expert_parallel;
+    if (c.enable_expert_parallel) result.experts = p.device_group.get();
   }
-  if (dp <= 1 || tp_rank != 0) return result;
+  // The experts over every rank of both kinds of group.
+  auto join_experts_of_all_ranks = [&] {
+    p.experts_group = std::make_unique<GlooCommunicator>(store, "experts", d.rank, d.world_size, d.timeout, transport);
+    p.experts_device_group = make_device_communicator(*p.backend, d, *p.experts_group, "ep");
+    result.experts = p.experts_device_group.get();
+  };
+  const bool experts_of_all_ranks = c.enable_expert_parallel && tp > 1 && dp > 1;
+  if (dp <= 1 || tp_rank != 0) {
+    if (experts_of_all_ranks) join_experts_of_all_ranks();
+    return result;
+  }
   p.data_parallel_group = std::make_unique<GlooCommunicator>(store, "data_parallel", dp_rank, dp, d.timeout, transport);
   const bool votes = c.enable_expert_parallel || !c.data_parallel_independent_replicas;
   if (votes) {
@@ -275,8 +286,12 @@ TensorParallel build_rank_group(EngineParts& p) {
     p.group_vote = std::make_unique<GroupVote>(c.data_parallel_vote, *p.vote_channel);
   }
   if (c.enable_expert_parallel) {
-    p.device_group = make_device_communicator(*p.backend, d, *p.data_parallel_group, "ep");
-    result.data_parallel_experts = p.device_group.get();
+    if (experts_of_all_ranks) {
+      join_experts_of_all_ranks();
+    } else {
+      p.device_group = make_device_communicator(*p.backend, d, *p.data_parallel_group, "ep");
+      result.experts = p.device_group.get();
+    }
     // The experts move between ranks at a step boundary every rank reaches
     // at the same point: a step is finished before the next is planned.
     c.zero_overhead_scheduling = false;
@@ -284,8 +299,11 @@ TensorParallel build_rank_group(EngineParts& p) {
   const GroupVoteConfig& v = c.data_parallel_vote;
   log_info("engine: data-parallel rank {} of {} (local rank {}), joined through {} in {:.2f} s; {}; {}", dp_rank, dp,
            d.local_rank, d.init_method, seconds_since(t0),
-           c.enable_expert_parallel ? fmt::format("experts spread over the group ({} collectives)", p.device_group->name())
-           : tp > 1                 ? fmt::format("the model over {} tensor-parallel ranks", tp)
+           c.enable_expert_parallel
+               ? fmt::format("experts spread over {} ({} collectives)",
+                             experts_of_all_ranks ? fmt::format("all {} ranks", d.world_size) : std::string("the group"),
+                             result.experts->name())
+           : tp > 1 ? fmt::format("the model over {} tensor-parallel ranks", tp)
                                     : std::string("the whole model on every rank"),
            !votes ? std::string("the ranks step independently")
                   : fmt::format("group vote {} (every {} step(s){})", vote_mode_name(v.mode),
@@ -298,7 +316,7 @@ TensorParallel build_rank_group(EngineParts& p) {
 void build_expert_load(EngineParts& p, RunnerLimits& limits) {
   const EngineConfig& config = p.config;
   // Expert parallelism balances for real: the placement's ranks are the group's.
-  const int32_t ep_ranks = std::max(config.tensor_parallel_size, config.data_parallel_size);
+  const int32_t ep_ranks = std::max(config.tensor_parallel_size, 1) * std::max(config.data_parallel_size, 1);
   const bool ep = config.enable_expert_parallel && ep_ranks > 1;
   DI_CHECK(!ep || config.eplb_ep_size == 0 || config.eplb_ep_size == ep_ranks,
            "--eplb-ep-size {} with --enable-expert-parallel over {} ranks: leave it out (the ranks are the group's)",

@@ -44,6 +44,11 @@ struct EngineParts {
   // every step (and, outside steps, the commands' own exchanges);
   // device_group, with --enable-expert-parallel, the MoE layers' all-to-alls.
   std::unique_ptr<GlooCommunicator> data_parallel_group;
+  // With tensor and data parallelism and --enable-expert-parallel, on every
+  // rank: the group of all ranks (host) and its device group, the MoE
+  // layers' all-to-alls.
+  std::unique_ptr<GlooCommunicator> experts_group;
+  std::unique_ptr<Communicator> experts_device_group;
   std::unique_ptr<GlooVoteChannel> vote_channel;
   std::unique_ptr<GroupVote> group_vote;
   std::unique_ptr<LoadedModel> model;

@@ -14,7 +14,7 @@ namespace deepinfer {
 
 namespace {
 
-enum class ControlMessage : uint8_t { Step = 1, Heartbeat = 2, Stop = 3, Placement = 4 };
+enum class ControlMessage : uint8_t { Step = 1, Heartbeat = 2, Stop = 3, Placement = 4, Padding = 5 };
 
 // A placement message: kind, the MoE layer, the experts, the ranks, the
 // slots per rank, then each physical slot's expert (all u32/i32).
@@ -76,6 +76,11 @@ void StepBroadcaster::publish(const StepPlan& plan) {
   send(message);
 }
 
+void StepBroadcaster::publish_padding() {
+  std::vector<uint8_t> message{static_cast<uint8_t>(ControlMessage::Padding)};
+  send(message);
+}
+
 void StepBroadcaster::publish_placement(size_t moe_layer, const moe::ExpertPlacement& placement) {
   std::vector<uint8_t> message = encode_placement(moe_layer, placement);
   send(message);
@@ -119,14 +124,19 @@ void follow_steps(ModelRunner& runner, GlooCommunicator& control) {
       apply_placement(runner, std::span<const uint8_t>(message).subspan(1));
       continue;
     }
-    DI_CHECK(kind == ControlMessage::Step, "tensor parallel: unknown control message {}", message[0]);
-    const StepPlan plan = decode_step_plan(std::span<const uint8_t>(message).subspan(1));
+    DI_CHECK(kind == ControlMessage::Step || kind == ControlMessage::Padding,
+             "tensor parallel: unknown control message {}", message[0]);
     // Keep a slot free for the next step while this one runs, as rank 0 does.
     while (in_flight.size() >= ModelRunner::kSlots - 1) {
       runner.wait(in_flight.front());
       in_flight.pop_front();
     }
-    in_flight.push_back(runner.launch(plan));
+    if (kind == ControlMessage::Padding) {
+      DI_CHECK(message.size() == 1, "tensor parallel: a padding message of {} bytes", message.size());
+      in_flight.push_back(runner.launch_padding());
+    } else {
+      in_flight.push_back(runner.launch(decode_step_plan(std::span<const uint8_t>(message).subspan(1))));
+    }
     ++steps;
   }
   for (int slot : in_flight) runner.wait(slot);

@@ -35,6 +35,7 @@ class StepBroadcaster final : public StepPublisher {
   StepBroadcaster& operator=(const StepBroadcaster&) = delete;
 
   void publish(const StepPlan& plan) override;
+  void publish_padding() override;
   // The followers move MoE layer `moe_layer`'s experts to `placement` after
   // the steps published so far (Model::set_expert_placement).
   void publish_placement(size_t moe_layer, const moe::ExpertPlacement& placement);

@@ -40,12 +40,8 @@ DeepseekModel::DeepseekModel(ModelConfig config, const WeightSource& full_source
     tp_ = shard.forward;
     sharded_ = std::move(shard.source);
     shard_source = sharded_.get();
-    if (tp.expert_parallel) {
-      ep_ = std::make_unique<ExpertParallelMoe>(backend_, *tp.comm, ExpertParallelMoe::Tokens::Replicated);
-    }
-  } else if (tp.data_parallel_experts != nullptr) {
-    ep_ = std::make_unique<ExpertParallelMoe>(backend_, *tp.data_parallel_experts, ExpertParallelMoe::Tokens::PerRank);
   }
+  ep_ = ExpertParallelMoe::for_ranks(backend_, tp);
   const WeightSource& source = *shard_source;
   const ModelConfig& c = config_;
   DI_CHECK(c.mla.enabled(), "{}: DeepseekModel needs a Multi-head Latent Attention config", c.arch);

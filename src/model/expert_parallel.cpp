@@ -39,10 +39,20 @@ Tensor host_tensor(void* data, DType dtype, const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-ExpertParallelMoe::ExpertParallelMoe(Backend& backend, Communicator& comm, Tokens tokens)
-    : backend_(backend), comm_(comm), tokens_(tokens) {
+ExpertParallelMoe::ExpertParallelMoe(Backend& backend, Communicator& experts, Communicator* token_group)
+    : backend_(backend), comm_(experts), token_group_(token_group != nullptr && token_group->size() > 1 ? token_group
+                                                                                                     : nullptr) {
   DI_CHECK(backend.device().type == DeviceType::CPU && backend.reads_host_weights(),
            "--enable-expert-parallel runs on the CPU backend for now (the GPU dispatch is not built yet)");
+  DI_CHECK(token_group_ == nullptr || experts.size() % token_group_->size() == 0,
+           "expert parallelism: {} ranks of experts do not split into token groups of {}", experts.size(),
+           token_group_ != nullptr ? token_group_->size() : 1);
+}
+
+std::unique_ptr<ExpertParallelMoe> ExpertParallelMoe::for_ranks(Backend& backend, const TensorParallel& tp) {
+  if (!tp.expert_parallel()) return nullptr;
+  // Tensor-parallel ranks hold the same tokens; data-parallel ranks their own.
+  return std::make_unique<ExpertParallelMoe>(backend, *tp.experts, tp.active() ? tp.comm : nullptr);
 }
 
 int ExpertParallelMoe::num_ranks() const { return comm_.size(); }
@@ -98,8 +108,9 @@ void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const
   const int64_t n = h.size(0), hidden = h.size(1), E = p.num_logical(), k = route.top_k;
   DI_CHECK(out.dtype() == DType::F32 && h.dtype() == DType::F32 && out.is_contiguous(),
            "expert parallelism: f32 activations expected, got {} -> {}", h.describe(), out.describe());
-  const bool per_rank = tokens_ == Tokens::PerRank;
-  const IndexRange mine = per_rank ? IndexRange{0, n} : split_range(n, size, rank, 1);
+  const bool per_rank = token_group_ == nullptr;
+  const int group_size = per_rank ? 1 : token_group_->size(), group_rank = per_rank ? 0 : token_group_->rank();
+  const IndexRange mine = split_range(n, group_size, group_rank, 1);
   const int64_t m = mine.size();
   const Tensor hm = h.slice_rows(mine.begin, m);
 
@@ -131,9 +142,9 @@ void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const
   for (int64_t t = 0; t < m; ++t) {
     for (int64_t j = 0; j < k; ++j) {
       const size_t c = static_cast<size_t>(t * k + j);
-      // The replica rotates with the token (and, for per-rank tokens, the
-      // rank), so the copies of a hot expert share its load.
-      const int32_t phys = p.route(ids[c], static_cast<uint64_t>(per_rank ? t + rank : mine.begin + t));
+      // The replica rotates with the token and the token group (the first
+      // rank of this rank's), so the copies of a hot expert share its load.
+      const int32_t phys = p.route(ids[c], static_cast<uint64_t>(mine.begin + t + rank - group_rank));
       dest[c] = p.rank_of(phys);
       slot[c] = phys - dest[c] * spr;
       ++send_rows[static_cast<size_t>(dest[c])];
@@ -188,7 +199,7 @@ void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const
 
   // 4. This rank's rows: the shared expert, then the routed outputs in choice
   // order; then (replicated tokens) everyone's rows to everyone.
-  const int64_t rows_max = per_rank ? n : (n + size - 1) / size;
+  const int64_t rows_max = (n + group_size - 1) / group_size;
   float* own = scratch(7, static_cast<size_t>(std::max<int64_t>(rows_max, 1) * hidden)).data();
   std::fill(own, own + rows_max * hidden, 0.0f);
   const Tensor own_t = host_tensor(own, DType::F32, {m, hidden});
@@ -221,11 +232,11 @@ void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const
     if (m > 0) std::memcpy(out.data_as<float>(), own, static_cast<size_t>(m * hidden) * sizeof(float));
     return;
   }
-  float* all = scratch(9, static_cast<size_t>(std::max<int64_t>(rows_max, 1) * hidden * size)).data();
-  comm_.all_gather(host_tensor(own, DType::F32, {rows_max * hidden}),
-                   host_tensor(all, DType::F32, {rows_max * hidden * size}));
-  for (int r = 0; r < size; ++r) {
-    const IndexRange rr = split_range(n, size, r, 1);
+  float* all = scratch(9, static_cast<size_t>(std::max<int64_t>(rows_max, 1) * hidden * group_size)).data();
+  token_group_->all_gather(host_tensor(own, DType::F32, {rows_max * hidden}),
+                           host_tensor(all, DType::F32, {rows_max * hidden * group_size}));
+  for (int r = 0; r < group_size; ++r) {
+    const IndexRange rr = split_range(n, group_size, r, 1);
     std::memcpy(out.data_as<float>() + rr.begin * hidden, all + static_cast<int64_t>(r) * rows_max * hidden,
                 static_cast<size_t>(rr.size() * hidden) * sizeof(float));
   }

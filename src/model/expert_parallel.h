@@ -2,21 +2,24 @@
 // instead of every rank holding a slice of every expert's width, each rank
 // holds whole experts — its physical slots of an EPLB placement
 // (moe/eplb.h), replicas of hot experts included — and the tokens travel to
-// them. The group is the tensor-parallel one (every rank has the step's
-// tokens: Tokens::Replicated) or the data-parallel one (each rank has its own
-// requests' tokens: Tokens::PerRank, sched/group_vote.h keeps the ranks'
-// steps aligned):
+// them. The experts' group is every rank that holds experts; a token group is
+// a set of ranks that hold the same tokens (a tensor-parallel group: each of
+// its ranks dispatches an equal slice of them), and without one each rank
+// brings its own requests' tokens (data-parallel attention;
+// sched/group_vote.h keeps the ranks' steps aligned). With tensor and data
+// parallelism together the experts' group is every rank, made of one token
+// group per data-parallel rank:
 //
-//   1. every rank routes its tokens: an equal slice of the step's
-//      (Replicated), or all of its own (PerRank);
+//   1. every rank routes its tokens: its equal slice of its token group's,
+//      or all of its own;
 //   2. each (token, choice) goes to a replica of its expert (the placement's
 //      rotation by token index) over an all-to-all, with the slot it wants;
 //   3. the owners run their slots' experts on what they received and send the
 //      outputs back over a second all-to-all;
 //   4. each rank adds its tokens' outputs with the routing weights, in choice
 //      order (so the result does not depend on which replica computed what),
-//      plus the shared expert; with Replicated tokens an all-gather then gives
-//      every rank every row.
+//      plus the shared expert; in a token group an all-gather then gives
+//      every rank of it every row.
 //
 // Placements change while serving (set_placement): the rank's new slots are
 // filled from ranks that hold those experts now, over the device group (one
@@ -26,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
@@ -35,11 +39,16 @@
 namespace deepinfer {
 
 class Communicator;
+struct TensorParallel;
 
 class ExpertParallelMoe {
  public:
-  enum class Tokens : uint8_t { Replicated, PerRank };
-  ExpertParallelMoe(Backend& backend, Communicator& comm, Tokens tokens);
+  // token_group: the ranks (a subset of `experts`, this rank among them) that
+  // hold this rank's tokens too; null when each rank has its own.
+  ExpertParallelMoe(Backend& backend, Communicator& experts, Communicator* token_group);
+  // The model's expert-parallel MoE for `tp`'s groups; null without expert
+  // parallelism.
+  static std::unique_ptr<ExpertParallelMoe> for_ranks(Backend& backend, const TensorParallel& tp);
   int num_ranks() const;
 
   // Adds the next MoE layer: the checkpoint's full expert stacks (host views,
@@ -78,8 +87,8 @@ class ExpertParallelMoe {
   std::vector<float>& scratch(size_t i, size_t floats);
 
   Backend& backend_;
-  Communicator& comm_;
-  Tokens tokens_;
+  Communicator& comm_;          // the experts' group
+  Communicator* token_group_;   // null: every rank its own tokens
   std::vector<Layer> layers_;
   // Host buffers of forward(), kept between calls (grown, never shrunk).
   std::vector<std::vector<float>> scratch_;

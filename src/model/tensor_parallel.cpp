@@ -342,7 +342,7 @@ RankShard shard_for_rank(ModelConfig& config, const WeightSource& full, TensorPa
   DI_CHECK(tp.active() && tp.comm != nullptr, "tensor parallelism without a communicator");
   RankShard shard;
   shard.forward = TpForward(tp, TpShardPlan::make(config, tp.rank, tp.size, tp_ffn_unit(full, config),
-                                                  tp.expert_parallel));
+                                                  tp.expert_parallel()));
   shard.source = std::make_unique<ShardedWeightSource>(full, shard.forward.plan(), HeadSizes::of(config));
   config = shard.forward.plan().local_config(config);
   config.validate();

@@ -28,15 +28,17 @@ struct TensorParallel {
   int rank = 0;
   int size = 1;
   Communicator* comm = nullptr;  // the device group's communicator; set when size > 1
-  // Experts whole, spread over the ranks (expert_parallel.h), instead of a
-  // slice of every expert's width.
-  bool expert_parallel = false;
-  // Data-parallel attention with an expert-parallel MoE (--data-parallel-size
-  // with --enable-expert-parallel): size stays 1, so every weight but the
-  // experts is whole, and the experts spread over this group, each rank
-  // bringing its own requests' tokens. Null otherwise.
-  Communicator* data_parallel_experts = nullptr;
+  // Expert parallelism (--enable-expert-parallel): the group the routed
+  // experts are spread over, whole (expert_parallel.h), instead of every rank
+  // holding a slice of every expert's width. Null: no expert parallelism.
+  //  - tensor-parallel only: the tensor-parallel group itself (comm);
+  //  - data-parallel attention (--data-parallel-size, size stays 1, every
+  //    weight but the experts whole): the data-parallel ranks, each bringing
+  //    its own requests' tokens;
+  //  - both: every rank of every data-parallel rank's tensor-parallel group.
+  Communicator* experts = nullptr;
   bool active() const { return size > 1; }
+  bool expert_parallel() const { return experts != nullptr; }
 };
 
 struct IndexRange {

@@ -473,8 +473,7 @@ int ModelRunner::launch(const StepPlan& plan) {
 }
 
 int ModelRunner::launch_padding() {
-  DI_CHECK(rank_.publisher == nullptr,
-           "ModelRunner: a padding step is for a data-parallel rank, not a tensor-parallel group");
+  if (rank_.publisher) rank_.publisher->publish_padding();
   StepPlan plan;
   plan.page_size = kv_.page_size();
   plan.groups.resize(static_cast<size_t>(num_groups_));  // empty tables

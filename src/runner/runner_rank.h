@@ -15,6 +15,9 @@ class StepPublisher {
  public:
   virtual ~StepPublisher() = default;
   virtual void publish(const StepPlan& plan) = 0;
+  // A padding step (ModelRunner::launch_padding): a data-parallel rank
+  // without work runs one so its expert-parallel group's collectives meet.
+  virtual void publish_padding() = 0;
 };
 
 struct RunnerRank {

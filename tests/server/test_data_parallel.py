@@ -1,7 +1,8 @@
 """Data parallelism through the real binary: `--data-parallel-size` ranks as
 processes, each an engine on its own share of the requests. With
-`--enable-expert-parallel` the ranks' MoE layers form one expert-parallel
-group and vote before every step (ANY or ALL), ranks without work run
+`--enable-expert-parallel` the ranks' MoE layers (with
+`--tensor-parallel-size`, every rank of every data-parallel rank's group) form
+one expert-parallel group and vote before every step (ANY or ALL), ranks without work run
 one-padding-token steps, and EPLB moves experts between them while they run;
 the tokens must be one rank's. `serve` puts rank 0's router in front of the
 ranks; a rank that dies ends the group with an error, not a hang."""
@@ -83,6 +84,21 @@ def test_expert_parallel_data_parallel_group_matches_one_rank(tmp_path, model, d
     assert votes > 0
     if dp == 4:
         assert padding > 0, log[-2000:]
+
+
+@pytest.mark.parametrize("model", ["mixtral", "deepseek_v3"])
+def test_experts_over_tensor_and_data_parallel_ranks_match_one_rank(tmp_path, model):
+    """Two data-parallel ranks, each a tensor-parallel group of two processes,
+    the experts spread over all four (EPLB moving them every 3 steps), a
+    vote before every step: one rank's greedy tokens. A group without work
+    runs padding steps, its follower with it."""
+    one, _ = generate_tiny(tmp_path, model, "one")
+    got, log = generate_tiny(tmp_path, model, "tp2dp2", "--tensor-parallel-size", "2", "--data-parallel-size", "2",
+                             "--enable-expert-parallel", "--eplb-window-steps", "4", "--eplb-interval-steps", "3")
+    assert got == one
+    assert "experts spread over all 4 ranks" in log, log[-2000:]
+    assert "re-placed over 4 ranks" in log, log[-2000:]
+    assert padding_steps(log)[0] > 0
 
 
 def test_dense_data_parallel_matches_one_rank_on_the_default_model(tmp_path):
@@ -247,17 +263,6 @@ def test_data_parallel_ranks_of_tensor_parallel_groups_match_one_rank(tmp_path, 
     got, log = generate_tiny(tmp_path, model, "dp2tp2", "--data-parallel-size", "2", "--tensor-parallel-size", "2")
     assert got == one
     assert "tensor-parallel rank 1 of 2 of data-parallel rank 1" in log, log[-2000:]
-
-
-def test_expert_parallel_over_both_kinds_of_ranks_is_refused(tmp_path):
-    src = tmp_path / "in.jsonl"
-    src.write_text(json.dumps({"prompt": "a b c", "max_tokens": 2}) + "\n")
-    run = subprocess.run([str(binary()), "generate", "--model", str(TINY / "mixtral"), "--tokenizer",
-                          str(TINY / "tokenizer.json"), "--threads", "1", "--input", str(src), "--dp", "2", "--tp", "2",
-                          "--enable-expert-parallel"], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "DEEPINFER_DIST_TIMEOUT_S": "10"})
-    assert run.returncode != 0
-    assert "not built yet" in run.stderr, run.stderr[-2000:]
 
 
 def test_serve_data_parallel_ranks_of_tensor_parallel_groups():

@@ -155,26 +155,39 @@ struct GroupOptions {
   std::function<moe::ExpertPlacement(size_t layer, int32_t experts)> replacement;
 };
 
-// Runs the prompt and `steps` greedy decode steps on `size` ranks (threads).
-// Decode inputs are the previous step's device-sampled token, so every rank
-// must have received rank 0's tokens.
-GroupResult run_group(const std::string& path, int size, const std::vector<int32_t>& prompt, int steps,
-                      const GroupOptions& opt = {}) {
+// Runs a prompt and `steps` greedy decode steps on each of prompts.size()
+// data-parallel ranks, each a tensor-parallel group of `size` ranks (threads;
+// global rank g is rank g % size of group g / size). Decode inputs are the
+// previous step's device-sampled token, so every rank must have received its
+// group's first rank's tokens. With expert parallelism over several groups
+// the experts spread over all their ranks (model/expert_parallel.h); every
+// group runs the same number of steps, so their collectives meet.
+std::vector<GroupResult> run_groups(const std::string& path, int size, const std::vector<std::vector<int32_t>>& prompts,
+                                    int steps, const GroupOptions& opt = {}) {
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
-  GroupResult result;
-  std::vector<std::string> errors(static_cast<size_t>(size));
-  auto rank_main = [&](int rank) {
+  const int groups = static_cast<int>(prompts.size()), world = size * groups;
+  std::vector<GroupResult> results(prompts.size());
+  std::vector<std::string> errors(static_cast<size_t>(world));
+  auto rank_main = [&](int global) {
     try {
+      const int rank = global % size, group = global / size;
+      const std::vector<int32_t>& prompt = prompts[static_cast<size_t>(group)];
+      GroupResult& result = results[static_cast<size_t>(group)];
       BackendOptions options;
       options.num_threads = 1;
       options.batch_invariant = opt.batch_invariant;
       std::unique_ptr<Backend> backend = create_backend(DeviceType::CPU, options);
-      std::unique_ptr<GlooCommunicator> comm;
+      std::unique_ptr<GlooCommunicator> comm, experts;
       TensorParallel tp;
       if (size > 1) {
-        comm = std::make_unique<GlooCommunicator>(store, "tp", rank, size, std::chrono::seconds(60));
+        comm = std::make_unique<GlooCommunicator>(store, "tp" + std::to_string(group), rank, size,
+                                                  std::chrono::seconds(60));
         tp = {rank, size, comm.get()};
-        tp.expert_parallel = opt.expert_parallel;
+        if (opt.expert_parallel) tp.experts = comm.get();
+      }
+      if (opt.expert_parallel && groups > 1) {
+        experts = std::make_unique<GlooCommunicator>(store, "experts", global, world, std::chrono::seconds(60));
+        tp.experts = experts.get();
       }
       std::unique_ptr<LoadedModel> loaded = LoadedModel::open(path, *backend, tp, opt.quantization);
       const int32_t page = 16, n = static_cast<int32_t>(prompt.size());
@@ -185,8 +198,8 @@ GroupResult run_group(const std::string& path, int size, const std::vector<int32
       for (int s = 0; s <= steps; ++s) {
         if (s == opt.replace_at) {
           for (size_t k = 0; loaded->model().expert_placement(k); ++k) {
-            const int32_t experts = loaded->model().expert_placement(k)->num_logical();
-            loaded->model().set_expert_placement(k, opt.replacement(k, experts));
+            const int32_t n_experts = loaded->model().expert_placement(k)->num_logical();
+            loaded->model().set_expert_placement(k, opt.replacement(k, n_experts));
           }
         }
         StepPlan plan;
@@ -206,14 +219,19 @@ GroupResult run_group(const std::string& path, int size, const std::vector<int32
         }
       }
     } catch (const std::exception& e) {
-      errors[static_cast<size_t>(rank)] = e.what();
+      errors[static_cast<size_t>(global)] = e.what();
     }
   };
   std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) threads.emplace_back(rank_main, r);
+  for (int r = 0; r < world; ++r) threads.emplace_back(rank_main, r);
   for (std::thread& t : threads) t.join();
-  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
-  return result;
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+  return results;
+}
+
+GroupResult run_group(const std::string& path, int size, const std::vector<int32_t>& prompt, int steps,
+                      const GroupOptions& opt = {}) {
+  return run_groups(path, size, {prompt}, steps, opt)[0];
 }
 
 struct Tolerance {
@@ -234,6 +252,36 @@ constexpr Tolerance kExact{1e-3, 1e-5};
 constexpr Tolerance kQuantised{2.5, 0.6};
 constexpr double kNearTie = 0.5;
 
+// The logits and greedy tokens of `got` against one rank's, step by step.
+void expect_close_to_one_rank(const GroupResult& one, const GroupResult& got, Tolerance tol, const char* label) {
+  ASSERT_EQ(got.tokens.size(), one.tokens.size());
+  for (size_t s = 0; s < one.tokens.size(); ++s) {
+    const std::vector<float>& a = one.logits[s];
+    const std::vector<float>& b = got.logits[s];
+    ASSERT_EQ(a.size(), b.size());
+    double max_diff = 0.0, max_abs = 0.0, sum_diff = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double d = std::abs(double(a[i]) - b[i]);
+      max_diff = std::max(max_diff, d);
+      sum_diff += d;
+      max_abs = std::max(max_abs, std::abs(double(a[i])));
+    }
+    std::vector<float> top(a);
+    std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+    std::printf("[tp] %s step %zu: max-abs %.5f mean-abs %.6f (max |logit| %.2f, margin %.3f)\n", label, s,
+                max_diff, sum_diff / double(a.size()), max_abs, top[0] - top[1]);
+    EXPECT_LE(max_diff, tol.max_abs) << "step " << s;
+    EXPECT_LE(sum_diff / double(a.size()), tol.mean_abs) << "step " << s;
+    // At a near tie the sequences may part (within the tolerance); what
+    // follows would compare different inputs.
+    if (got.tokens[s] != one.tokens[s]) {
+      EXPECT_LT(top[0] - top[1], kNearTie) << "step " << s << ": token " << got.tokens[s] << " instead of "
+                                           << one.tokens[s] << " past a clear margin";
+      break;
+    }
+  }
+}
+
 void expect_same_as_one_rank(const std::string& path, const std::vector<int32_t>& prompt, int steps, Tolerance tol,
                              const GroupOptions& opt = {}) {
   GroupOptions one_rank;
@@ -243,28 +291,7 @@ void expect_same_as_one_rank(const std::string& path, const std::vector<int32_t>
   for (int size : {2, 4}) {
     SCOPED_TRACE("tensor-parallel size " + std::to_string(size) + (opt.expert_parallel ? ", expert parallel" : ""));
     const GroupResult tp = run_group(path, size, prompt, steps, opt);
-    ASSERT_EQ(tp.tokens.size(), one.tokens.size());
-    for (size_t s = 0; s < one.tokens.size(); ++s) {
-      const std::vector<float>& a = one.logits[s];
-      const std::vector<float>& b = tp.logits[s];
-      ASSERT_EQ(a.size(), b.size());
-      double max_diff = 0.0, max_abs = 0.0, sum_diff = 0.0;
-      for (size_t i = 0; i < a.size(); ++i) {
-        const double d = std::abs(double(a[i]) - b[i]);
-        max_diff = std::max(max_diff, d);
-        sum_diff += d;
-        max_abs = std::max(max_abs, std::abs(double(a[i])));
-      }
-      std::vector<float> top(a);
-      std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
-      std::printf("[tp] size %d step %zu: max-abs %.5f mean-abs %.6f (max |logit| %.2f, margin %.3f)\n", size, s,
-                  max_diff, sum_diff / double(a.size()), max_abs, top[0] - top[1]);
-      EXPECT_LE(max_diff, tol.max_abs) << "step " << s;
-      EXPECT_LE(sum_diff / double(a.size()), tol.mean_abs) << "step " << s;
-      EXPECT_EQ(tp.tokens[s], one.tokens[s]) << "step " << s;
-      // Past a near tie the sequences may part; what follows compares different inputs.
-      if (top[0] - top[1] < kNearTie || tp.tokens[s] != one.tokens[s]) break;
-    }
+    expect_close_to_one_rank(one, tp, tol, ("size " + std::to_string(size)).c_str());
   }
 }
 
@@ -291,6 +318,28 @@ TEST_P(TinyMoeCheckpoint, ExpertsOverTwoAndFourRanksMatchOneRank) {
   GroupOptions opt;
   opt.expert_parallel = true;
   expect_same_as_one_rank((kTiny / GetParam()).string(), kPrompt, 8, kExact, opt);
+}
+
+// Tensor and data parallelism together: two data-parallel ranks, each a
+// tensor-parallel group (or a single rank) with its own prompt, the experts
+// spread over every rank of both. Each group's tokens and logits are one
+// rank's for its prompt.
+TEST_P(TinyMoeCheckpoint, ExpertsOverTwoDataParallelGroupsMatchOneRank) {
+  const std::string path = (kTiny / GetParam()).string();
+  const std::vector<std::vector<int32_t>> prompts = {kPrompt, {5, 9, 300, 41, 2, 18, 7, 150, 99, 3, 12}};
+  std::vector<GroupResult> one;
+  for (const std::vector<int32_t>& prompt : prompts) one.push_back(run_group(path, 1, prompt, 8));
+  for (int size : {1, 2}) {
+    SCOPED_TRACE("2 groups of " + std::to_string(size));
+    GroupOptions opt;
+    opt.expert_parallel = true;
+    const std::vector<GroupResult> got = run_groups(path, size, prompts, 8, opt);
+    for (size_t g = 0; g < prompts.size(); ++g) {
+      SCOPED_TRACE("group " + std::to_string(g));
+      expect_close_to_one_rank(one[g], got[g], kExact,
+                               ("2x" + std::to_string(size) + " group " + std::to_string(g)).c_str());
+    }
+  }
 }
 
 // A live re-placement mid-generation (replicas of some experts, every expert
