@@ -120,6 +120,13 @@ if has dist; then
   echo "test_dist: exit code $?; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test_dist.log" | tr '\n' ' ')" >> "$REPORT"
   grep -E '^\[  FAILED  \]|Failure|NcclOneRank' "$OUT/test_dist.log" | head -20 | sed 's/^/    /' >> "$REPORT"
   "$BIN/test_dist" --gtest_filter='NcclOneRank*' 2>&1 | grep -E '^\[ +(OK|SKIPPED|FAILED) ' | sed 's/^/    /' >> "$REPORT"
+  # Expert parallelism's device path over a one-rank NCCL group, against the
+  # plain MoE layer (stage test_tensor_parallel with gpu_prepare.sh's EXES).
+  if [ -x "$BIN/test_tensor_parallel" ]; then
+    timeout 120 "$BIN/test_tensor_parallel" --gtest_filter='ExpertParallelOneRank*' > "$OUT/test_ep.log" 2>&1
+    echo "ExpertParallelOneRank: exit code $?" >> "$REPORT"
+    grep -E '^\[ +(OK|SKIPPED|FAILED) |Failure|difference' "$OUT/test_ep.log" | head -20 | sed 's/^/    /' >> "$REPORT"
+  fi
 fi
 if has e2e; then
   echo -e "\n## End-to-end vs transformers\n" >> "$REPORT"

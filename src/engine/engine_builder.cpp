@@ -417,7 +417,9 @@ EngineParts build_engine(EngineConfig config) {
   limits.max_num_seqs = c.max_num_seqs;
   limits.max_model_len = p.max_model_len;
   limits.max_rows_per_seq = rows_per_seq(c);
-  limits.use_graphs = !c.enforce_eager;
+  // Expert-parallel MoE layers read their routing on the host mid-forward
+  // (model/expert_parallel.h): such a step cannot be captured.
+  limits.use_graphs = !c.enforce_eager && !tp.expert_parallel();
   limits.hidden_states = c.speculative.method == spec::SpecMethod::Mtp;
   build_expert_load(p, limits);
   RunnerRank rank;

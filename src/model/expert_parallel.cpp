@@ -1,7 +1,9 @@
 #include "model/expert_parallel.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "core/error.h"
 #include "dist/communicator.h"
@@ -19,22 +21,16 @@ size_t expert_bytes(const Tensor& stack) {
   return bytes;
 }
 
-// Expert e of `stack` (any strides outside its innermost rows) into dst.
-void copy_expert(const Tensor& stack, int64_t e, uint8_t* dst) {
-  const Tensor x = stack.row(e);
-  const size_t row = row_bytes(x.dtype(), x.size(-1));
-  if (x.ndim() == 1) {
-    std::memcpy(dst, x.data(), row);
-    return;
-  }
-  DI_CHECK(x.ndim() == 2, "expert parallelism: expert tensors are matrices or vectors, got {}", stack.describe());
-  for (int64_t r = 0; r < x.size(0); ++r) {
-    std::memcpy(dst + static_cast<size_t>(r) * row, static_cast<const char*>(x.data()) + r * x.stride_bytes(0), row);
-  }
-}
-
 Tensor host_tensor(void* data, DType dtype, const std::vector<int64_t>& shape) {
   return Tensor(data, dtype, std::span<const int64_t>(shape.data(), shape.size()));
+}
+
+// Slot `slot` of a stack buffer, shaped as one expert of `full` (its dtype,
+// so that a backend's own weight layout, e.g. FP8 rows, applies).
+Tensor slot_view(const Buffer& b, const Tensor& full, int32_t slot, size_t slot_bytes, Device device) {
+  std::vector<int64_t> shape(full.shape().begin() + 1, full.shape().end());
+  return Tensor(static_cast<char*>(b.data()) + static_cast<size_t>(slot) * slot_bytes, full.dtype(),
+                std::span<const int64_t>(shape.data(), shape.size()), device);
 }
 
 }  // namespace
@@ -42,8 +38,12 @@ Tensor host_tensor(void* data, DType dtype, const std::vector<int64_t>& shape) {
 ExpertParallelMoe::ExpertParallelMoe(Backend& backend, Communicator& experts, Communicator* token_group)
     : backend_(backend), comm_(experts), token_group_(token_group != nullptr && token_group->size() > 1 ? token_group
                                                                                                      : nullptr) {
-  DI_CHECK(backend.device().type == DeviceType::CPU && backend.reads_host_weights(),
-           "--enable-expert-parallel runs on the CPU backend for now (the GPU dispatch is not built yet)");
+  // Not yet run on a GPU: opt-in there until it has been checked on one.
+  const char* opt_in = std::getenv("DEEPINFER_CUDA_EXPERT_PARALLEL");
+  DI_CHECK(backend.device().type == DeviceType::CPU || (opt_in != nullptr && std::string_view(opt_in) == "1"),
+           "--enable-expert-parallel on {}: built but not yet validated on a GPU; set "
+           "DEEPINFER_CUDA_EXPERT_PARALLEL=1 to run it anyway",
+           backend.name());
   DI_CHECK(token_group_ == nullptr || experts.size() % token_group_->size() == 0,
            "expert parallelism: {} ranks of experts do not split into token groups of {}", experts.size(),
            token_group_ != nullptr ? token_group_->size() : 1);
@@ -57,10 +57,40 @@ std::unique_ptr<ExpertParallelMoe> ExpertParallelMoe::for_ranks(Backend& backend
 
 int ExpertParallelMoe::num_ranks() const { return comm_.size(); }
 
-std::vector<float>& ExpertParallelMoe::scratch(size_t i, size_t floats) {
-  if (scratch_.size() <= i) scratch_.resize(i + 1);
-  if (scratch_[i].size() < floats) scratch_[i].resize(floats);
-  return scratch_[i];
+Tensor ExpertParallelMoe::scratch(Scratch which, DType dtype, std::initializer_list<int64_t> shape) {
+  const std::vector<int64_t> dims(shape);
+  size_t bytes = row_bytes(dtype, dims.back());
+  for (size_t d = 0; d + 1 < dims.size(); ++d) bytes *= static_cast<size_t>(dims[d]);
+  Buffer& b = scratch_[which];
+  if (b.size() < std::max<size_t>(bytes, 1)) b = Buffer(backend_, std::max<size_t>({bytes, 2 * b.size(), 256}));
+  return Tensor(b.data(), dtype, std::span<const int64_t>(dims.data(), dims.size()), backend_.device());
+}
+
+Tensor ExpertParallelMoe::upload(Scratch which, const std::vector<int32_t>& values) {
+  const auto n = static_cast<int64_t>(values.size());
+  Tensor t = scratch(which, DType::I32, {n});
+  if (n > 0) ops::copy(backend_, t, host_tensor(const_cast<int32_t*>(values.data()), DType::I32, {n}));
+  return t;
+}
+
+std::vector<int64_t> ExpertParallelMoe::exchange_counts(const std::vector<int64_t>& send_rows) {
+  const int size = comm_.size();
+  std::vector<int64_t> recv_rows(static_cast<size_t>(size), 0);
+  const std::vector<int64_t> ones(static_cast<size_t>(size), 1);
+  // Through device memory: the group's collectives run on the device.
+  Tensor counts = scratch(kCounts, DType::I64, {2 * size, 1});
+  const Tensor send = counts.slice_rows(0, size), recv = counts.slice_rows(size, size);
+  ops::copy(backend_, send, host_tensor(const_cast<int64_t*>(send_rows.data()), DType::I64, {size, 1}));
+  comm_.all_to_all(send, ones, recv, ones);
+  ops::copy(backend_, host_tensor(recv_rows.data(), DType::I64, {size, 1}), recv);  // waits for it
+  return recv_rows;
+}
+
+void ExpertParallelMoe::copy_slot(const Stack& from, int32_t from_slot, Stack& to, int32_t to_slot,
+                                  size_t slot_bytes) {
+  const auto bytes = static_cast<int64_t>(slot_bytes);
+  ops::copy(backend_, to.bytes.view(DType::U8, {bytes}, static_cast<size_t>(to_slot) * slot_bytes),
+            from.bytes.view(DType::U8, {bytes}, static_cast<size_t>(from_slot) * slot_bytes));
 }
 
 void ExpertParallelMoe::add_layer(const MoeExpertWeights& full, moe::ExpertPlacement placement) {
@@ -71,16 +101,25 @@ void ExpertParallelMoe::add_layer(const MoeExpertWeights& full, moe::ExpertPlace
   l.placement = std::move(placement);
   for (const Tensor* t : {&full.gate, &full.up, &full.down, &full.gate_bias, &full.up_bias, &full.down_bias}) {
     if (!t->defined()) break;  // the biases come together or not at all
+    DI_CHECK(t->ndim() == 2 || t->ndim() == 3, "expert parallelism: expert tensors are matrices or vectors, got {}",
+             t->describe());
+    // A device keeps the checkpoint's bytes as they are: no dequantisation
+    // or packing on the way (WeightStore's), so only plain float types.
+    DI_CHECK(backend_.reads_host_weights() || t->dtype() == DType::BF16 || t->dtype() == DType::F16 ||
+                 t->dtype() == DType::F32,
+             "expert parallelism on {}: {} experts; use a bf16 or f16 checkpoint", backend_.name(),
+             dtype_name(t->dtype()));
     l.full_shapes.push_back(*t);
   }
   const int32_t spr = l.placement.slots_per_rank(), first = comm_.rank() * spr;
   for (const Tensor& t : l.full_shapes) {
     Stack s;
     s.slot_bytes = expert_bytes(t);
-    s.bytes.resize(s.slot_bytes * static_cast<size_t>(spr));
+    s.bytes = Buffer(backend_, s.slot_bytes * static_cast<size_t>(spr));
     for (int32_t k = 0; k < spr; ++k) {
-      copy_expert(t, l.placement.physical_to_logical()[static_cast<size_t>(first + k)],
-                  s.bytes.data() + static_cast<size_t>(k) * s.slot_bytes);
+      // The checkpoint's expert (host memory, any row stride) into the slot.
+      ops::copy(backend_, slot_view(s.bytes, t, k, s.slot_bytes, backend_.device()),
+                t.row(l.placement.physical_to_logical()[static_cast<size_t>(first + k)]));
     }
     l.stacks.push_back(std::move(s));
   }
@@ -95,7 +134,8 @@ void ExpertParallelMoe::build_views(Layer& l) const {
   for (size_t i = 0; i < l.stacks.size(); ++i) {
     std::vector<int64_t> shape(l.full_shapes[i].shape().begin(), l.full_shapes[i].shape().end());
     shape[0] = spr;
-    *views[i] = host_tensor(l.stacks[i].bytes.data(), l.full_shapes[i].dtype(), shape);
+    *views[i] = Tensor(l.stacks[i].bytes.data(), l.full_shapes[i].dtype(),
+                       std::span<const int64_t>(shape.data(), shape.size()), backend_.device());
   }
 }
 
@@ -106,139 +146,124 @@ void ExpertParallelMoe::forward(size_t layer, const layers::MoeWeights& w, const
   const moe::ExpertPlacement& p = l.placement;
   const int size = comm_.size(), rank = comm_.rank();
   const int64_t n = h.size(0), hidden = h.size(1), E = p.num_logical(), k = route.top_k;
-  DI_CHECK(out.dtype() == DType::F32 && h.dtype() == DType::F32 && out.is_contiguous(),
-           "expert parallelism: f32 activations expected, got {} -> {}", h.describe(), out.describe());
+  const DType dt = h.dtype();
+  DI_CHECK(out.dtype() == dt && out.is_contiguous() && out.size(0) == n && out.size(1) == hidden,
+           "expert parallelism: activations {} -> {}", h.describe(), out.describe());
   const bool per_rank = token_group_ == nullptr;
   const int group_size = per_rank ? 1 : token_group_->size(), group_rank = per_rank ? 0 : token_group_->rank();
   const IndexRange mine = split_range(n, group_size, group_rank, 1);
   const int64_t m = mine.size();
   const Tensor hm = h.slice_rows(mine.begin, m);
 
-  // 1. Route this rank's tokens.
-  Tensor logits = host_tensor(scratch(0, static_cast<size_t>(std::max<int64_t>(m, 1) * E)).data(), DType::F32,
-                              {m, E});
+  // 1. Route this rank's tokens (on the device), then bring the ids here.
+  const Tensor ids = scratch(kIds, DType::I32, {m, k});
+  const Tensor weights = scratch(kWeights, DType::F32, {m * k, 1});
   ids_.resize(static_cast<size_t>(m * k));
-  std::vector<int32_t>& ids = ids_;
-  Tensor ids_t = host_tensor(ids.data(), DType::I32, {m, k});
-  Tensor weights_t = host_tensor(scratch(1, static_cast<size_t>(std::max<int64_t>(m * k, 1))).data(), DType::F32,
-                                 {m, k});
   if (m > 0) {
+    const Tensor logits = scratch(kLogits, DType::F32, {m, E});
     ops::linear(backend_, hm, w.router, w.router_bias, logits);
-    ops::moe_route(backend_, logits, route, ids_t, weights_t);
+    ops::moe_route(backend_, logits, route, ids, weights.reshape({m, k}));
     if (expert_counts.defined()) {
       const Tensor slots = token_slots.defined() ? token_slots.slice_rows(mine.begin, m) : Tensor();
-      ops::count_experts(backend_, ids_t, slots, expert_counts);
+      ops::count_experts(backend_, ids, slots, expert_counts);
     }
+    ops::copy(backend_, host_tensor(ids_.data(), DType::I32, {m, k}), ids);  // waits for the route
   }
   if (expert_counts.defined()) comm_.all_reduce(expert_counts);
 
-  // 2. Each (token, choice) to a replica of its expert, grouped by owner rank.
+  // 2. Each (token, choice) to a replica of its expert, grouped by owner
+  // rank: the send order, what each sent row is (its token, its choice) and
+  // the slot it wants, and where each choice sits in that order.
   const int32_t spr = p.slots_per_rank();
-  std::vector<int64_t> send_rows(static_cast<size_t>(size), 0), recv_rows(static_cast<size_t>(size), 0);
-  dest_.resize(static_cast<size_t>(m * k));
-  slot_.resize(static_cast<size_t>(m * k));
-  std::vector<int32_t>& dest = dest_;
-  std::vector<int32_t>& slot = slot_;
+  std::vector<int64_t> send_rows(static_cast<size_t>(size), 0);
+  std::vector<int32_t> dest(static_cast<size_t>(m * k)), slot(static_cast<size_t>(m * k));
   for (int64_t t = 0; t < m; ++t) {
     for (int64_t j = 0; j < k; ++j) {
       const size_t c = static_cast<size_t>(t * k + j);
       // The replica rotates with the token and the token group (the first
       // rank of this rank's), so the copies of a hot expert share its load.
-      const int32_t phys = p.route(ids[c], static_cast<uint64_t>(mine.begin + t + rank - group_rank));
+      const int32_t phys = p.route(ids_[c], static_cast<uint64_t>(mine.begin + t + rank - group_rank));
       dest[c] = p.rank_of(phys);
       slot[c] = phys - dest[c] * spr;
       ++send_rows[static_cast<size_t>(dest[c])];
     }
   }
-  std::vector<int64_t> offset(static_cast<size_t>(size) + 1, 0);
-  for (int r = 0; r < size; ++r) offset[static_cast<size_t>(r) + 1] = offset[static_cast<size_t>(r)] + send_rows[static_cast<size_t>(r)];
-  const int64_t S = offset.back();
-  position_.resize(static_cast<size_t>(m * k));
-  std::vector<int64_t>& position = position_;  // where each choice sits in the send order
-  std::vector<int64_t> cursor(offset.begin(), offset.end() - 1);
-  float* send_x = scratch(2, static_cast<size_t>(std::max<int64_t>(S, 1) * hidden)).data();
-  send_slot_.resize(static_cast<size_t>(std::max<int64_t>(S, 1)));
-  std::vector<int32_t>& send_slot = send_slot_;
-  for (int64_t c = 0; c < m * k; ++c) {
-    const int64_t at = cursor[static_cast<size_t>(dest[static_cast<size_t>(c)])]++;
-    position[static_cast<size_t>(c)] = at;
-    send_slot[static_cast<size_t>(at)] = slot[static_cast<size_t>(c)];
-    std::memcpy(send_x + at * hidden, hm.data_as<const float>() + (c / k) * (hm.stride_bytes(0) / 4),
-                static_cast<size_t>(hidden) * sizeof(float));
+  std::vector<int64_t> cursor(static_cast<size_t>(size), 0);
+  for (int r = 1; r < size; ++r) cursor[static_cast<size_t>(r)] = cursor[r - 1] + send_rows[static_cast<size_t>(r) - 1];
+  const int64_t S = m * k;  // every choice is sent once
+  send_index_.resize(static_cast<size_t>(S));
+  send_choice_.resize(static_cast<size_t>(S));
+  send_slot_.resize(static_cast<size_t>(S));
+  position_.resize(static_cast<size_t>(S));
+  for (int64_t c = 0; c < S; ++c) {
+    const auto at = static_cast<size_t>(cursor[static_cast<size_t>(dest[static_cast<size_t>(c)])]++);
+    position_[static_cast<size_t>(c)] = static_cast<int32_t>(at);
+    send_index_[at] = static_cast<int32_t>(c / k);
+    send_choice_[at] = static_cast<int32_t>(c);
+    send_slot_[at] = slot[static_cast<size_t>(c)];
   }
-  {
-    std::vector<int64_t> ones(static_cast<size_t>(size), 1);
-    comm_.all_to_all(host_tensor(send_rows.data(), DType::I64, {size, 1}), ones,
-                     host_tensor(recv_rows.data(), DType::I64, {size, 1}), ones);
-  }
+  const std::vector<int64_t> recv_rows = exchange_counts(send_rows);
   int64_t R = 0;
   for (int64_t r : recv_rows) R += r;
-  float* recv_x = scratch(3, static_cast<size_t>(std::max<int64_t>(R, 1) * hidden)).data();
-  recv_slot_.resize(static_cast<size_t>(std::max<int64_t>(R, 1)));
-  std::vector<int32_t>& recv_slot = recv_slot_;
-  comm_.all_to_all(host_tensor(send_x, DType::F32, {S, hidden}), send_rows,
-                   host_tensor(recv_x, DType::F32, {R, hidden}), recv_rows);
-  comm_.all_to_all(host_tensor(send_slot.data(), DType::I32, {S, 1}), send_rows,
-                   host_tensor(recv_slot.data(), DType::I32, {R, 1}), recv_rows);
 
-  // 3. This rank's experts on what it received (unweighted: the senders weigh).
-  float* y = scratch(4, static_cast<size_t>(std::max<int64_t>(R, 1) * hidden)).data();
+  // 3. The rows, their routing weights and slots to the owners; the owners'
+  // experts on what they received, weighted there; the outputs back.
+  const Tensor send_x = scratch(kSendX, dt, {S, hidden});
+  const Tensor send_w = scratch(kSendW, DType::F32, {S, 1});
+  const Tensor send_slot = upload(kSendSlot, send_slot_).reshape({S, 1});
+  if (S > 0) {
+    ops::gather_rows(backend_, hm, upload(kSendIndex, send_index_), send_x);
+    ops::gather_rows(backend_, weights, upload(kSendChoice, send_choice_), send_w);
+  }
+  const Tensor recv_x = scratch(kRecvX, dt, {R, hidden});
+  const Tensor recv_w = scratch(kRecvW, DType::F32, {R, 1});
+  const Tensor recv_slot = scratch(kRecvSlot, DType::I32, {R, 1});
+  comm_.all_to_all(send_x, send_rows, recv_x, recv_rows);
+  comm_.all_to_all(send_w, send_rows, recv_w, recv_rows);
+  comm_.all_to_all(send_slot, send_rows, recv_slot, recv_rows);
+  const Tensor y = scratch(kY, dt, {R, hidden});
   if (R > 0) {
-    std::vector<float>& ones = scratch(5, static_cast<size_t>(R));
-    std::fill(ones.begin(), ones.begin() + R, 1.0f);
     const size_t ws = ops::moe_workspace_bytes(backend_, R, 1, l.local);
-    if (workspace_.size() < ws) workspace_.resize(ws);
-    ops::moe_experts(backend_, host_tensor(recv_x, DType::F32, {R, hidden}),
-                     host_tensor(recv_slot.data(), DType::I32, {R, 1}), host_tensor(ones.data(), DType::F32, {R, 1}),
-                     l.local, act, false, host_tensor(workspace_.data(), DType::U8, {static_cast<int64_t>(ws)}),
-                     host_tensor(y, DType::F32, {R, hidden}));
+    const Tensor workspace = scratch(kWorkspace, DType::U8, {static_cast<int64_t>(std::max<size_t>(ws, 1))});
+    ops::moe_experts(backend_, recv_x, recv_slot, recv_w, l.local, act, false, workspace, y);
   }
-  float* back = scratch(6, static_cast<size_t>(std::max<int64_t>(S, 1) * hidden)).data();
-  comm_.all_to_all(host_tensor(y, DType::F32, {R, hidden}), recv_rows, host_tensor(back, DType::F32, {S, hidden}),
-                   send_rows);
+  const Tensor back = scratch(kBack, dt, {S, hidden});
+  comm_.all_to_all(y, recv_rows, back, send_rows);
 
-  // 4. This rank's rows: the shared expert, then the routed outputs in choice
-  // order; then (replicated tokens) everyone's rows to everyone.
+  // 4. This rank's rows: the shared expert, then the routed outputs added in
+  // choice order (so the sum does not depend on which replica computed
+  // what); then, in a token group, everyone's rows to everyone.
   const int64_t rows_max = (n + group_size - 1) / group_size;
-  float* own = scratch(7, static_cast<size_t>(std::max<int64_t>(rows_max, 1) * hidden)).data();
-  std::fill(own, own + rows_max * hidden, 0.0f);
-  const Tensor own_t = host_tensor(own, DType::F32, {m, hidden});
-  if (m > 0 && w.shared.gate.defined()) {
-    std::vector<float>& gate = scratch(8, static_cast<size_t>(2 * m));
-    zero_ids_.assign(static_cast<size_t>(m), 0);
-    std::vector<int32_t>& zero_ids = zero_ids_;
-    const Tensor gate_logits = host_tensor(gate.data(), DType::F32, {m, 1});
-    const Tensor gate_weights = host_tensor(gate.data() + m, DType::F32, {m, 1});
-    const Tensor gate_ids = host_tensor(zero_ids.data(), DType::I32, {m, 1});
-    ops::linear(backend_, hm, w.shared_gate, Tensor(), gate_logits);
-    MoeRouteParams gate_route;
-    gate_route.scoring = MoeScoring::Sigmoid;
-    ops::moe_route(backend_, gate_logits, gate_route, gate_ids, gate_weights);
-    const size_t ws = ops::moe_workspace_bytes(backend_, m, 1, w.shared);
-    if (workspace_.size() < ws) workspace_.resize(ws);
-    ops::moe_experts(backend_, hm, gate_ids, gate_weights, w.shared, act, false,
-                     host_tensor(workspace_.data(), DType::U8, {static_cast<int64_t>(ws)}), own_t);
-  }
-  const float* wt = weights_t.data_as<const float>();
-  for (int64_t t = 0; t < m; ++t) {
-    float* o = own + t * hidden;
-    for (int64_t j = 0; j < k; ++j) {
-      const float wj = wt[t * k + j];
-      const float* r = back + position[static_cast<size_t>(t * k + j)] * hidden;
-      for (int64_t c = 0; c < hidden; ++c) o[c] += wj * r[c];
+  const Tensor own = per_rank ? out : scratch(kOwn, dt, {rows_max, hidden}).slice_rows(0, m);
+  if (m > 0) {
+    const Tensor choices = scratch(kGathered, dt, {S, hidden});
+    ops::gather_rows(backend_, back, upload(kPosition, position_), choices);
+    const Tensor by_token = choices.reshape({m, k * hidden});
+    int64_t first = 0;
+    if (w.shared.gate.defined()) {
+      const Tensor gate = scratch(kSharedGate, DType::F32, {2 * m, 1});
+      const Tensor gate_logits = gate.slice_rows(0, m), gate_weights = gate.slice_rows(m, m);
+      const Tensor gate_ids = scratch(kIds, DType::I32, {m, 1});  // the routing ids are on the host by now
+      ops::linear(backend_, hm, w.shared_gate, Tensor(), gate_logits);
+      MoeRouteParams gate_route;
+      gate_route.scoring = MoeScoring::Sigmoid;
+      ops::moe_route(backend_, gate_logits, gate_route, gate_ids, gate_weights);  // one expert: id 0, sigmoid
+      const size_t ws = ops::moe_workspace_bytes(backend_, m, 1, w.shared);
+      const Tensor workspace = scratch(kWorkspace, DType::U8, {static_cast<int64_t>(std::max<size_t>(ws, 1))});
+      ops::moe_experts(backend_, hm, gate_ids, gate_weights, w.shared, act, false, workspace, own);
+    } else {
+      ops::copy(backend_, own, by_token.narrow(1, 0, hidden));
+      first = 1;
     }
+    for (int64_t j = first; j < k; ++j) ops::add(backend_, own, by_token.narrow(1, j * hidden, hidden), own);
   }
-  if (per_rank) {
-    if (m > 0) std::memcpy(out.data_as<float>(), own, static_cast<size_t>(m * hidden) * sizeof(float));
-    return;
-  }
-  float* all = scratch(9, static_cast<size_t>(std::max<int64_t>(rows_max, 1) * hidden * group_size)).data();
-  token_group_->all_gather(host_tensor(own, DType::F32, {rows_max * hidden}),
-                           host_tensor(all, DType::F32, {rows_max * hidden * group_size}));
+  if (per_rank) return;
+  const Tensor own_rows = scratch(kOwn, dt, {rows_max, hidden});
+  const Tensor all = scratch(kAll, dt, {rows_max * group_size, hidden});
+  token_group_->all_gather(own_rows.reshape({rows_max * hidden}), all.reshape({rows_max * group_size * hidden}));
   for (int r = 0; r < group_size; ++r) {
     const IndexRange rr = split_range(n, group_size, r, 1);
-    std::memcpy(out.data_as<float>() + rr.begin * hidden, all + static_cast<int64_t>(r) * rows_max * hidden,
-                static_cast<size_t>(rr.size() * hidden) * sizeof(float));
+    if (rr.size() > 0) ops::copy(backend_, out.slice_rows(rr.begin, rr.size()), all.slice_rows(r * rows_max, rr.size()));
   }
 }
 
@@ -254,7 +279,7 @@ void ExpertParallelMoe::set_placement(size_t layer, moe::ExpertPlacement next) {
   std::vector<Stack> fresh(l.stacks.size());
   for (size_t i = 0; i < l.stacks.size(); ++i) {
     fresh[i].slot_bytes = l.stacks[i].slot_bytes;
-    fresh[i].bytes.resize(fresh[i].slot_bytes * static_cast<size_t>(new_spr));
+    fresh[i].bytes = Buffer(backend_, fresh[i].slot_bytes * static_cast<size_t>(new_spr));
   }
   // Every rank walks the same list of new slots. An expert the slot's rank
   // already holds is copied there; any other comes from the first rank that
@@ -278,9 +303,7 @@ void ExpertParallelMoe::set_placement(size_t layer, moe::ExpertPlacement next) {
     if (held >= 0) {
       if (me != dst) continue;
       for (size_t i = 0; i < fresh.size(); ++i) {
-        std::memcpy(fresh[i].bytes.data() + static_cast<size_t>(dst_slot) * fresh[i].slot_bytes,
-                    l.stacks[i].bytes.data() + static_cast<size_t>(held - dst * old_spr) * l.stacks[i].slot_bytes,
-                    fresh[i].slot_bytes);
+        copy_slot(l.stacks[i], held - dst * old_spr, fresh[i], dst_slot, fresh[i].slot_bytes);
       }
       continue;
     }
@@ -296,31 +319,25 @@ void ExpertParallelMoe::set_placement(size_t layer, moe::ExpertPlacement next) {
   if (!moves.empty()) {  // every rank knows the same list: all skip, or all take part
     int64_t n_send = 0, n_recv = 0;
     for (int r = 0; r < size; ++r) n_send += send_slots[static_cast<size_t>(r)], n_recv += recv_slots[static_cast<size_t>(r)];
-    std::vector<uint8_t> send, recv;
     for (size_t i = 0; i < fresh.size(); ++i) {
       const size_t bytes = fresh[i].slot_bytes;
-      send.resize(std::max<size_t>(1, static_cast<size_t>(n_send) * bytes));
-      recv.resize(std::max<size_t>(1, static_cast<size_t>(n_recv) * bytes));
+      Stack send{Buffer(backend_, std::max<size_t>(1, static_cast<size_t>(n_send) * bytes)), bytes};
+      Stack recv{Buffer(backend_, std::max<size_t>(1, static_cast<size_t>(n_recv) * bytes)), bytes};
       // Send order: by destination rank, then the list's order; the receiver
       // reads its slots back by source rank in the same order.
-      size_t at = 0;
+      int32_t at = 0;
       for (int d = 0; d < size; ++d) {
         for (const Move& m : moves) {
-          if (m.src != me || m.dst != d) continue;
-          std::memcpy(send.data() + at * bytes, l.stacks[i].bytes.data() + static_cast<size_t>(m.from_slot) * bytes,
-                      bytes);
-          ++at;
+          if (m.src == me && m.dst == d) copy_slot(l.stacks[i], m.from_slot, send, at++, bytes);
         }
       }
       const auto b = static_cast<int64_t>(bytes);
-      comm_.all_to_all(host_tensor(send.data(), DType::U8, {n_send, b}), send_slots,
-                       host_tensor(recv.data(), DType::U8, {n_recv, b}), recv_slots);
+      comm_.all_to_all(send.bytes.view(DType::U8, {n_send, b}), send_slots, recv.bytes.view(DType::U8, {n_recv, b}),
+                       recv_slots);
       at = 0;
       for (int src = 0; src < size; ++src) {
         for (const Move& m : moves) {
-          if (m.dst != me || m.src != src) continue;
-          std::memcpy(fresh[i].bytes.data() + static_cast<size_t>(m.dst_slot) * bytes, recv.data() + at * bytes, bytes);
-          ++at;
+          if (m.dst == me && m.src == src) copy_slot(recv, at++, fresh[i], m.dst_slot, bytes);
         }
       }
     }

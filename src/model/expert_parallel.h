@@ -24,8 +24,13 @@
 // Placements change while serving (set_placement): the rank's new slots are
 // filled from ranks that hold those experts now, over the device group (one
 // all-to-all per weight stack: each expert travels only to its new owner).
-// Host memory only for now (the CPU backend): the dispatch counts are read on
-// the host, which a GPU step would have to wait for.
+//
+// The data stay on the backend's device (expert stacks, activations, the
+// all-to-alls on the device group); only the routed expert ids come to the
+// host, where the send order is planned, so a step waits for its routing once
+// per MoE layer. On a GPU that rules out CUDA graphs for these steps (the
+// engine runs them eagerly); device-side dispatch counts with fixed-size
+// buffers, as DeepEP does, would lift that.
 #pragma once
 
 #include <cstdint>
@@ -74,7 +79,7 @@ class ExpertParallelMoe {
 
  private:
   struct Stack {
-    std::vector<uint8_t> bytes;  // [slots, rest...] of the expert tensor
+    Buffer bytes;  // [slots, rest...] of the expert tensor, on the device
     size_t slot_bytes = 0;
   };
   struct Layer {
@@ -83,18 +88,26 @@ class ExpertParallelMoe {
     MoeExpertWeights local;     // views of the stacks
     std::vector<Tensor> full_shapes;  // the full tensors (shapes and dtypes only after loading)
   };
+  // forward()'s device buffers, grown on demand and kept between calls.
+  enum Scratch : uint8_t {
+    kLogits, kIds, kWeights, kSendIndex, kSendChoice, kSendSlot, kSendX, kSendW, kRecvX, kRecvSlot, kRecvW, kY,
+    kBack, kPosition, kGathered, kOwn, kAll, kWorkspace, kSharedGate, kCounts, kNumScratch
+  };
   void build_views(Layer& l) const;
-  std::vector<float>& scratch(size_t i, size_t floats);
+  Tensor scratch(Scratch which, DType dtype, std::initializer_list<int64_t> shape);
+  Tensor upload(Scratch which, const std::vector<int32_t>& values);
+  // Rows each rank sends this rank, given the rows this rank sends each.
+  std::vector<int64_t> exchange_counts(const std::vector<int64_t>& send_rows);
+  // Moves the bytes of slot `from_slot` of `from` into slot `to_slot` of `to`.
+  void copy_slot(const Stack& from, int32_t from_slot, Stack& to, int32_t to_slot, size_t slot_bytes);
 
   Backend& backend_;
   Communicator& comm_;          // the experts' group
   Communicator* token_group_;   // null: every rank its own tokens
   std::vector<Layer> layers_;
-  // Host buffers of forward(), kept between calls (grown, never shrunk).
-  std::vector<std::vector<float>> scratch_;
-  std::vector<uint8_t> workspace_;
-  std::vector<int32_t> ids_, dest_, slot_, send_slot_, recv_slot_, zero_ids_;
-  std::vector<int64_t> position_;
+  Buffer scratch_[kNumScratch];
+  // Host side of forward()'s plan, kept between calls.
+  std::vector<int32_t> ids_, send_index_, send_choice_, send_slot_, position_;
 };
 
 }  // namespace deepinfer
