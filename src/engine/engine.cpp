@@ -416,7 +416,7 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
     stats_.device_idle_max_ms = std::max(stats_.device_idle_max_ms, res.idle_ms_before);
   }
   // A step that captured its graph timed the capture, not the step.
-  if (res.captured) captured_since_progress_ = true;
+  if (res.captured) capture_s_since_progress_ += std::max(res.capture_ms, 1e-3) * 1e-3;
   if (speculator_ && !res.captured) {
     speculator_->record_step(step.num_tokens, res.device_ms, res.idle_ms_before, step.drafting);
   }
@@ -543,8 +543,8 @@ std::vector<RequestOutput> Engine::step() {
   if (speculator_) {
     const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     speculator_->record_progress(stats_.generation_tokens, prompt_tokens_computed_, now,
-                                 static_cast<int32_t>(parts_.scheduler->num_running()), captured_since_progress_);
-    captured_since_progress_ = false;
+                                 static_cast<int32_t>(parts_.scheduler->num_running()), capture_s_since_progress_);
+    capture_s_since_progress_ = 0.0;
   }
   const bool drafting = speculator_ && speculator_->should_propose();
   if (drafting) {

@@ -236,7 +236,7 @@ class Engine {
   MtpProposer* mtp_ = nullptr;              // speculator_'s proposer with the "mtp" method
   int64_t prompt_tokens_computed_ = 0;      // prompt tokens launched (the speculation switch's measure)
   size_t keep_up_cursor_ = 0;               // keep_proposer_up's rotation
-  bool captured_since_progress_ = false;    // a completed step captured a graph since the switch last heard
+  double capture_s_since_progress_ = 0.0;  // graph captures of completed steps since the switch last heard
   // Structured output's grammar compiler, made on first use (building its
   // vocabulary index takes a moment), from any thread.
   mutable std::once_flag grammar_once_;

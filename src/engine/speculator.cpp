@@ -53,10 +53,10 @@ void Speculator::keep_up(std::span<const Request* const> requests, int64_t max_t
 }
 
 void Speculator::record_progress(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running,
-                                 bool one_time_work) {
+                                 double one_time_s) {
   if (!switched()) return;
   const bool was = switch_.speculating();
-  switch_.record_step(output_tokens, prompt_tokens, now_s, running, one_time_work);
+  switch_.record_step(output_tokens, prompt_tokens, now_s, running, one_time_s);
   // Back from plain windows: draft at once rather than wait for a probe.
   if (switch_.speculating() && !was) last_round_drafts_ = 1;
   stats_.windows = switch_.windows();

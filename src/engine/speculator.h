@@ -57,10 +57,10 @@ class Speculator {
   static constexpr int kProbeInterval = 8;
   bool should_propose();
   // Before every engine step: output tokens and computed prompt tokens so
-  // far, the wall clock (seconds), the requests running, and whether a step
-  // since the last call captured a graph (the switch's measurements).
+  // far, the wall clock (seconds), the requests running, and the seconds
+  // spent capturing graphs since the last call (the switch's measurements).
   void record_progress(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running,
-                       bool one_time_work);
+                       double one_time_s);
   // Between drafting rounds (plain steps, pipelined): gives the proposer up
   // to max_tokens of the tokens it has not seen, so that the next drafting
   // round does not stall on a backlog (a suffix tree takes ~4 us per token).

@@ -1,6 +1,7 @@
 #include "runner/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "core/error.h"
@@ -537,7 +538,9 @@ int ModelRunner::launch_staged(const StepPlan& plan, GraphShape shape, bool grap
     const auto key = std::make_tuple(shape.seqs, shape.q, graph_kv_len);
     auto it = graphs_.find(key);
     s.captured = it == graphs_.end();
+    s.capture_ms = 0.0;
     if (it == graphs_.end()) {
+      const auto capture_start = std::chrono::steady_clock::now();
       backend_.begin_capture();
       try {
         model_.forward(in, kv_, logits);
@@ -550,6 +553,7 @@ int ModelRunner::launch_staged(const StepPlan& plan, GraphShape shape, bool grap
         throw;
       }
       it = graphs_.emplace(key, backend_.end_capture()).first;
+      s.capture_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - capture_start).count();
     }
     it->second->replay();
   } else {
@@ -667,6 +671,7 @@ StepResults ModelRunner::wait(int slot) {
   r.logits = std::span<const float>(s.logits_host, static_cast<size_t>(s.num_copied) * vocab);
   r.graph = s.graph;
   r.captured = s.captured;
+  r.capture_ms = s.capture_ms;
   if (count_cells_ > 0) r.expert_counts = std::span<const int32_t>(s.counts_host, static_cast<size_t>(count_cells_));
   if (limits_.sampled_probs) r.probs = std::span<const float>(s.probs_host, static_cast<size_t>(s.num_rows));
   r.device_ms = s.end->elapsed_ms_since(*s.start);

@@ -84,6 +84,7 @@ struct StepResults {
   // The graph was captured by this step: device_ms includes the capture (host
   // work between the step's events), so it says nothing about the step's cost.
   bool captured = false;
+  double capture_ms = 0.0;  // host time of that capture (begin to end, instantiation included)
   // With RunnerLimits::count_experts: i32[moe_layers x n_experts], row-major,
   // the step's routed (token, expert) choices; padding rows of graph batches
   // are not counted. Empty otherwise.
@@ -237,6 +238,7 @@ class ModelRunner {
     } tail;
     bool awaiting_masks = false;
     bool in_flight = false, graph = false, captured = false;
+    double capture_ms = 0.0;
     uint64_t sequence = 0;  // launch order
     int prev_slot = -1;     // slot of the step launched just before
   };

@@ -21,6 +21,7 @@ int SpeculationSwitch::bucket_of(int32_t running) {
 void SpeculationSwitch::open_window(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running) {
   window_open_ = true;
   tainted_ = false;
+  window_one_time_s_ = 0.0;
   steps_in_window_ = 0;
   window_tokens_ = output_tokens;
   window_prompt_tokens_ = prompt_tokens;
@@ -51,7 +52,7 @@ void SpeculationSwitch::open_window(int64_t output_tokens, int64_t prompt_tokens
 void SpeculationSwitch::end_window(int64_t output_tokens, int64_t prompt_tokens, double now_s) {
   window_open_ = false;
   const int64_t produced = output_tokens - window_tokens_;
-  const double seconds = now_s - window_start_s_;
+  const double seconds = now_s - window_start_s_ - window_one_time_s_;
   // Nothing to compare: idle, or mostly prompt processing.
   if (produced <= 0 || seconds <= 0.0 || prompt_tokens - window_prompt_tokens_ > kPrefillRatio * produced) return;
   if (tainted_ && ++tainted_in_a_row_ <= kMaxTainted) return;
@@ -68,12 +69,15 @@ void SpeculationSwitch::end_window(int64_t output_tokens, int64_t prompt_tokens,
 }
 
 void SpeculationSwitch::record_step(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running,
-                                    bool one_time_work) {
+                                    double one_time_s) {
   if (!window_open_) {
     open_window(output_tokens, prompt_tokens, now_s, running);
     return;
   }
-  tainted_ = tainted_ || one_time_work;
+  if (one_time_s > 0.0) {
+    tainted_ = true;
+    window_one_time_s_ += one_time_s;
+  }
   if (++steps_in_window_ < config_.window_steps) return;
   end_window(output_tokens, prompt_tokens, now_s);
   open_window(output_tokens, prompt_tokens, now_s, running);

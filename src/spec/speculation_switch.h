@@ -17,8 +17,10 @@
 // wins, the interval resets. Rates are compared only between windows that
 // produced tokens, did no one-time work (graph captures; after
 // kMaxTainted such windows in a row the next counts anyway, so that a run
-// that keeps capturing still gets measured) and were not dominated by prompt
-// processing (more prompt
+// that keeps capturing still gets measured, with the one-time work's own
+// time taken out: a capture of tens of milliseconds in a window of a few
+// hundred would otherwise make the mode that captured look slow for many
+// windows) and were not dominated by prompt processing (more prompt
 // tokens computed than kPrefillRatio times the outputs: a burst of new
 // requests, whose window would count against whichever mode it fell to).
 //
@@ -48,10 +50,11 @@ class SpeculationSwitch {
   bool speculating() const { return speculating_; }
   // After every engine step: the engine's output tokens and computed prompt
   // tokens so far, the wall-clock time in seconds (any monotonic origin), the
-  // requests running, and whether one-time work (a CUDA graph capture) fell
-  // into the step: a window with such work teaches nothing.
+  // requests running, and the seconds of one-time work (CUDA graph
+  // captures) that fell into the step: a window with such work teaches
+  // nothing, or, when such windows keep coming, counts without that time.
   void record_step(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running,
-                   bool one_time_work = false);
+                   double one_time_s = 0.0);
   static constexpr int64_t kPrefillRatio = 4;
   static constexpr int32_t kMaxTainted = 3;
 
@@ -81,6 +84,7 @@ class SpeculationSwitch {
   bool window_open_ = false;
   bool exploring_ = false;   // the current window re-checks its bucket's losing mode
   bool tainted_ = false;     // the current window did one-time work
+  double window_one_time_s_ = 0.0;  // ... taking this long
   int32_t tainted_in_a_row_ = 0;  // ... and how many windows before it did
   int window_bucket_ = 0;
   int32_t steps_in_window_ = 0;

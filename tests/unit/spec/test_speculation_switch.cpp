@@ -116,15 +116,44 @@ TEST(SpeculationSwitch, WindowsWithoutOutputsOrMostlyPromptsTeachNothing) {
   SpeculationSwitch fresh;
   for (int i = 0; i < 24 * SpeculationSwitch::kMaxTainted + 1; ++i) {
     clock += 0.01;
-    fresh.record_step(10 * i, 0, clock, 8, /*one_time_work=*/i % 24 == 5);
+    fresh.record_step(10 * i, 0, clock, 8, /*one_time_s=*/i % 24 == 5 ? 0.005 : 0.0);
   }
   EXPECT_EQ(fresh.speculative_rate(8), 0.0);
   EXPECT_EQ(fresh.plain_rate(8), 0.0);
   for (int i = 0; i < 24; ++i) {
     clock += 0.01;
-    fresh.record_step(1000 + 10 * i, 0, clock, 8, i == 5);
+    fresh.record_step(1000 + 10 * i, 0, clock, 8, i == 5 ? 0.005 : 0.0);
   }
   EXPECT_GT(fresh.speculative_rate(8), 0.0);
+}
+
+// Batch 1 with a speculation that doubles the rate but captures a graph in
+// every window it speculates (verify lengths and context buckets keep making
+// new shapes; 0.5 s of capture against the window's 0.24 s of steps): the
+// windows that count anyway (every kMaxTainted + 1-th) must not count the
+// capture, or speculation would look 3x slower than it is and plain decoding
+// would win for whole exploration intervals.
+TEST(SpeculationSwitch, CaptureTimeIsNotChargedToTheModeThatCaptured) {
+  SpeculationSwitch sw;
+  double clock = 0.0, tokens = 0.0;
+  int steps = 0, speculative = 0;
+  for (int window = 0; window < 60; ++window) {
+    for (int i = 0; i < SwitchConfig{}.window_steps; ++i, ++steps) {
+      const bool spec = sw.speculating();
+      speculative += spec ? 1 : 0;
+      double capture = 0.0;
+      if (spec && i == 3) {
+        capture = 0.5;
+        clock += capture;
+      }
+      clock += 0.01;
+      tokens += (spec ? 2000.0 : 1000.0) * 0.01;
+      sw.record_step(static_cast<int64_t>(tokens), 0, clock, 1, capture);
+    }
+  }
+  EXPECT_NEAR(sw.speculative_rate(1), 2000.0, 100.0);
+  EXPECT_NEAR(sw.plain_rate(1), 1000.0, 50.0);
+  EXPECT_GT(speculative, steps * 8 / 10) << speculative << " of " << steps << " steps speculated";
 }
 
 }  // namespace
