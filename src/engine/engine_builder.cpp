@@ -180,6 +180,9 @@ void build_kv_transport(EngineParts& p) {
 
 void build_kv_tiers(EngineParts& p) {
   const EngineConfig& c = p.config;
+  // A tensor-parallel follower's slice of the host tier follows rank 0's
+  // copies (follow_steps); it has no tiers of its own.
+  if (c.tensor_parallel_size > 1 && c.dist.rank % c.tensor_parallel_size != 0) return;
   const bool ucx = !c.kv_transport_listen.empty() || c.kv_transport_fetch;
   const bool shared = c.kv_shared_pool_bytes > 0 || c.kv_import_shared || ucx;
   if (c.kv_offloading_bytes == 0 && c.kv_cache_dir.empty() && !shared) return;
@@ -211,11 +214,13 @@ void build_kv_tiers(EngineParts& p) {
 // Draft-model and MTP speculation work: rank 0 alone proposes, with the
 // draft model or MTP layer whole on its device (draft_model_proposer.cpp,
 // mtp_proposer.h), and the verify steps reach the other ranks as any step.
+// The host KV tier works: rank 0 decides its copies and the other ranks make
+// them on their slices (kv/tiers/kv_tier_followers.h).
 void check_tensor_parallel_limits(const EngineConfig& c) {
-  DI_CHECK(c.kv_offloading_bytes == 0 && c.kv_cache_dir.empty() && c.kv_shared_pool_bytes == 0 &&
-               !c.kv_import_shared && c.kv_transport_listen.empty() && !c.kv_transport_fetch,
-           "--tensor-parallel-size {}: the KV tiers and transports (--kv-offloading-size, --kv-cache-dir, shared "
-           "pools, --kv-transport) do not copy every rank's slice of the cache yet",
+  DI_CHECK(c.kv_cache_dir.empty() && c.kv_shared_pool_bytes == 0 && !c.kv_import_shared &&
+               c.kv_transport_listen.empty() && !c.kv_transport_fetch,
+           "--tensor-parallel-size {}: the disk tier and the KV transports (--kv-cache-dir, --kv-transport) "
+           "do not hold every rank's slice of the cache yet; --kv-offloading-size (host memory) does",
            c.tensor_parallel_size);
 }
 
@@ -431,6 +436,7 @@ EngineParts build_engine(EngineConfig config) {
       const auto beat = std::max<std::chrono::milliseconds>(std::chrono::seconds(1), c.dist.timeout / 4);
       p.step_broadcaster = std::make_unique<StepBroadcaster>(*p.control_group, beat);
       rank.publisher = p.step_broadcaster.get();
+      if (p.kv_tiers) p.kv_tiers->set_followers(p.step_broadcaster.get());
     }
   }
   p.runner = std::make_unique<ModelRunner>(p.model->model(), *p.backend, *p.kv, limits, rank);
@@ -444,7 +450,7 @@ int run_follower_rank(EngineConfig config) {
            "run_follower_rank on the first rank of a tensor-parallel group");
   EngineParts p = build_engine(std::move(config));
   try {
-    follow_steps(*p.runner, *p.control_group);
+    follow_steps(*p.runner, *p.backend, *p.kv, *p.control_group);
   } catch (const CommError& e) {
     log_error("tensor parallel: rank {}: {}", p.config.dist.rank, e.what());
     return 1;

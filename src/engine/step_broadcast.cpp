@@ -6,6 +6,7 @@
 #include <deque>
 
 #include "core/logging.h"
+#include "engine/kv_tier_mirror.h"
 #include "dist/gloo_communicator.h"
 #include "runner/model_runner.h"
 #include "sched/step_plan_wire.h"
@@ -14,7 +15,37 @@ namespace deepinfer {
 
 namespace {
 
-enum class ControlMessage : uint8_t { Step = 1, Heartbeat = 2, Stop = 3, Placement = 4, Padding = 5 };
+enum class ControlMessage : uint8_t {
+  Step = 1,
+  Heartbeat = 2,
+  Stop = 3,
+  Placement = 4,
+  Padding = 5,
+  TierOffload = 6,
+  TierLoad = 7
+};
+
+static_assert(sizeof(KvSlotCopy) == 2 * sizeof(int32_t), "host-tier messages carry KvSlotCopy as two i32");
+
+// A host-tier message: kind, the tier's slots, then (block, slot) pairs (i32).
+std::vector<uint8_t> encode_tier_copies(ControlMessage kind, int32_t num_slots, std::span<const KvSlotCopy> copies) {
+  std::vector<int32_t> words = {num_slots};
+  for (const KvSlotCopy& c : copies) words.insert(words.end(), {c.block, c.slot});
+  std::vector<uint8_t> message(1 + words.size() * sizeof(int32_t));
+  message[0] = static_cast<uint8_t>(kind);
+  std::memcpy(message.data() + 1, words.data(), words.size() * sizeof(int32_t));
+  return message;
+}
+
+// The mirror (created at the first message: its size is rank 0's) and the copies.
+std::vector<KvSlotCopy> decode_tier_copies(std::span<const uint8_t> body, int32_t& num_slots) {
+  DI_CHECK(body.size() % (2 * sizeof(int32_t)) == sizeof(int32_t),
+           "tensor parallel: a host-tier message of {} bytes", body.size());
+  std::memcpy(&num_slots, body.data(), sizeof(int32_t));
+  std::vector<KvSlotCopy> copies((body.size() - sizeof(int32_t)) / (2 * sizeof(int32_t)));
+  if (!copies.empty()) std::memcpy(copies.data(), body.data() + sizeof(int32_t), copies.size() * sizeof(KvSlotCopy));
+  return copies;
+}
 
 // A placement message: kind, the MoE layer, the experts, the ranks, the
 // slots per rank, then each physical slot's expert (all u32/i32).
@@ -81,6 +112,16 @@ void StepBroadcaster::publish_padding() {
   send(message);
 }
 
+void StepBroadcaster::offload(int32_t num_slots, std::span<const KvSlotCopy> copies) {
+  std::vector<uint8_t> message = encode_tier_copies(ControlMessage::TierOffload, num_slots, copies);
+  send(message);
+}
+
+void StepBroadcaster::load(int32_t num_slots, std::span<const KvSlotCopy> copies) {
+  std::vector<uint8_t> message = encode_tier_copies(ControlMessage::TierLoad, num_slots, copies);
+  send(message);
+}
+
 void StepBroadcaster::publish_placement(size_t moe_layer, const moe::ExpertPlacement& placement) {
   std::vector<uint8_t> message = encode_placement(moe_layer, placement);
   send(message);
@@ -106,10 +147,11 @@ void StepBroadcaster::heartbeat_loop() {
   }
 }
 
-void follow_steps(ModelRunner& runner, GlooCommunicator& control) {
+void follow_steps(ModelRunner& runner, Backend& backend, KvStorage& kv, GlooCommunicator& control) {
   log_info("tensor parallel: rank {} of {} following rank 0's steps", control.rank(), control.size());
   std::deque<int> in_flight;
   uint64_t steps = 0;
+  std::unique_ptr<KvTierMirror> tier;  // this rank's slice of rank 0's host tier
   for (;;) {
     std::vector<uint8_t> message;
     control.broadcast_bytes(message, 0);
@@ -124,6 +166,19 @@ void follow_steps(ModelRunner& runner, GlooCommunicator& control) {
       apply_placement(runner, std::span<const uint8_t>(message).subspan(1));
       continue;
     }
+    if (kind == ControlMessage::TierOffload || kind == ControlMessage::TierLoad) {
+      int32_t num_slots = 0;
+      const std::vector<KvSlotCopy> copies = decode_tier_copies(std::span<const uint8_t>(message).subspan(1), num_slots);
+      if (!tier) tier = std::make_unique<KvTierMirror>(backend, kv, num_slots);
+      DI_CHECK(tier->num_slots() == num_slots, "tensor parallel: a host tier of {} slots, then of {}",
+               tier->num_slots(), num_slots);
+      if (kind == ControlMessage::TierOffload) {
+        tier->offload(copies);
+      } else {
+        tier->load(copies);
+      }
+      continue;
+    }
     DI_CHECK(kind == ControlMessage::Step || kind == ControlMessage::Padding,
              "tensor parallel: unknown control message {}", message[0]);
     // Keep a slot free for the next step while this one runs, as rank 0 does.
@@ -135,7 +190,9 @@ void follow_steps(ModelRunner& runner, GlooCommunicator& control) {
       DI_CHECK(message.size() == 1, "tensor parallel: a padding message of {} bytes", message.size());
       in_flight.push_back(runner.launch_padding());
     } else {
-      in_flight.push_back(runner.launch(decode_step_plan(std::span<const uint8_t>(message).subspan(1))));
+      const StepPlan plan = decode_step_plan(std::span<const uint8_t>(message).subspan(1));
+      if (tier) tier->before_step(plan);
+      in_flight.push_back(runner.launch(plan));
     }
     ++steps;
   }

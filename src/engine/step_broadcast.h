@@ -18,15 +18,18 @@
 #include <thread>
 #include <vector>
 
+#include "kv/tiers/kv_tier_followers.h"
 #include "moe/eplb.h"
 #include "runner/runner_rank.h"
 
 namespace deepinfer {
 
+class Backend;
 class GlooCommunicator;
+class KvStorage;
 class ModelRunner;
 
-class StepBroadcaster final : public StepPublisher {
+class StepBroadcaster final : public StepPublisher, public KvTierFollowers {
  public:
   StepBroadcaster(GlooCommunicator& control, std::chrono::milliseconds heartbeat_interval);
   // Tells the followers to stop.
@@ -39,6 +42,9 @@ class StepBroadcaster final : public StepPublisher {
   // The followers move MoE layer `moe_layer`'s experts to `placement` after
   // the steps published so far (Model::set_expert_placement).
   void publish_placement(size_t moe_layer, const moe::ExpertPlacement& placement);
+  // The host KV tier's copies, for the followers' slices (KvTierMirror).
+  void offload(int32_t num_slots, std::span<const KvSlotCopy> copies) override;
+  void load(int32_t num_slots, std::span<const KvSlotCopy> copies) override;
 
  private:
   void send(std::vector<uint8_t>& message);
@@ -53,8 +59,9 @@ class StepBroadcaster final : public StepPublisher {
   std::thread heartbeat_;
 };
 
-// Runs this follower rank until rank 0 stops the group. Throws CommError
-// when rank 0 is gone.
-void follow_steps(ModelRunner& runner, GlooCommunicator& control);
+// Runs this follower rank until rank 0 stops the group; its slice of the
+// host KV tier lives in `kv`'s pages' mirror when rank 0 has one. Throws
+// CommError when rank 0 is gone.
+void follow_steps(ModelRunner& runner, Backend& backend, KvStorage& kv, GlooCommunicator& control);
 
 }  // namespace deepinfer

@@ -99,6 +99,46 @@ def test_mtp_speculation_on_two_ranks_matches_one_rank(tmp_path):
     assert tp == one
 
 
+SECTION = "Section {i}: the {w} fox number {i} jumps over the lazy dog near the river bank."
+
+
+def document(word):
+    return " ".join(SECTION.format(i=i, w=word) for i in range(40))
+
+
+def test_host_kv_tier_on_two_ranks_serves_an_evicted_prefix(tmp_path):
+    """Two ranks with --kv-offloading-size: a ~900-token document is pushed
+    out of a 1,600-token device cache by two others and comes back from host
+    memory, each rank loading its own heads' slice (rank 0 decides the copies,
+    the follower repeats them). The batch-invariant kernels make a loaded
+    prefix and a recomputed one agree to the bit, so every token and logprob
+    must equal the same run without the host tier."""
+    src = tmp_path / "docs.jsonl"
+    prompts = [document(w) + " Summarise." for w in ("brown", "red", "grey")]
+    prompts.append(document("brown") + " Which colour is the fox?")
+    src.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}], "max_tokens": 8,
+                                       "logprobs": 1}) + "\n" for p in prompts))
+    runs = {}
+    for offloading in ("0.25", "0"):
+        out = tmp_path / f"out_{offloading}.jsonl"
+        run = subprocess.run([str(binary()), "generate", "--model", str(MODEL), "--threads", "1", "--input", str(src),
+                              "--output", str(out), "--tensor-parallel-size", "2", "--kv-cache-tokens", "1600",
+                              "--max-num-seqs", "1", "--kv-offloading-size", offloading],
+                             capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "DEEPINFER_BATCH_INVARIANT": "1"})
+        assert run.returncode == 0, run.stderr[-3000:]
+        runs[offloading] = ([json.loads(line) for line in out.read_text().splitlines()], run.stderr)
+    tiered, log = runs["0.25"]
+    loaded = re.search(r"kv tiers: (\d+) prompt tokens loaded instead of computed", log)
+    assert loaded and int(loaded.group(1)) >= 16 * 50, log[-2000:]
+    assert "this rank's slice of the host tier" in log, log[-2000:]
+    plain = runs["0"][0]
+    assert [r["token_ids"] for r in tiered] == [r["token_ids"] for r in plain]
+    assert [[p["logprob"] for p in r["logprobs"]] for r in tiered] == [[p["logprob"] for p in r["logprobs"]]
+                                                                      for r in plain]
+    assert tiered[3]["cached_prompt_tokens"] >= 16 * 50
+
+
 def chat(server, content):
     r = httpx.post(server.url + "/v1/chat/completions", timeout=300, json={
         "model": "smollm2", "messages": [{"role": "user", "content": content}],

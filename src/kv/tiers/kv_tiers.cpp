@@ -169,6 +169,12 @@ void KvTiers::enqueue_offloads() {
   std::vector<Offload> items(offloads_to_enqueue_.begin(), offloads_to_enqueue_.begin() + static_cast<ptrdiff_t>(take));
   offloads_to_enqueue_.erase(offloads_to_enqueue_.begin(), offloads_to_enqueue_.begin() + static_cast<ptrdiff_t>(take));
   for (const Offload& o : items) storage_.save_block(o.block, host_->payload(o.slot).data(), *copy_stream_);
+  if (followers_ != nullptr) {
+    std::vector<KvSlotCopy> copies;
+    copies.reserve(items.size());
+    for (const Offload& o : items) copies.push_back({o.block, o.slot});
+    followers_->offload(static_cast<int32_t>(host_->capacity_blocks()), copies);
+  }
   const int64_t bytes = static_cast<int64_t>(take) * block_bytes;
   inflight_offload_bytes_ += bytes;
   offload_batches_.push_back({copy_stream_->record(), std::move(items), bytes});
@@ -262,6 +268,7 @@ void KvTiers::load(int32_t index, int32_t group, int32_t block_id) {
     }
   }
   if (pool != host_) ++peer_loaded_;
+  if (followers_ != nullptr) follower_loads_.push_back({block_id, slot});
   loads_.push_back({std::move(pool), slot});
   acquired_.erase(it);
   ++loaded_;
@@ -289,7 +296,18 @@ void KvTiers::flush_device_loads() {
   device_loads_.clear();
 }
 
+void KvTiers::set_followers(KvTierFollowers* followers) {
+  DI_CHECK(followers == nullptr || (!disk_enabled() && shared_pool_ == nullptr && !options_.import_shared &&
+                                    remote_ == nullptr && export_source_.empty()),
+           "kv tiers: with tensor parallelism only the host tier (--kv-offloading-size) keeps every rank's slice");
+  followers_ = followers;
+}
+
 void KvTiers::release() {
+  if (followers_ != nullptr && !follower_loads_.empty()) {
+    followers_->load(static_cast<int32_t>(host_->capacity_blocks()), follower_loads_);
+    follower_loads_.clear();
+  }
   flush_device_loads();
   for (const auto& [where, held] : acquired_) held.first->unpin(held.second);
   acquired_.clear();

@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "kv/kv_tier_link.h"
+#include "kv/tiers/kv_tier_followers.h"
 #include "kv/tiers/disk_tier.h"
 #include "kv/tiers/host_tier.h"
 #include "kv/tiers/shared_pool.h"
@@ -194,6 +195,11 @@ class KvTiers final : public KvTierLink {
   // the pools of engines that have ended are let go.
   bool attach_peer(std::string_view name);
 
+  // Tensor parallelism: the other ranks repeat every host-tier copy on their
+  // slices of the cache (kv_tier_followers.h). Host tier only: a disk tier
+  // or shared pool would have to hold every rank's slice. Call before requests.
+  void set_followers(KvTierFollowers* followers);
+
   KvTierStats stats() const;
   bool disk_enabled() const { return disk_ && disk_->enabled(); }
   // The tier key of a block of `group` (the prefix-cache hash, told apart by group).
@@ -262,6 +268,8 @@ class KvTiers final : public KvTierLink {
   std::unique_ptr<CopyStream> copy_stream_;
 
   // Engine thread only.
+  KvTierFollowers* followers_ = nullptr;
+  std::vector<KvSlotCopy> follower_loads_;  // made since the last release(), told to the followers there
   std::deque<Load> loads_;
   // Offloads registered but not yet on the copy stream. At most
   // max_inflight_offload_bytes_ of copies are on it at once: device-to-host
