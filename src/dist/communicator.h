@@ -52,6 +52,16 @@ class Communicator {
   // t = root's t.
   virtual void broadcast(Tensor t, int root) = 0;
   virtual void barrier() = 0;
+
+  // For a caller waiting on the device for collectives already enqueued
+  // (dist/step_wait.h): throws CommError if the group has noticed an error
+  // (a peer gone, a lost connection); never blocks. Host-memory groups report
+  // errors from the calls themselves.
+  virtual void check_health() {}
+  // Gives up on the collectives in flight (they did not finish within the
+  // timeout): they return, the communicator is broken, and CommError with
+  // `reason` is thrown.
+  [[noreturn]] virtual void abort(const std::string& reason) { throw CommError(reason); }
 };
 
 }  // namespace deepinfer

@@ -1,5 +1,6 @@
 #include "engine/engine_builder.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <filesystem>
@@ -438,6 +439,18 @@ EngineParts build_engine(EngineConfig config) {
       rank.publisher = p.step_broadcaster.get();
       if (p.kv_tiers) p.kv_tiers->set_followers(p.step_broadcaster.get());
     }
+  }
+  // A device's collectives can wait forever for a dead peer: steps are
+  // waited for with the group's timeout (dist/step_wait.h). Host groups
+  // (Gloo) time out in the calls themselves.
+  if (p.backend->device().type != DeviceType::CPU) {
+    for (Communicator* g : {tp.active() ? tp.comm : nullptr, tp.experts}) {
+      if (g != nullptr && std::find(rank.watched_groups.begin(), rank.watched_groups.end(), g) ==
+                              rank.watched_groups.end()) {
+        rank.watched_groups.push_back(g);
+      }
+    }
+    rank.step_timeout = c.dist.timeout;
   }
   p.runner = std::make_unique<ModelRunner>(p.model->model(), *p.backend, *p.kv, limits, rank);
   log_info("engine: {} step loop{}", c.zero_overhead_scheduling ? "pipelined (zero-overhead)" : "synchronous",

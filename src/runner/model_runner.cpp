@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "ops/ops.h"
+#include "dist/step_wait.h"
 
 namespace deepinfer {
 
@@ -663,7 +664,7 @@ StepResults ModelRunner::wait(int slot) {
   DI_CHECK(slot >= 0 && slot < kSlots && slots_[slot].in_flight, "ModelRunner: slot {} has no step in flight", slot);
   Slot& s = slots_[slot];
   DI_CHECK(!s.awaiting_masks, "ModelRunner: the step in slot {} still waits for its token masks", slot);
-  s.end->synchronize();
+  wait_for_step(*s.end, rank_.watched_groups, rank_.step_timeout);
   s.in_flight = false;
   StepResults r;
   r.tokens = std::span<const int32_t>(s.tokens_host, static_cast<size_t>(s.num_rows));

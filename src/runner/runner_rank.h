@@ -6,6 +6,9 @@
 // input ids are the same on every rank.
 #pragma once
 
+#include <chrono>
+#include <vector>
+
 namespace deepinfer {
 
 class Communicator;
@@ -24,6 +27,10 @@ struct RunnerRank {
   Communicator* device_group = nullptr;  // null: a single rank
   bool samples = true;                   // rank 0
   StepPublisher* publisher = nullptr;    // rank 0 of a group
+  // On a device: the groups whose collectives a step runs, watched while
+  // waiting for it (dist/step_wait.h), and how long a step may take.
+  std::vector<Communicator*> watched_groups;
+  std::chrono::milliseconds step_timeout{0};
 };
 
 }  // namespace deepinfer

@@ -54,6 +54,9 @@ class NcclCommunicator final : public Communicator {
 
   // Throws CommError if NCCL has seen an asynchronous error; never blocks.
   void check_async_error();
+  void check_health() override { check_async_error(); }
+  // ncclCommAbort: kernels waiting on a dead peer return.
+  [[noreturn]] void abort(const std::string& reason) override { fail("watchdog", reason); }
 
  private:
   // Throws CommError (and marks the communicator broken) unless `result` is

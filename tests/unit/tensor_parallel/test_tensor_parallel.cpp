@@ -192,7 +192,9 @@ std::vector<GroupResult> run_groups(const std::string& path, int size, const std
       std::unique_ptr<LoadedModel> loaded = LoadedModel::open(path, *backend, tp, opt.quantization);
       const int32_t page = 16, n = static_cast<int32_t>(prompt.size());
       KvStorage kv(*backend, loaded->model().kv_spec(page, DType::F32), (n + steps) / page + 2);
-      RunnerRank rr{comm.get(), rank == 0, nullptr};
+      RunnerRank rr;
+      rr.device_group = comm.get();
+      rr.samples = rank == 0;
       ModelRunner runner(loaded->model(), *backend, kv, {n, 1}, rr);
       int slot = -1;
       for (int s = 0; s <= steps; ++s) {
