@@ -139,6 +139,14 @@ def test_host_kv_tier_on_two_ranks_serves_an_evicted_prefix(tmp_path):
     assert tiered[3]["cached_prompt_tokens"] >= 16 * 50
 
 
+def test_the_disk_tier_on_two_ranks_is_refused_clearly(tmp_path):
+    run = subprocess.run([str(binary()), "generate", "--model", str(MODEL), "--threads", "1", "--prompt", "hi",
+                          "--max-tokens", "2", "--tensor-parallel-size", "2", "--kv-cache-dir", str(tmp_path / "kv")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert "--kv-cache-dir" in run.stderr and "--kv-offloading-size (host memory) does" in run.stderr, run.stderr[-2000:]
+
+
 def chat(server, content):
     r = httpx.post(server.url + "/v1/chat/completions", timeout=300, json={
         "model": "smollm2", "messages": [{"role": "user", "content": content}],
