@@ -72,27 +72,9 @@ void KvTierMirror::load(std::span<const KvSlotCopy> copies) {
 
 void KvTierMirror::before_step(const StepPlan& plan) {
   if (in_flight_.empty()) return;
-  // The pages holding each sequence's new positions, in every group.
-  std::unordered_set<int32_t> written;
-  const int32_t page = std::max(plan.page_size, 1);
-  for (const GroupPages& g : plan.groups) {
-    for (size_t s = 0; s < plan.seqs.size() && s + 1 < g.indptr.size(); ++s) {
-      const PlannedSeq& q = plan.seqs[s];
-      const int32_t first = g.first_pos.size() > s ? g.first_pos[s] : 0;
-      for (int32_t pos = std::max(q.start, first); pos < q.kv_len(); pos += page) {
-        const int64_t at = g.indptr[s] + (pos - first) / page;
-        if (at < g.indptr[s + 1] && at >= 0 && static_cast<size_t>(at) < g.pages.size()) {
-          written.insert(g.pages[static_cast<size_t>(at)]);
-        }
-      }
-      // The last position's page (a step may cross into it mid-page).
-      const int64_t last = g.indptr[s] + (q.kv_len() - 1 - first) / page;
-      if (q.num_tokens > 0 && last >= g.indptr[s] && last < g.indptr[s + 1]) {
-        written.insert(g.pages[static_cast<size_t>(last)]);
-      }
-    }
-  }
-  wait_for_offloads([&](const KvSlotCopy& o) { return written.count(o.block) > 0; });
+  const std::vector<int32_t> written = plan.written_pages();
+  wait_for_offloads(
+      [&](const KvSlotCopy& o) { return std::binary_search(written.begin(), written.end(), o.block); });
 }
 
 }  // namespace deepinfer

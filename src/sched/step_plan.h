@@ -82,6 +82,9 @@ struct StepPlan {
   bool empty() const { return seqs.empty(); }
   // Every sequence computes one token and samples it (a decode step).
   bool decode_only() const;
+  // The pages, of every group, that hold the step's new positions (those the
+  // step writes KV into), sorted, each once.
+  std::vector<int32_t> written_pages() const;
 };
 
 }  // namespace deepinfer

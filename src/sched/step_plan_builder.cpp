@@ -11,6 +11,27 @@ bool StepPlan::decode_only() const {
                      [](const PlannedSeq& s) { return s.num_tokens == 1 && s.num_rows == 1; });
 }
 
+std::vector<int32_t> StepPlan::written_pages() const {
+  std::vector<int32_t> pages_out;
+  if (page_size <= 0) return pages_out;
+  for (const GroupPages& g : groups) {
+    for (size_t s = 0; s < seqs.size() && s + 1 < g.indptr.size(); ++s) {
+      const PlannedSeq& q = seqs[s];
+      if (q.num_tokens <= 0) continue;
+      const int32_t first = s < g.first_pos.size() ? g.first_pos[s] : 0;
+      // Listed page i holds positions [first + i * page_size, ...).
+      const int64_t lo = g.indptr[s] + (std::max(q.start, first) - first) / page_size;
+      const int64_t hi = g.indptr[s] + (q.kv_len() - 1 - first) / page_size;
+      for (int64_t i = std::max<int64_t>(lo, g.indptr[s]); i <= hi && i < g.indptr[s + 1]; ++i) {
+        if (i >= 0 && static_cast<size_t>(i) < g.pages.size()) pages_out.push_back(g.pages[static_cast<size_t>(i)]);
+      }
+    }
+  }
+  std::sort(pages_out.begin(), pages_out.end());
+  pages_out.erase(std::unique(pages_out.begin(), pages_out.end()), pages_out.end());
+  return pages_out;
+}
+
 RowSampling sampling_row(const Request& r, int32_t offset) {
   const SamplingParams& p = r.params();
   RowSampling rs;

@@ -3,6 +3,7 @@
 // per-group page tables.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <numeric>
 #include <vector>
@@ -122,10 +123,39 @@ TEST(StepPlan, WindowedGroupsListOnlyLivePages) {
   EXPECT_EQ(p.groups[0].pages.size(), 5u);  // blocks 2..6 for positions up to 99
   EXPECT_EQ(p.groups[1].first_pos[0], 0);
   EXPECT_EQ(p.groups[1].pages.size(), 7u);
+  // Positions 64..99 go into the last three listed pages of each group.
+  std::vector<int32_t> written;
+  for (const GroupPages& g : p.groups) written.insert(written.end(), g.pages.end() - 3, g.pages.end());
+  std::sort(written.begin(), written.end());
+  written.erase(std::unique(written.begin(), written.end()), written.end());
+  EXPECT_EQ(p.written_pages(), written);
+  EXPECT_LE(written.size(), 6u);
   // A plan for an earlier chunk would read released pages: refused.
   b.seqs[0] = {r.get(), 32, 32, 0};
   b.num_tokens = 32;
   EXPECT_THROW(build_step_plan(b, kv, sampling_row), Error);
+}
+
+TEST(StepPlan, WrittenPagesAreThoseOfTheNewPositions) {
+  StepPlan p;
+  p.page_size = 16;
+  // Sequence 0: a chunk at 10..39 (pages 0-2 of its table); sequence 1: a
+  // decode at 100, its windowed table starting at position 64.
+  p.seqs = {{1, 10, 30, 0, 0, 1}, {2, 100, 1, 30, 1, 1}};
+  GroupPages full;
+  full.indptr = {0, 3, 10};
+  full.pages = {7, 8, 9, 20, 21, 22, 23, 24, 25, 26};
+  full.first_pos = {0, 0};
+  GroupPages window;
+  window.indptr = {0, 3, 6};
+  window.pages = {40, 41, 42, 50, 51, 52};
+  window.first_pos = {0, 64};
+  p.groups = {full, window};
+  // Full: 7, 8, 9 and page 6 of sequence 1 (96..111) = 26; windowed: 40-42
+  // and (100 - 64) / 16 = listed page 2 = 52.
+  EXPECT_EQ(p.written_pages(), (std::vector<int32_t>{7, 8, 9, 26, 40, 41, 42, 52}));
+  p.seqs[1].num_tokens = 0;
+  EXPECT_EQ(p.written_pages(), (std::vector<int32_t>{7, 8, 9, 40, 41, 42}));
 }
 
 TEST(StepPlan, SchedulerJoinsChunksFinishesAndPreempts) {
