@@ -415,7 +415,8 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
     stats_.device_idle_ms += res.idle_ms_before;
     stats_.device_idle_max_ms = std::max(stats_.device_idle_max_ms, res.idle_ms_before);
   }
-  // A step that captured its graph timed the capture, not the step.
+  // A step that captured its graph timed the capture, not the step. At least
+  // a microsecond: a capture always marks its window as one-time work.
   if (res.captured) capture_s_since_progress_ += std::max(res.capture_ms, 1e-3) * 1e-3;
   if (speculator_ && !res.captured) {
     speculator_->record_step(step.num_tokens, res.device_ms, res.idle_ms_before, step.drafting);

@@ -6,8 +6,8 @@
 #include <deque>
 
 #include "core/logging.h"
-#include "engine/kv_tier_mirror.h"
 #include "dist/gloo_communicator.h"
+#include "engine/kv_tier_mirror.h"
 #include "runner/model_runner.h"
 #include "sched/step_plan_wire.h"
 
@@ -37,7 +37,7 @@ std::vector<uint8_t> encode_tier_copies(ControlMessage kind, int32_t num_slots, 
   return message;
 }
 
-// The mirror (created at the first message: its size is rank 0's) and the copies.
+// A host-tier message's body: the tier's slots (into num_slots) and its copies.
 std::vector<KvSlotCopy> decode_tier_copies(std::span<const uint8_t> body, int32_t& num_slots) {
   DI_CHECK(body.size() % (2 * sizeof(int32_t)) == sizeof(int32_t),
            "tensor parallel: a host-tier message of {} bytes", body.size());
@@ -151,7 +151,9 @@ void follow_steps(ModelRunner& runner, Backend& backend, KvStorage& kv, GlooComm
   log_info("tensor parallel: rank {} of {} following rank 0's steps", control.rank(), control.size());
   std::deque<int> in_flight;
   uint64_t steps = 0;
-  std::unique_ptr<KvTierMirror> tier;  // this rank's slice of rank 0's host tier
+  // This rank's slice of rank 0's host tier, made at the first host-tier
+  // message (its size is rank 0's).
+  std::unique_ptr<KvTierMirror> tier;
   for (;;) {
     std::vector<uint8_t> message;
     control.broadcast_bytes(message, 0);

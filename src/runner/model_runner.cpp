@@ -6,8 +6,8 @@
 
 #include "core/error.h"
 #include "dist/communicator.h"
-#include "ops/ops.h"
 #include "dist/step_wait.h"
+#include "ops/ops.h"
 
 namespace deepinfer {
 
