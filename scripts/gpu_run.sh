@@ -259,16 +259,24 @@ if has fp8 && [ -n "$BIN" ]; then
   # op tests, then batch-1 / batch-4 / batch-32 decode of the 8B shape with
   # bf16 weights and with --quantization fp8, alternating.
   echo -e "\n## FP8 weights (--quantization fp8, DEEPINFER_CUDA_FP8=1)\n" >> "$REPORT"
-  timeout 300 "$BIN/test_ops" --gtest_filter='CudaBf16Test.Linear' > "$OUT/fp8_ops.log" 2>&1
-  echo "    op test CudaBf16Test.Linear (bf16 and FP8 weights): exit $? ($(grep -c '^\[       OK' "$OUT/fp8_ops.log") ok)" >> "$REPORT"
+  timeout 300 "$BIN/test_ops" --gtest_filter='CudaBf16Test.Linear:CudaBf16Test.Fp8Gemv*' > "$OUT/fp8_ops.log" 2>&1
+  echo "    op tests CudaBf16Test.Linear, .Fp8GemvConfigsAgreeBitwise: exit $? ($(grep -c '^\[       OK' "$OUT/fp8_ops.log") ok)" >> "$REPORT"
   grep -m3 -A3 'Failure' "$OUT/fp8_ops.log" | sed 's/^/    /' >> "$REPORT"
+  if [ -x "$BIN/bench_gemv_cuda" ]; then
+    timeout 150 "$BIN/bench_gemv_cuda" 20 > "$OUT/gemv.txt" 2>&1
+    echo "    bench_gemv_cuda: exit $?" >> "$REPORT"
+    sed -n '/^FP8/,$p' "$OUT/gemv.txt" | sed 's/^/    /' >> "$REPORT"
+  fi
   make_llama8b
+  # FP8_GEMV: gemv_f8 configurations to A/B ("stages,codes"; "" = the launcher's).
   for round in 1 2; do
-    for q in none fp8; do
-      DEEPINFER_CUDA_FP8=1 timeout 240 "$BIN/deepinfer" bench --device cuda --model /tmp/deepinfer_e2e/llama8b \
-        -b 1,4,32 -p 128 -g 256 -r 1 --json --max-model-len 512 --quantization $q 2>"$OUT/fp8_bench_$q.log" |
+    for q in none ${FP8_GEMV:-default}; do
+      qz=fp8; [ "$q" = none ] && qz=none
+      env DEEPINFER_CUDA_FP8=1 $( [ "$q" != none ] && [ "$q" != default ] && echo DEEPINFER_GEMV_F8=$q ) timeout 240 \
+        "$BIN/deepinfer" bench --device cuda --model /tmp/deepinfer_e2e/llama8b \
+        -b 1,4,32 -p 128 -g 256 -r 1 --json --max-model-len 512 --quantization $qz 2>"$OUT/fp8_bench_$qz.log" |
         python3 -c 'import json,sys; print(" ".join("b%d: %.3f ms/step" % (p["batch"], 1000 * p["batch"] / p["decode_tok_s"]) for p in json.load(sys.stdin)))' |
-        sed "s/^/    round $round quantization=$q: /" >> "$REPORT"
+        sed "s/^/    round $round weights=$q: /" >> "$REPORT"
     done
   done
 fi

@@ -15,6 +15,10 @@
 #include <string>
 
 #include "op_test_util.h"
+#ifdef DEEPINFER_HAS_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#endif
 #include "ops/ops.h"
 
 namespace deepinfer::testing {
@@ -85,7 +89,8 @@ TEST_F(CudaBf16Test, Linear) {
   // through cuBLAS beyond; checked against their exact dequantised values.
   for (const Case& c : std::vector<Case>{{1, 4096, 1024, false}, {3, 256, 300, true}, {64, 512, 128, false},
                                          {257, 1024, 96, true}, {2, 2048, 2200, true}, {1, 64, 65536, false},
-                                         {11, 1024, 200, true}, {20, 192, 40, false}, {33, 640, 24, true}}) {
+                                         {11, 1024, 200, true}, {20, 192, 40, false}, {33, 640, 24, true},
+                                         {8, 1280, 40, true}}) {
     for (auto [w_type, out_type] : std::vector<std::pair<DType, DType>>{{DType::BF16, DType::BF16},
                                                                          {DType::BF16, DType::F32},
                                                                          {DType::F8E4M3_B64, DType::BF16},
@@ -118,6 +123,51 @@ TEST_F(CudaBf16Test, Linear) {
     }
   }
 }
+
+#ifdef DEEPINFER_HAS_CUDA
+// The FP8 gemv's kernels for up to 8 rows of x (the register kernel and each
+// shared-memory configuration) give warp w the blocks b with b % 8 == w in
+// increasing order and sum the warps in one order: their outputs agree to
+// the bit, and with the exact dequantised product. Shapes: partial last
+// stages (k = 1,280, 256), rows past a 16-row tile, the down projection's k.
+TEST_F(CudaBf16Test, Fp8GemvConfigsAgreeBitwise) {
+  Rng rng(107);
+  struct Case {
+    int n;
+    int64_t k, m;
+  };
+  void* stream = static_cast<cuda::CudaBackend&>(gpu()).stream();
+  for (const Case& c : std::vector<Case>{{1, 4096, 1040}, {8, 1280, 40}, {5, 256, 33}, {3, 14336, 64}}) {
+    SCOPED_TRACE(fmt::format("n={} k={} m={}", c.n, c.k, c.m));
+    HostWeights w = random_weights(rng, DType::F8E4M3_B64, c.m, c.k);
+    std::vector<float> x = round_bf16(rng.floats(static_cast<size_t>(c.n * c.k)));
+    DeviceTensor gw = upload(gpu(), DType::F8E4M3_B64, {c.m, c.k}, w.bytes.data());
+    DeviceTensor gx = upload_bf16(gpu(), {c.n, c.k}, x);
+    std::vector<std::vector<float>> outs;
+    for (cuda::GemvF8Config config : {cuda::GemvF8Config{0, 512}, cuda::GemvF8Config{4, 512},
+                                      cuda::GemvF8Config{6, 512}, cuda::GemvF8Config{3, 1024},
+                                      cuda::GemvF8Config{4, 1024}}) {
+      DeviceTensor out = zeros(gpu(), DType::F32, {c.n, c.m});
+      cuda::launch_gemv_f8(cuda::ElemType::BF16, c.n, static_cast<const char*>(gx.t.data()), gx.t.stride_bytes(0),
+                           static_cast<const char*>(gw.t.data()), gw.t.stride_bytes(0), c.m, c.k, nullptr, true,
+                           static_cast<char*>(out.t.data()), out.t.stride_bytes(0), stream, config);
+      outs.push_back(download_any(gpu(), out.t));
+    }
+    for (size_t v = 1; v < outs.size(); ++v) ASSERT_EQ(outs[v], outs[0]) << "configuration " << v;
+    for (int64_t i = 0; i < c.n; ++i) {
+      for (int64_t j = 0; j < c.m; ++j) {
+        double sum = 0.0, mag = 0.0;
+        for (int64_t l = 0; l < c.k; ++l) {
+          const double p = double(x[i * c.k + l]) * w.values[j * c.k + l];
+          sum += p;
+          mag += std::abs(p);
+        }
+        ASSERT_NEAR(outs[0][i * c.m + j], sum, 1e-4 * (std::abs(sum) + mag) + 1e-4) << "row " << i << " col " << j;
+      }
+    }
+  }
+}
+#endif
 
 // Batched per-head products (MLA's absorbed projections): the one-launch
 // gemv path (n <= 4) and the per-head fallback, against the CPU in f32.

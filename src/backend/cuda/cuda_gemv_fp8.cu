@@ -24,6 +24,8 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -172,6 +174,153 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_kernel(int n, const ch
   }
 }
 
+// One token tile (n <= 8) with the weights streamed through shared memory:
+// each CTA owns 16 weight rows and walks k in stages of kStageCodes codes a
+// row, kStages of them in flight (cp.async, no registers held while they
+// travel). The register kernel above has only what its warps hold in flight
+// and waits out one memory latency per loop iteration; on the small products
+// of a decode step (two iterations a warp) that was 1.7-2.2 TB/s. The first
+// stages are issued before the wait for the previous kernel: weights never
+// depend on it, so their latency overlaps its tail. Same mma and k order per
+// block as gemv_f8_kernel, so the two give the same sums block by block.
+template <int kStageCodes>
+struct F8PipeLayout {
+  static constexpr int kBlocks = kStageCodes / kBlockElems;  // per row and stage
+  // Rows 64 bytes off a multiple of 128 apart: the 16-byte reads of rows g
+  // and g + 1 (a quarter warp) fall in different banks.
+  static constexpr int kPitch = kStageCodes + 64;
+  static constexpr int kCodeBytes = 16 * kPitch;
+  static constexpr int kStageBytes = kCodeBytes + 16 * kBlocks * 4;  // codes, then 16 rows of scales
+  static_assert(kBlocks % kMmaWarps == 0 && kBlocks % 4 == 0, "a stage's blocks split evenly over the warps");
+};
+
+template <typename T, typename TO, int kStageCodes, int kStages>
+__global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_pipe_kernel(int n, const char* x, int64_t x_stride,
+                                                                      const char* w, int64_t w_stride, int64_t m,
+                                                                      int64_t k, const float* bias, char* out,
+                                                                      int64_t out_stride) {
+  using L = F8PipeLayout<kStageCodes>;
+  constexpr int kPerWarp = L::kBlocks / kMmaWarps;  // blocks of a stage each warp reduces
+  extern __shared__ __align__(16) char smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16;
+  const int nb = static_cast<int>(k / kBlockElems);
+  const int stages = (nb + L::kBlocks - 1) / L::kBlocks;
+  // Rows past m (the last tile) read row m - 1 again; their sums are not written.
+  auto issue = [&](int stage) {
+    if (stage >= stages) return;
+    char* dst = smem + (stage % kStages) * L::kStageBytes;
+    const int64_t code0 = static_cast<int64_t>(stage) * kStageCodes;
+    constexpr int kChunksPerRow = kStageCodes / 16;
+    for (int c = threadIdx.x; c < 16 * kChunksPerRow; c += kMmaWarps * 32) {
+      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 16;
+      const char* src = w + min(row0 + r, m - 1) * w_stride + code0 + col;
+      const bool ok = code0 + col < k;
+      cp_async16(smem_addr(dst + r * L::kPitch + col), ok ? src : w, ok);
+    }
+    constexpr int kScaleChunksPerRow = L::kBlocks / 4;  // 4 scales a copy (nb % 4 == 0: launcher)
+    for (int c = threadIdx.x; c < 16 * kScaleChunksPerRow; c += kMmaWarps * 32) {
+      const int r = c / kScaleChunksPerRow, q = (c % kScaleChunksPerRow) * 4;
+      const int b = stage * L::kBlocks + q;
+      const char* src = w + min(row0 + r, m - 1) * w_stride + k + int64_t{b} * 4;
+      cp_async16(smem_addr(dst + L::kCodeBytes + (r * L::kBlocks + q) * 4), b < nb ? src : w, b < nb);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    issue(s);
+    cp_async_commit();
+  }
+  wait_for_prior_kernel();
+  release_next_kernel();
+  const T* xrow = g < n ? reinterpret_cast<const T*>(x + g * x_stride) : nullptr;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int it = 0; it < stages; ++it) {
+    // This stage's activations (L1/L2) are requested before waiting for its weights.
+    uint4 xv[kPerWarp][2];
+#pragma unroll
+    for (int u = 0; u < kPerWarp; ++u) {
+      const int b = it * L::kBlocks + warp + u * kMmaWarps;
+      const bool ok = b < nb && xrow != nullptr;
+      const uint4* xp = ok ? reinterpret_cast<const uint4*>(xrow + int64_t{b} * kBlockElems + 16 * t) : nullptr;
+      xv[u][0] = ok ? __ldg(xp) : make_uint4(0, 0, 0, 0);
+      xv[u][1] = ok ? __ldg(xp + 1) : make_uint4(0, 0, 0, 0);
+    }
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage `it` is in, and every warp is done with the buffer refilled next
+    issue(it + kStages - 1);
+    cp_async_commit();  // empty groups keep the wait count uniform
+    const char* st = smem + (it % kStages) * L::kStageBytes;
+    const float* sc = reinterpret_cast<const float*>(st + L::kCodeBytes);
+#pragma unroll
+    for (int u = 0; u < kPerWarp; ++u) {
+      const int bb = warp + u * kMmaWarps;
+      if (it * L::kBlocks + bb >= nb) break;
+      const uint4 c0 = *reinterpret_cast<const uint4*>(st + g * L::kPitch + bb * kBlockElems + 16 * t);
+      const uint4 c1 = *reinterpret_cast<const uint4*>(st + (g + 8) * L::kPitch + bb * kBlockElems + 16 * t);
+      const uint32_t codes[2][4] = {{c0.x, c0.y, c0.z, c0.w}, {c1.x, c1.y, c1.z, c1.w}};
+      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const uint32_t a[4] = {codes_to_pair<T>(codes[0][s]), codes_to_pair<T>(codes[1][s]),
+                               codes_to_pair<T>(codes[0][s] >> 16), codes_to_pair<T>(codes[1][s] >> 16)};
+        const uint4& lo = xv[u][s / 2];
+        mma16816<T>(part, a, s % 2 == 0 ? lo.x : lo.z, s % 2 == 0 ? lo.y : lo.w);
+      }
+      const float s0 = sc[g * L::kBlocks + bb], s1 = sc[(g + 8) * L::kBlocks + bb];
+      acc[0] = fmaf(s0, part[0], acc[0]);
+      acc[1] = fmaf(s0, part[1], acc[1]);
+      acc[2] = fmaf(s1, part[2], acc[2]);
+      acc[3] = fmaf(s1, part[3], acc[3]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the stages are free: the warps' partial sums go there
+  float(*partial)[4][32] = reinterpret_cast<float(*)[4][32]>(smem);
+#pragma unroll
+  for (int c = 0; c < 4; ++c) partial[warp][c][lane] = acc[c];
+  __syncthreads();
+  if (threadIdx.x < 4 * 32) {
+    const int c = threadIdx.x / 32, ln = threadIdx.x % 32;
+    float sum = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kMmaWarps; ++v) sum += partial[v][c][ln];
+    const int64_t row = row0 + ln / 4 + (c >= 2 ? 8 : 0);
+    const int tok = 2 * (ln % 4) + (c & 1);
+    if (row < m && tok < n) {
+      if (bias) sum += bias[row];
+      reinterpret_cast<TO*>(out + tok * out_stride)[row] = from_f<TO>(sum);
+    }
+  }
+}
+
+template <typename T, typename TO, int kStageCodes, int kStages>
+void launch_pipe(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k,
+                 const float* bias, char* out, int64_t os, cudaStream_t s) {
+  constexpr size_t kSmem = size_t{kStages} * F8PipeLayout<kStageCodes>::kStageBytes;
+  static_assert(kSmem >= sizeof(float) * kMmaWarps * 4 * 32, "the partial sums reuse the stages");
+  auto kernel = gemv_f8_pipe_kernel<T, TO, kStageCodes, kStages>;
+  static const bool attribute_set = [&] {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+    return true;
+  }();
+  (void)attribute_set;
+  launch_chained(kernel, dim3(static_cast<unsigned>((m + 15) / 16)), dim3(kMmaWarps * 32), kSmem, s, n, x, xs, w, ws,
+                 m, k, bias, out, os);
+}
+
+// The shared-memory kernel's configurations (bench_gemv_cuda sweeps them).
+template <typename T, typename TO>
+bool launch_pipe_config(GemvF8Config c, int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m,
+                        int64_t k, const float* bias, char* out, int64_t os, cudaStream_t s) {
+  if (c.stage_codes == 512 && c.stages == 4) launch_pipe<T, TO, 512, 4>(n, x, xs, w, ws, m, k, bias, out, os, s);
+  else if (c.stage_codes == 512 && c.stages == 6) launch_pipe<T, TO, 512, 6>(n, x, xs, w, ws, m, k, bias, out, os, s);
+  else if (c.stage_codes == 1024 && c.stages == 3) launch_pipe<T, TO, 1024, 3>(n, x, xs, w, ws, m, k, bias, out, os, s);
+  else if (c.stage_codes == 1024 && c.stages == 4) launch_pipe<T, TO, 1024, 4>(n, x, xs, w, ws, m, k, bias, out, os, s);
+  else return false;
+  return true;
+}
+
 template <typename T, typename TO, int NT>
 void launch_tiles(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k, const float* bias,
                   char* out, int64_t os, cudaStream_t s) {
@@ -187,10 +336,29 @@ void launch_tiles(int n, const char* x, int64_t xs, const char* w, int64_t ws, i
   }
 }
 
+// The launcher's configuration; DEEPINFER_GEMV_F8="stages,codes" overrides
+// it for A/B runs of whole decode steps ("0,512": the register kernel).
+GemvF8Config default_pipe_config() {
+  static const GemvF8Config config = [] {
+    GemvF8Config c{4, 512};
+    if (const char* env = std::getenv("DEEPINFER_GEMV_F8")) {
+      int stages = 0, codes = 0;
+      if (std::sscanf(env, "%d,%d", &stages, &codes) == 2) c = GemvF8Config{stages, codes};
+    }
+    return c;
+  }();
+  return config;
+}
+
 template <typename T, typename TO>
 void launch_typed(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k,
-                  const float* bias, char* out, int64_t os, cudaStream_t s) {
+                  const float* bias, char* out, int64_t os, GemvF8Config c, cudaStream_t s) {
   const int tiles = (n + kMmaTileTokens - 1) / kMmaTileTokens;
+  // The shared-memory kernel: one token tile, 16-byte aligned rows, whole
+  // 16-byte chunks of scales (k a multiple of 256).
+  const bool pipe_fits = tiles == 1 && reinterpret_cast<uintptr_t>(w) % 16 == 0 && ws % 16 == 0 && k % 256 == 0;
+  if (c.stages < 0) c = default_pipe_config();
+  if (pipe_fits && c.stages > 0 && launch_pipe_config<T, TO>(c, n, x, xs, w, ws, m, k, bias, out, os, s)) return;
   switch (std::min(tiles, kMaxTiles)) {
     case 1: launch_tiles<T, TO, 1>(n, x, xs, w, ws, m, k, bias, out, os, s); break;
     case 2: launch_tiles<T, TO, 2>(n, x, xs, w, ws, m, k, bias, out, os, s); break;
@@ -224,16 +392,17 @@ __global__ void dequant_f8_kernel(const char* w, int64_t w_stride, int64_t rows,
 
 void launch_gemv_f8(ElemType x_type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride,
                     int64_t m, int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride,
-                    Stream stream) {
+                    Stream stream, GemvF8Config config) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const GemvF8Config c = config;
   if (x_type == ElemType::F16) {
-    if (out_f32) launch_typed<__half, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, s);
-    else launch_typed<__half, __half>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, s);
+    if (out_f32) launch_typed<__half, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, c, s);
+    else launch_typed<__half, __half>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, c, s);
   } else {
     if (out_f32) {
-      launch_typed<__nv_bfloat16, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, s);
+      launch_typed<__nv_bfloat16, float>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, c, s);
     } else {
-      launch_typed<__nv_bfloat16, __nv_bfloat16>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, s);
+      launch_typed<__nv_bfloat16, __nv_bfloat16>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, c, s);
     }
   }
 }

@@ -142,9 +142,16 @@ void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const ch
 // up to 32 rows of x, and from L2 for the next 32 (beyond, the activations'
 // reads outgrow what this non-tiled kernel does well: dequantise and GEMM).
 constexpr int kGemvF8MaxRows = 64;
+// How up to 8 rows of x stream the weights: `stages` shared-memory stages of
+// 16 weight rows x `stage_codes` codes (512 x {4, 6} or 1024 x {3, 4}); 0
+// stages: the register kernel; -1: the launcher's choice.
+struct GemvF8Config {
+  int stages = -1;
+  int stage_codes = 512;
+};
 void launch_gemv_f8(ElemType x_type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride,
                     int64_t m, int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride,
-                    Stream stream);
+                    Stream stream, GemvF8Config config = {});
 // Rows of FP8 row blocks to bf16/f16 rows (prefill: then cuBLAS).
 void launch_dequant_f8(const char* w, int64_t w_stride, int64_t rows, int64_t k, ElemType out_type, char* out,
                        int64_t out_stride, Stream stream);
