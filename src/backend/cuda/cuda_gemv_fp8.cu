@@ -174,15 +174,32 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_kernel(int n, const ch
   }
 }
 
-// One token tile (n <= 8) with the weights streamed through shared memory:
-// each CTA owns 16 weight rows and walks k in stages of kStageCodes codes a
-// row, kStages of them in flight (cp.async, no registers held while they
-// travel). The register kernel above has only what its warps hold in flight
-// and waits out one memory latency per loop iteration; on the small products
-// of a decode step (two iterations a warp) that was 1.7-2.2 TB/s. The first
-// stages are issued before the wait for the previous kernel: weights never
-// depend on it, so their latency overlaps its tail. Same mma and k order per
-// block as gemv_f8_kernel, so the two give the same sums block by block.
+template <typename T, typename TO, int NT>
+void launch_tiles(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k, const float* bias,
+                  char* out, int64_t os, cudaStream_t s) {
+  constexpr int U = NT == 1 ? 4 : 2;  // bytes in flight per warp; registers bound U * NT
+  const int chunks = (n + NT * kMmaTileTokens - 1) / (NT * kMmaTileTokens);
+  const dim3 blocks(static_cast<unsigned>((m + 15) / 16 * chunks));
+  if (reinterpret_cast<uintptr_t>(w) % 16 == 0 && ws % 16 == 0) {
+    launch_chained(gemv_f8_kernel<T, TO, NT, U, true>, blocks, dim3(kMmaWarps * 32), 0, s, n, x, xs, w, ws, m, k,
+                   bias, out, os, chunks);
+  } else {
+    launch_chained(gemv_f8_kernel<T, TO, NT, U, false>, blocks, dim3(kMmaWarps * 32), 0, s, n, x, xs, w, ws, m, k,
+                   bias, out, os, chunks);
+  }
+}
+
+// The weights streamed through shared memory: each CTA owns 16 weight rows
+// (and NT token tiles of 8 rows of x) and walks k in stages of kStageCodes
+// codes a row, kStages of them in flight (cp.async, no registers held while
+// they travel). The register kernel above has only what its warps hold in
+// flight and waits out one memory latency per loop iteration; on the small
+// products of a decode step (two iterations a warp) that was 1.7-2.2 TB/s.
+// The first stages are issued before the wait for the previous kernel:
+// weights never depend on it, so their latency overlaps its tail. Warp w
+// reduces the blocks b with b % 8 == w in increasing order, as the register
+// kernel does, and the warps are summed in the same order: the two give the
+// same bits.
 template <int kStageCodes>
 struct F8PipeLayout {
   static constexpr int kBlocks = kStageCodes / kBlockElems;  // per row and stage
@@ -194,16 +211,18 @@ struct F8PipeLayout {
   static_assert(kBlocks % kMmaWarps == 0 && kBlocks % 4 == 0, "a stage's blocks split evenly over the warps");
 };
 
-template <typename T, typename TO, int kStageCodes, int kStages>
+template <typename T, typename TO, int kStageCodes, int kStages, int NT>
 __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_pipe_kernel(int n, const char* x, int64_t x_stride,
                                                                       const char* w, int64_t w_stride, int64_t m,
                                                                       int64_t k, const float* bias, char* out,
-                                                                      int64_t out_stride) {
+                                                                      int64_t out_stride, int chunks) {
   using L = F8PipeLayout<kStageCodes>;
   constexpr int kPerWarp = L::kBlocks / kMmaWarps;  // blocks of a stage each warp reduces
   extern __shared__ __align__(16) char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16;
+  // Consecutive CTAs share a weight tile (its token chunks): from L2 after the first.
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x / chunks) * 16;
+  const int tok0 = static_cast<int>(blockIdx.x % chunks) * NT * kMmaTileTokens;
   const int nb = static_cast<int>(k / kBlockElems);
   const int stages = (nb + L::kBlocks - 1) / L::kBlocks;
   // Rows past m (the last tile) read row m - 1 again; their sums are not written.
@@ -233,18 +252,31 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_pipe_kernel(int n, con
   }
   wait_for_prior_kernel();
   release_next_kernel();
-  const T* xrow = g < n ? reinterpret_cast<const T*>(x + g * x_stride) : nullptr;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const T* xrow[NT];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    const int tok = tok0 + i * kMmaTileTokens + g;
+    xrow[i] = tok < n ? reinterpret_cast<const T*>(x + tok * x_stride) : nullptr;
+  }
+  float acc[NT][4];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[i][c] = 0.0f;
+  }
   for (int it = 0; it < stages; ++it) {
     // This stage's activations (L1/L2) are requested before waiting for its weights.
-    uint4 xv[kPerWarp][2];
+    uint4 xv[kPerWarp][NT][2];
 #pragma unroll
     for (int u = 0; u < kPerWarp; ++u) {
       const int b = it * L::kBlocks + warp + u * kMmaWarps;
-      const bool ok = b < nb && xrow != nullptr;
-      const uint4* xp = ok ? reinterpret_cast<const uint4*>(xrow + int64_t{b} * kBlockElems + 16 * t) : nullptr;
-      xv[u][0] = ok ? __ldg(xp) : make_uint4(0, 0, 0, 0);
-      xv[u][1] = ok ? __ldg(xp + 1) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int i = 0; i < NT; ++i) {
+        const bool ok = b < nb && xrow[i] != nullptr;
+        const uint4* xp = ok ? reinterpret_cast<const uint4*>(xrow[i] + int64_t{b} * kBlockElems + 16 * t) : nullptr;
+        xv[u][i][0] = ok ? __ldg(xp) : make_uint4(0, 0, 0, 0);
+        xv[u][i][1] = ok ? __ldg(xp + 1) : make_uint4(0, 0, 0, 0);
+      }
     }
     cp_async_wait<kStages - 2>();
     __syncthreads();  // stage `it` is in, and every warp is done with the buffer refilled next
@@ -259,34 +291,48 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_pipe_kernel(int n, con
       const uint4 c0 = *reinterpret_cast<const uint4*>(st + g * L::kPitch + bb * kBlockElems + 16 * t);
       const uint4 c1 = *reinterpret_cast<const uint4*>(st + (g + 8) * L::kPitch + bb * kBlockElems + 16 * t);
       const uint32_t codes[2][4] = {{c0.x, c0.y, c0.z, c0.w}, {c1.x, c1.y, c1.z, c1.w}};
-      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float part[NT][4];
+#pragma unroll
+      for (int i = 0; i < NT; ++i) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) part[i][c] = 0.0f;
+      }
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
         const uint32_t a[4] = {codes_to_pair<T>(codes[0][s]), codes_to_pair<T>(codes[1][s]),
                                codes_to_pair<T>(codes[0][s] >> 16), codes_to_pair<T>(codes[1][s] >> 16)};
-        const uint4& lo = xv[u][s / 2];
-        mma16816<T>(part, a, s % 2 == 0 ? lo.x : lo.z, s % 2 == 0 ? lo.y : lo.w);
+#pragma unroll
+        for (int i = 0; i < NT; ++i) {
+          const uint4& lo = xv[u][i][s / 2];
+          mma16816<T>(part[i], a, s % 2 == 0 ? lo.x : lo.z, s % 2 == 0 ? lo.y : lo.w);
+        }
       }
       const float s0 = sc[g * L::kBlocks + bb], s1 = sc[(g + 8) * L::kBlocks + bb];
-      acc[0] = fmaf(s0, part[0], acc[0]);
-      acc[1] = fmaf(s0, part[1], acc[1]);
-      acc[2] = fmaf(s1, part[2], acc[2]);
-      acc[3] = fmaf(s1, part[3], acc[3]);
+#pragma unroll
+      for (int i = 0; i < NT; ++i) {
+        acc[i][0] = fmaf(s0, part[i][0], acc[i][0]);
+        acc[i][1] = fmaf(s0, part[i][1], acc[i][1]);
+        acc[i][2] = fmaf(s1, part[i][2], acc[i][2]);
+        acc[i][3] = fmaf(s1, part[i][3], acc[i][3]);
+      }
     }
   }
   cp_async_wait<0>();
   __syncthreads();  // the stages are free: the warps' partial sums go there
-  float(*partial)[4][32] = reinterpret_cast<float(*)[4][32]>(smem);
+  float(*partial)[NT][4][32] = reinterpret_cast<float(*)[NT][4][32]>(smem);
 #pragma unroll
-  for (int c = 0; c < 4; ++c) partial[warp][c][lane] = acc[c];
+  for (int i = 0; i < NT; ++i) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) partial[warp][i][c][lane] = acc[i][c];
+  }
   __syncthreads();
-  if (threadIdx.x < 4 * 32) {
-    const int c = threadIdx.x / 32, ln = threadIdx.x % 32;
+  for (int e = threadIdx.x; e < NT * 4 * 32; e += kMmaWarps * 32) {
+    const int i = e / 128, c = (e / 32) % 4, ln = e % 32;
     float sum = 0.0f;
 #pragma unroll
-    for (int v = 0; v < kMmaWarps; ++v) sum += partial[v][c][ln];
+    for (int v = 0; v < kMmaWarps; ++v) sum += partial[v][i][c][ln];
     const int64_t row = row0 + ln / 4 + (c >= 2 ? 8 : 0);
-    const int tok = 2 * (ln % 4) + (c & 1);
+    const int tok = tok0 + i * kMmaTileTokens + 2 * (ln % 4) + (c & 1);
     if (row < m && tok < n) {
       if (bias) sum += bias[row];
       reinterpret_cast<TO*>(out + tok * out_stride)[row] = from_f<TO>(sum);
@@ -294,46 +340,37 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_pipe_kernel(int n, con
   }
 }
 
-template <typename T, typename TO, int kStageCodes, int kStages>
+template <typename T, typename TO, int kStageCodes, int kStages, int NT>
 void launch_pipe(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k,
                  const float* bias, char* out, int64_t os, cudaStream_t s) {
   constexpr size_t kSmem = size_t{kStages} * F8PipeLayout<kStageCodes>::kStageBytes;
-  static_assert(kSmem >= sizeof(float) * kMmaWarps * 4 * 32, "the partial sums reuse the stages");
-  auto kernel = gemv_f8_pipe_kernel<T, TO, kStageCodes, kStages>;
+  static_assert(kSmem >= sizeof(float) * kMmaWarps * NT * 4 * 32, "the partial sums reuse the stages");
+  auto kernel = gemv_f8_pipe_kernel<T, TO, kStageCodes, kStages, NT>;
   static const bool attribute_set = [&] {
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
     return true;
   }();
   (void)attribute_set;
-  launch_chained(kernel, dim3(static_cast<unsigned>((m + 15) / 16)), dim3(kMmaWarps * 32), kSmem, s, n, x, xs, w, ws,
-                 m, k, bias, out, os);
+  const int chunks = (n + NT * kMmaTileTokens - 1) / (NT * kMmaTileTokens);
+  launch_chained(kernel, dim3(static_cast<unsigned>((m + 15) / 16 * chunks)), dim3(kMmaWarps * 32), kSmem, s, n, x,
+                 xs, w, ws, m, k, bias, out, os, chunks);
 }
 
-// The shared-memory kernel's configurations (bench_gemv_cuda sweeps them).
-template <typename T, typename TO>
+// The shared-memory kernel's configurations (bench_gemv_cuda sweeps them):
+// 512 x {4, 6} for any number of token tiles, 1024 x 4 for one (two stages'
+// activations of several tiles would not fit the registers). False: none fits.
+template <typename T, typename TO, int NT>
 bool launch_pipe_config(GemvF8Config c, int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m,
                         int64_t k, const float* bias, char* out, int64_t os, cudaStream_t s) {
-  if (c.stage_codes == 512 && c.stages == 4) launch_pipe<T, TO, 512, 4>(n, x, xs, w, ws, m, k, bias, out, os, s);
-  else if (c.stage_codes == 512 && c.stages == 6) launch_pipe<T, TO, 512, 6>(n, x, xs, w, ws, m, k, bias, out, os, s);
-  else if (c.stage_codes == 1024 && c.stages == 3) launch_pipe<T, TO, 1024, 3>(n, x, xs, w, ws, m, k, bias, out, os, s);
-  else if (c.stage_codes == 1024 && c.stages == 4) launch_pipe<T, TO, 1024, 4>(n, x, xs, w, ws, m, k, bias, out, os, s);
-  else return false;
-  return true;
-}
-
-template <typename T, typename TO, int NT>
-void launch_tiles(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k, const float* bias,
-                  char* out, int64_t os, cudaStream_t s) {
-  constexpr int U = NT == 1 ? 4 : 2;  // bytes in flight per warp; registers bound U * NT
-  const int chunks = (n + NT * kMmaTileTokens - 1) / (NT * kMmaTileTokens);
-  const dim3 blocks(static_cast<unsigned>((m + 15) / 16 * chunks));
-  if (reinterpret_cast<uintptr_t>(w) % 16 == 0 && ws % 16 == 0) {
-    launch_chained(gemv_f8_kernel<T, TO, NT, U, true>, blocks, dim3(kMmaWarps * 32), 0, s, n, x, xs, w, ws, m, k,
-                   bias, out, os, chunks);
+  if (c.stage_codes == 512 && c.stages == 4) launch_pipe<T, TO, 512, 4, NT>(n, x, xs, w, ws, m, k, bias, out, os, s);
+  else if (c.stage_codes == 512 && c.stages == 6) launch_pipe<T, TO, 512, 6, NT>(n, x, xs, w, ws, m, k, bias, out, os, s);
+  else if constexpr (NT == 1) {
+    if (c.stage_codes == 1024 && c.stages == 4) launch_pipe<T, TO, 1024, 4, 1>(n, x, xs, w, ws, m, k, bias, out, os, s);
+    else return false;
   } else {
-    launch_chained(gemv_f8_kernel<T, TO, NT, U, false>, blocks, dim3(kMmaWarps * 32), 0, s, n, x, xs, w, ws, m, k,
-                   bias, out, os, chunks);
+    return false;
   }
+  return true;
 }
 
 // The launcher's configuration; DEEPINFER_GEMV_F8="stages,codes" overrides
@@ -353,13 +390,22 @@ GemvF8Config default_pipe_config() {
 template <typename T, typename TO>
 void launch_typed(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k,
                   const float* bias, char* out, int64_t os, GemvF8Config c, cudaStream_t s) {
-  const int tiles = (n + kMmaTileTokens - 1) / kMmaTileTokens;
-  // The shared-memory kernel: one token tile, 16-byte aligned rows, whole
-  // 16-byte chunks of scales (k a multiple of 256).
-  const bool pipe_fits = tiles == 1 && reinterpret_cast<uintptr_t>(w) % 16 == 0 && ws % 16 == 0 && k % 256 == 0;
+  const int tiles = std::min((n + kMmaTileTokens - 1) / kMmaTileTokens, kMaxTiles);
+  // The shared-memory kernel: 16-byte aligned rows, whole 16-byte chunks of
+  // scales (k a multiple of 256).
+  const bool pipe_fits = reinterpret_cast<uintptr_t>(w) % 16 == 0 && ws % 16 == 0 && k % 256 == 0;
   if (c.stages < 0) c = default_pipe_config();
-  if (pipe_fits && c.stages > 0 && launch_pipe_config<T, TO>(c, n, x, xs, w, ws, m, k, bias, out, os, s)) return;
-  switch (std::min(tiles, kMaxTiles)) {
+  if (pipe_fits && c.stages > 0) {
+    bool launched = false;
+    switch (tiles) {
+      case 1: launched = launch_pipe_config<T, TO, 1>(c, n, x, xs, w, ws, m, k, bias, out, os, s); break;
+      case 2: launched = launch_pipe_config<T, TO, 2>(c, n, x, xs, w, ws, m, k, bias, out, os, s); break;
+      case 3: launched = launch_pipe_config<T, TO, 3>(c, n, x, xs, w, ws, m, k, bias, out, os, s); break;
+      default: launched = launch_pipe_config<T, TO, 4>(c, n, x, xs, w, ws, m, k, bias, out, os, s); break;
+    }
+    if (launched) return;
+  }
+  switch (tiles) {
     case 1: launch_tiles<T, TO, 1>(n, x, xs, w, ws, m, k, bias, out, os, s); break;
     case 2: launch_tiles<T, TO, 2>(n, x, xs, w, ws, m, k, bias, out, os, s); break;
     case 3: launch_tiles<T, TO, 3>(n, x, xs, w, ws, m, k, bias, out, os, s); break;

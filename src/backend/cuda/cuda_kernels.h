@@ -142,9 +142,10 @@ void launch_gemv(ElemType type, int n, const char* x, int64_t x_stride, const ch
 // up to 32 rows of x, and from L2 for the next 32 (beyond, the activations'
 // reads outgrow what this non-tiled kernel does well: dequantise and GEMM).
 constexpr int kGemvF8MaxRows = 64;
-// How up to 8 rows of x stream the weights: `stages` shared-memory stages of
-// 16 weight rows x `stage_codes` codes (512 x {4, 6} or 1024 x {3, 4}); 0
-// stages: the register kernel; -1: the launcher's choice.
+// How the weights stream: `stages` shared-memory stages of 16 weight rows x
+// `stage_codes` codes (512 x {4, 6}; 1024 x 4 for up to 8 rows of x); 0
+// stages (or a configuration that does not apply): the register kernel; -1:
+// the launcher's choice.
 struct GemvF8Config {
   int stages = -1;
   int stage_codes = 512;
