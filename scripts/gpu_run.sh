@@ -269,7 +269,7 @@ if has fp8 && [ -n "$BIN" ]; then
   fi
   make_llama8b
   # FP8_GEMV: gemv_f8 configurations to A/B ("stages,codes"; "" = the launcher's).
-  for round in 1 2; do
+  for round in $(seq 1 "${FP8_ROUNDS:-2}"); do
     for q in none ${FP8_GEMV:-default}; do
       qz=fp8; [ "$q" = none ] && qz=none
       env DEEPINFER_CUDA_FP8=1 $( [ "$q" != none ] && [ "$q" != default ] && echo DEEPINFER_GEMV_F8=$q ) timeout 240 \
