@@ -66,6 +66,11 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
   return v;
 }
 
+// 16-byte chunks a lane holds of a row in the RMSNorm kernels (rows up to
+// 2,048 elements a warp), shared by the fused q/k-norm kernels that must sum
+// in the same order.
+constexpr int kNormMaxChunks = 8;
+
 __device__ __forceinline__ float warp_sum(float x) {
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
