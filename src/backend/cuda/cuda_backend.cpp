@@ -630,7 +630,21 @@ bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activat
   // Batch-invariant: never (a one-row product must be the same arithmetic as
   // a many-row one: separate linear and activation).
   if (batch_invariant_) return false;
-  if ((act != Activation::Silu && act != Activation::GeluTanh) || !gemv_fits(x, w_gate_up)) return false;
+  if (act != Activation::Silu && act != Activation::GeluTanh) return false;
+  if (w_gate_up.dtype() == DType::F8E4M3_B64) {
+    if ((x.dtype() != DType::BF16 && x.dtype() != DType::F16) || !aligned16(x.data(), x.stride_bytes(0)) ||
+        !w_gate_up.is_contiguous()) {
+      return false;
+    }
+    const bool launched = launch_gemv_f8_glu(elem_type(x.dtype(), "gated_linear"), static_cast<int>(x.size(0)),
+                                             static_cast<const char*>(x.data()), x.stride_bytes(0),
+                                             static_cast<const char*>(w_gate_up.data()), w_gate_up.stride_bytes(0),
+                                             out.size(1), x.size(1), act == Activation::GeluTanh,
+                                             static_cast<char*>(out.data()), out.stride_bytes(0), stream_);
+    if (launched) check_launch("gated_linear(fp8)");
+    return launched;
+  }
+  if (!gemv_fits(x, w_gate_up)) return false;
   launch_gemv_glu(elem_type(x.dtype(), "gated_linear"), static_cast<int>(x.size(0)),
                   static_cast<const char*>(x.data()), x.stride_bytes(0), static_cast<const char*>(w_gate_up.data()),
                   w_gate_up.stride_bytes(0), out.size(1), x.size(1), act == Activation::GeluTanh,

@@ -211,21 +211,31 @@ struct F8PipeLayout {
   static_assert(kBlocks % kMmaWarps == 0 && kBlocks % 4 == 0, "a stage's blocks split evenly over the warps");
 };
 
-template <typename T, typename TO, int kStageCodes, int kStages, int NT>
+// kGlu: the gated MLP's input side over a stacked [2m, k] gate-up weight:
+// a CTA's 16 rows are 8 gate rows (mma rows g) and the same 8 up rows (g +
+// 8), so one lane ends with both products of an output and writes act(gate)
+// * up, each product rounded to T first as linear + gated_activation do.
+template <typename T, typename TO, int kStageCodes, int kStages, int NT, bool kGlu>
 __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_pipe_kernel(int n, const char* x, int64_t x_stride,
                                                                       const char* w, int64_t w_stride, int64_t m,
                                                                       int64_t k, const float* bias, char* out,
-                                                                      int64_t out_stride, int chunks) {
+                                                                      int64_t out_stride, int chunks, bool gelu) {
   using L = F8PipeLayout<kStageCodes>;
   constexpr int kPerWarp = L::kBlocks / kMmaWarps;  // blocks of a stage each warp reduces
   extern __shared__ __align__(16) char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   // Consecutive CTAs share a weight tile (its token chunks): from L2 after the first.
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x / chunks) * 16;
+  constexpr int kOutRows = kGlu ? 8 : 16;  // outputs of a weight tile
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x / chunks) * kOutRows;
+  // Tile row r's weight row; rows past m (the last tile) read row m - 1
+  // again, and their sums are not written.
+  auto weight_row = [&](int r) -> int64_t {
+    if constexpr (kGlu) return r < 8 ? min(row0 + r, m - 1) : m + min(row0 + r - 8, m - 1);
+    return min(row0 + r, m - 1);
+  };
   const int tok0 = static_cast<int>(blockIdx.x % chunks) * NT * kMmaTileTokens;
   const int nb = static_cast<int>(k / kBlockElems);
   const int stages = (nb + L::kBlocks - 1) / L::kBlocks;
-  // Rows past m (the last tile) read row m - 1 again; their sums are not written.
   auto issue = [&](int stage) {
     if (stage >= stages) return;
     char* dst = smem + (stage % kStages) * L::kStageBytes;
@@ -233,7 +243,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_pipe_kernel(int n, con
     constexpr int kChunksPerRow = kStageCodes / 16;
     for (int c = threadIdx.x; c < 16 * kChunksPerRow; c += kMmaWarps * 32) {
       const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 16;
-      const char* src = w + min(row0 + r, m - 1) * w_stride + code0 + col;
+      const char* src = w + weight_row(r) * w_stride + code0 + col;
       const bool ok = code0 + col < k;
       cp_async16(smem_addr(dst + r * L::kPitch + col), ok ? src : w, ok);
     }
@@ -241,7 +251,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_pipe_kernel(int n, con
     for (int c = threadIdx.x; c < 16 * kScaleChunksPerRow; c += kMmaWarps * 32) {
       const int r = c / kScaleChunksPerRow, q = (c % kScaleChunksPerRow) * 4;
       const int b = stage * L::kBlocks + q;
-      const char* src = w + min(row0 + r, m - 1) * w_stride + k + int64_t{b} * 4;
+      const char* src = w + weight_row(r) * w_stride + k + int64_t{b} * 4;
       cp_async16(smem_addr(dst + L::kCodeBytes + (r * L::kBlocks + q) * 4), b < nb ? src : w, b < nb);
     }
   };
@@ -326,34 +336,54 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_pipe_kernel(int n, con
     for (int c = 0; c < 4; ++c) partial[warp][i][c][lane] = acc[i][c];
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < NT * 4 * 32; e += kMmaWarps * 32) {
-    const int i = e / 128, c = (e / 32) % 4, ln = e % 32;
-    float sum = 0.0f;
+  if constexpr (kGlu) {
+    // Accumulators c (0, 1: gate) and c + 2 (up) of lane ln are one output.
+    for (int e = threadIdx.x; e < NT * 2 * 32; e += kMmaWarps * 32) {
+      const int i = e / 64, c = (e / 32) % 2, ln = e % 32;
+      float gate = 0.0f, up = 0.0f;
 #pragma unroll
-    for (int v = 0; v < kMmaWarps; ++v) sum += partial[v][i][c][ln];
-    const int64_t row = row0 + ln / 4 + (c >= 2 ? 8 : 0);
-    const int tok = tok0 + i * kMmaTileTokens + 2 * (ln % 4) + (c & 1);
-    if (row < m && tok < n) {
-      if (bias) sum += bias[row];
-      reinterpret_cast<TO*>(out + tok * out_stride)[row] = from_f<TO>(sum);
+      for (int v = 0; v < kMmaWarps; ++v) {
+        gate += partial[v][i][c][ln];
+        up += partial[v][i][c + 2][ln];
+      }
+      const int64_t row = row0 + ln / 4;
+      const int tok = tok0 + i * kMmaTileTokens + 2 * (ln % 4) + c;
+      if (row < m && tok < n) {
+        const float g = to_f(from_f<T>(gate)), u = to_f(from_f<T>(up));
+        reinterpret_cast<TO*>(out + tok * out_stride)[row] = from_f<TO>((gelu ? gelu_tanh(g) : silu(g)) * u);
+      }
+    }
+  } else {
+    for (int e = threadIdx.x; e < NT * 4 * 32; e += kMmaWarps * 32) {
+      const int i = e / 128, c = (e / 32) % 4, ln = e % 32;
+      float sum = 0.0f;
+#pragma unroll
+      for (int v = 0; v < kMmaWarps; ++v) sum += partial[v][i][c][ln];
+      const int64_t row = row0 + ln / 4 + (c >= 2 ? 8 : 0);
+      const int tok = tok0 + i * kMmaTileTokens + 2 * (ln % 4) + (c & 1);
+      if (row < m && tok < n) {
+        if (bias) sum += bias[row];
+        reinterpret_cast<TO*>(out + tok * out_stride)[row] = from_f<TO>(sum);
+      }
     }
   }
 }
 
-template <typename T, typename TO, int kStageCodes, int kStages, int NT>
+template <typename T, typename TO, int kStageCodes, int kStages, int NT, bool kGlu = false>
 void launch_pipe(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k,
-                 const float* bias, char* out, int64_t os, cudaStream_t s) {
+                 const float* bias, char* out, int64_t os, cudaStream_t s, bool gelu = false) {
   constexpr size_t kSmem = size_t{kStages} * F8PipeLayout<kStageCodes>::kStageBytes;
   static_assert(kSmem >= sizeof(float) * kMmaWarps * NT * 4 * 32, "the partial sums reuse the stages");
-  auto kernel = gemv_f8_pipe_kernel<T, TO, kStageCodes, kStages, NT>;
+  auto kernel = gemv_f8_pipe_kernel<T, TO, kStageCodes, kStages, NT, kGlu>;
   static const bool attribute_set = [&] {
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
     return true;
   }();
   (void)attribute_set;
   const int chunks = (n + NT * kMmaTileTokens - 1) / (NT * kMmaTileTokens);
-  launch_chained(kernel, dim3(static_cast<unsigned>((m + 15) / 16 * chunks)), dim3(kMmaWarps * 32), kSmem, s, n, x,
-                 xs, w, ws, m, k, bias, out, os, chunks);
+  constexpr int kOutRows = kGlu ? 8 : 16;
+  launch_chained(kernel, dim3(static_cast<unsigned>((m + kOutRows - 1) / kOutRows * chunks)), dim3(kMmaWarps * 32),
+                 kSmem, s, n, x, xs, w, ws, m, k, bias, out, os, chunks, gelu);
 }
 
 // The shared-memory kernel's configurations (bench_gemv_cuda sweeps them):
@@ -451,6 +481,29 @@ void launch_gemv_f8(ElemType x_type, int n, const char* x, int64_t x_stride, con
       launch_typed<__nv_bfloat16, __nv_bfloat16>(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride, c, s);
     }
   }
+}
+
+bool launch_gemv_f8_glu(ElemType x_type, int n, const char* x, int64_t x_stride, const char* w_gate_up,
+                        int64_t w_stride, int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride,
+                        Stream stream) {
+  const bool fits = n >= 1 && n <= kMmaTileTokens && reinterpret_cast<uintptr_t>(w_gate_up) % 16 == 0 &&
+                    w_stride % 16 == 0 && k % 256 == 0;
+  const GemvF8Config c = default_pipe_config();
+  if (!fits || c.stages <= 0) return false;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  auto launch = [&](auto t) {
+    using T = decltype(t);
+    if (c.stage_codes == 1024) {
+      launch_pipe<T, T, 1024, 4, 1, true>(n, x, x_stride, w_gate_up, w_stride, f, k, nullptr, out, out_stride, s, gelu);
+    } else if (c.stages == 6) {
+      launch_pipe<T, T, 512, 6, 1, true>(n, x, x_stride, w_gate_up, w_stride, f, k, nullptr, out, out_stride, s, gelu);
+    } else {
+      launch_pipe<T, T, 512, 4, 1, true>(n, x, x_stride, w_gate_up, w_stride, f, k, nullptr, out, out_stride, s, gelu);
+    }
+  };
+  if (x_type == ElemType::F16) launch(__half{});
+  else launch(__nv_bfloat16{});
+  return true;
 }
 
 void launch_dequant_f8(const char* w, int64_t w_stride, int64_t rows, int64_t k, ElemType out_type, char* out,
