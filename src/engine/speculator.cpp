@@ -1,7 +1,9 @@
 #include "engine/speculator.h"
 
 #include <algorithm>
+#include <thread>
 
+#include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "sched/request.h"
 #include "spec/verify_length.h"
@@ -24,10 +26,11 @@ Speculator::Speculator(spec::SpeculativeConfig config, std::unique_ptr<spec::Pro
   stats_.acceptance_lengths.assign(static_cast<size_t>(config_.num_speculative_tokens) + 1, 0);
 }
 
-int64_t Speculator::feed(const Request& r) {
+Speculator::~Speculator() = default;
+
+Speculator::Tracked& Speculator::start_if_new(const Request& r, int64_t& fed) {
   auto [it, fresh] = tracked_.try_emplace(r.id());
   Tracked& t = it->second;
-  int64_t fed = 0;
   if (fresh) {
     proposer_->start(r.id(), r.prompt_ids());
     const SamplingParams& p = r.params();
@@ -35,14 +38,37 @@ int64_t Speculator::feed(const Request& r) {
     t.fed = r.num_prompt_tokens();
     fed += t.fed;
   }
-  if (t.fed < r.num_tokens()) {
-    const auto& out = r.output_ids();
-    const auto from = static_cast<size_t>(t.fed - r.num_prompt_tokens());
-    proposer_->append(r.id(), std::span<const int32_t>(out).subspan(from));
-    fed += r.num_tokens() - t.fed;
-    t.fed = r.num_tokens();
-  }
+  return t;
+}
+
+int64_t Speculator::append_new(const Request& r, Tracked& t) {
+  if (t.fed >= r.num_tokens()) return 0;
+  const auto& out = r.output_ids();
+  const auto from = static_cast<size_t>(t.fed - r.num_prompt_tokens());
+  proposer_->append(r.id(), std::span<const int32_t>(out).subspan(from));
+  const int64_t fed = r.num_tokens() - t.fed;
+  t.fed = r.num_tokens();
   return fed;
+}
+
+int64_t Speculator::feed(const Request& r) {
+  int64_t fed = 0;
+  Tracked& t = start_if_new(r, fed);
+  return fed + append_new(r, t);
+}
+
+cpu::ThreadPool* Speculator::drafting_pool(size_t candidates) {
+  // Fewer requests a thread than this are not worth waking it for (a
+  // request's append and proposal take a few microseconds).
+  constexpr size_t kRequestsPerThread = 4;
+  if (!proposer_->concurrent_requests()) return nullptr;
+  if (!pool_) {
+    int threads = config_.drafting_threads;
+    if (threads == 0) threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 4u));
+    if (threads <= 1) return nullptr;
+    pool_ = std::make_unique<cpu::ThreadPool>(threads);
+  }
+  return candidates >= 2 * kRequestsPerThread ? pool_.get() : nullptr;
 }
 
 void Speculator::keep_up(std::span<const Request* const> requests, int64_t max_tokens) {
@@ -82,17 +108,41 @@ void Speculator::propose(std::span<Request* const> candidates, int32_t base_toke
   std::vector<Request*> asked;
   std::vector<uint64_t> ids;
   std::vector<int32_t> rooms;
+  std::vector<Tracked*> tracked;
   for (Request* r : candidates) {
+    int64_t fed = 0;
+    tracked.push_back(&start_if_new(*r, fed));
     // Every output the step could yield must fit the request's limit: the
     // drafts plus the token sampled after them.
     const int32_t room = std::min(config_.num_speculative_tokens, r->token_limit - r->num_tokens() - 1);
-    feed(*r);
     if (room <= 0) continue;
     asked.push_back(r);
     ids.push_back(r->id());
     rooms.push_back(room);
   }
-  proposer_->propose_batch(ids, rooms, drafts_);
+  // The device waits for these drafts (they follow the step just finished):
+  // a large batch's appends and proposals spread over threads.
+  cpu::ThreadPool* pool = drafting_pool(candidates.size());
+  auto append_range = [&](int64_t begin, int64_t end, int /*thread*/) {
+    for (int64_t i = begin; i < end; ++i) append_new(*candidates[static_cast<size_t>(i)], *tracked[static_cast<size_t>(i)]);
+  };
+  if (pool) {
+    ++stats_.parallel_drafting_rounds;
+    pool->parallel_for(static_cast<int64_t>(candidates.size()), append_range, /*grain=*/4, /*chunk=*/4);
+    drafts_.resize(ids.size());
+    pool->parallel_for(
+        static_cast<int64_t>(ids.size()),
+        [&](int64_t begin, int64_t end, int /*thread*/) {
+          for (int64_t i = begin; i < end; ++i) {
+            const auto k = static_cast<size_t>(i);
+            proposer_->propose(ids[k], rooms[k], drafts_[k]);
+          }
+        },
+        /*grain=*/4, /*chunk=*/4);
+  } else {
+    append_range(0, static_cast<int64_t>(candidates.size()), 0);
+    proposer_->propose_batch(ids, rooms, drafts_);
+  }
   std::vector<std::vector<double>> accept;
   std::vector<Request*> drafted;
   for (size_t i = 0; i < asked.size(); ++i) {

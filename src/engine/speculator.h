@@ -22,6 +22,9 @@
 #include "spec/step_time_curve.h"
 
 namespace deepinfer {
+namespace cpu {
+class ThreadPool;
+}
 
 class Request;
 
@@ -36,12 +39,14 @@ struct SpecDecodeStats {
   // those that speculated.
   int64_t windows = 0;
   int64_t speculative_windows = 0;
+  int64_t parallel_drafting_rounds = 0;  // rounds whose drafting ran on several threads
 };
 
 class Speculator {
  public:
   // The proposer of config.method (the engine builds it: some run models).
   Speculator(spec::SpeculativeConfig config, std::unique_ptr<spec::Proposer> proposer);
+  ~Speculator();
   const spec::SpeculativeConfig& config() const { return config_; }
 
   // Whether the next step should draft. Drafting costs the pipelined loop
@@ -91,6 +96,13 @@ class Speculator {
   };
   // Gives the proposer the tokens of r it has not seen; returns how many.
   int64_t feed(const Request& r);
+  // feed() in two halves: start() for a request new to the proposer (one
+  // thread: its request table changes), then the appends, which may run for
+  // different requests at once.
+  Tracked& start_if_new(const Request& r, int64_t& fed);
+  int64_t append_new(const Request& r, Tracked& t);
+  // The threads to draft `candidates` requests with; nullptr: this thread.
+  cpu::ThreadPool* drafting_pool(size_t candidates);
   bool switched() const { return config_.dynamic && config_.switch_window_steps > 0; }
 
   spec::SpeculativeConfig config_;
@@ -101,6 +113,7 @@ class Speculator {
   std::unordered_map<uint64_t, Tracked> tracked_;
   SpecDecodeStats stats_;
   std::vector<spec::Draft> drafts_;  // this round's proposals, per candidate
+  std::unique_ptr<cpu::ThreadPool> pool_;  // drafting threads, made on first use
   int64_t last_round_drafts_ = 1;  // drafts the last propose() left to verify
   int steps_since_probe_ = 0;
   bool probing_ = false;  // this round drafts because the probe interval passed

@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <shared_mutex>
 #include <thread>
 
 #include "core/error.h"
@@ -43,7 +44,9 @@ namespace {
 // the engine thread for over half a second. A proposal reads the global tree
 // only when that thread is not writing it (and drafts from the request's own
 // tree otherwise); outputs waiting beyond the global budget are dropped,
-// oldest first, as the tree itself would evict them.
+// oldest first, as the tree itself would evict them. Proposals for several
+// requests may run at once (each reads its own tree, and the global one
+// under a shared lock).
 class SuffixDrafts final : public Proposer {
  public:
   explicit SuffixDrafts(SuffixConfig config) : proposer_(config), budget_(config.global_max_tokens) {
@@ -60,9 +63,10 @@ class SuffixDrafts final : public Proposer {
   void start(uint64_t id, std::span<const int32_t> prompt) override { proposer_.start(id, prompt); }
   void append(uint64_t id, std::span<const int32_t> tokens) override { proposer_.append(id, tokens); }
   void propose(uint64_t id, int32_t max_tokens, Draft& out) override {
-    std::unique_lock global(global_mutex_, std::try_to_lock);
+    std::shared_lock global(global_mutex_, std::try_to_lock);
     proposer_.propose(id, max_tokens, out, global.owns_lock());
   }
+  bool concurrent_requests() const override { return true; }
   void finish(uint64_t id) override {
     std::vector<int32_t> output = proposer_.release(id);
     if (output.empty()) return;
@@ -90,14 +94,14 @@ class SuffixDrafts final : public Proposer {
         queue_.pop_front();
         queued_tokens_ -= static_cast<int64_t>(output.size());
       }
-      std::lock_guard global(global_mutex_);
+      std::unique_lock global(global_mutex_);
       proposer_.add_global(output);
     }
   }
 
   SuffixProposer proposer_;
   const int64_t budget_;
-  std::mutex global_mutex_;  // the global tree: the inserting thread, or a proposal
+  std::shared_mutex global_mutex_;  // the global tree: the inserting thread, or proposals
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
   std::deque<std::vector<int32_t>> queue_;  // finished outputs, oldest first

@@ -49,6 +49,10 @@ class Proposer {
                              std::vector<Draft>& out);
   // The request ended; its state is dropped (or kept in shared form).
   virtual void finish(uint64_t request_id) = 0;
+  // Whether append and propose may run for different requests on several
+  // threads at once (each request's state its own; start and finish stay on
+  // one thread). Default: no.
+  virtual bool concurrent_requests() const { return false; }
 };
 
 // Prompt lookup: an NgramIndex per request.
@@ -59,6 +63,7 @@ class NgramProposer final : public Proposer {
   void append(uint64_t request_id, std::span<const int32_t> tokens) override;
   void propose(uint64_t request_id, int32_t max_tokens, Draft& out) override;
   void finish(uint64_t request_id) override { indexes_.erase(request_id); }
+  bool concurrent_requests() const override { return true; }
 
  private:
   NgramIndex& index(uint64_t request_id);

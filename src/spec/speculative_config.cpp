@@ -72,6 +72,8 @@ SpeculativeConfig SpeculativeConfig::parse(std::string_view json) {
       c.suffix_min_token_prob = number<float>(value, key, 0.0f, 1.0f);
     } else if (key == "suffix_decoding_max_cached_tokens") {
       c.suffix_global_max_tokens = number<int64_t>(value, key, 0, int64_t{1} << 32);
+    } else if (key == "drafting_threads") {
+      c.drafting_threads = number<int32_t>(value, key, 0, 64);
     } else if (key == "model") {
       DI_CHECK(value.is_string() && !value.get<std::string>().empty(),
                "{}: \"model\" must be a non-empty path, got {}", kWhat, json_excerpt(value));
@@ -95,7 +97,8 @@ std::string SpeculativeConfig::to_json() const {
   nlohmann::json j = {{"method", to_string(method)},
                       {"num_speculative_tokens", num_speculative_tokens},
                       {"dynamic", dynamic},
-                      {"speculation_switch_window", switch_window_steps}};
+                      {"speculation_switch_window", switch_window_steps},
+                      {"drafting_threads", drafting_threads}};
   if (method == SpecMethod::Ngram) {
     j["prompt_lookup_min"] = prompt_lookup_min;
     j["prompt_lookup_max"] = prompt_lookup_max;

@@ -34,6 +34,10 @@ struct SpeculativeConfig {
   int32_t suffix_max_depth = 24;
   float suffix_min_token_prob = 0.1f;
   int64_t suffix_global_max_tokens = 1 << 20;
+  // Threads that draft for a large batch (n-gram and suffix: each request's
+  // proposer state is its own; the device waits for the drafts): 0 = half
+  // the cores, at most 4; 1 = the engine thread only.
+  int32_t drafting_threads = 0;
   // Draft model: a GGUF file or Hugging Face folder of a model with the
   // target's vocabulary, run by its own engine (its own KV cache).
   std::string draft_model;

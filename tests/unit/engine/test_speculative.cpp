@@ -110,6 +110,9 @@ std::vector<std::string> methods() {
       R"({"method": "ngram", "dynamic": false, "num_speculative_tokens": 7})",
       R"({"method": "suffix", "speculation_switch_window": 0})",
       R"({"method": "suffix", "dynamic": false, "num_speculative_tokens": 3})",
+      // Drafting spread over threads from 8 candidates on (the workload has up to 16).
+      R"({"method": "ngram", "speculation_switch_window": 0, "drafting_threads": 3})",
+      R"({"method": "suffix", "dynamic": false, "num_speculative_tokens": 3, "drafting_threads": 3})",
       R"({"method": "draft_model", "dynamic": false, "num_speculative_tokens": 4, "model": ")" +
           testing::smollm2_path() + "\"}",
   };
@@ -142,6 +145,9 @@ TEST(Speculative, SameOutputsAsWithoutSpeculationForEveryMethod) {
     EXPECT_GT(got[1].accepted_drafts + got[9].accepted_drafts, 0) << method << ": seeded sampling";
     EXPECT_GT(got[5].accepted_drafts + got[13].accepted_drafts, 0) << method << ": penalties";
     EXPECT_EQ(got[7].accepted_drafts + got[15].accepted_drafts, 0) << method << ": host-sampled requests do not draft";
+    if (method.find("drafting_threads") != std::string::npos) {
+      EXPECT_GT(s.spec.parallel_drafting_rounds, 0) << method << ": some rounds must draft on several threads";
+    }
   }
 }
 
@@ -294,6 +300,7 @@ TEST(Speculative, ConfigErrorsNameTheField) {
   EXPECT_NE(error_of(R"({"num_speculative_tokens": 3})").find("\"method\" is required"), std::string::npos);
   EXPECT_NE(error_of(R"({"method": "ngram", "prompt_lookup_min": 5, "prompt_lookup_max": 3})").find("exceed"),
             std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "suffix", "drafting_threads": 65})").find("drafting_threads"), std::string::npos);
   EXPECT_NE(error_of("[1,2]").find("object"), std::string::npos);
   EXPECT_NE(error_of("{").find("--speculative-config"), std::string::npos);
   const auto c = spec::SpeculativeConfig::parse(R"({"method": "suffix", "num_speculative_tokens": 8, "dynamic": false})");
