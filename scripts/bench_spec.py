@@ -33,6 +33,8 @@ CONFIGS = {
     "ngram-dyn": ({"method": "ngram", "num_speculative_tokens": 5, "dynamic": True}, []),
     "suffix-k5": ({"method": "suffix", "num_speculative_tokens": 5, "dynamic": False}, []),
     "suffix-dyn": ({"method": "suffix", "num_speculative_tokens": 5, "dynamic": True}, []),
+    # Drafting on the engine thread only (the default spreads a large batch over threads).
+    "suffix-dyn-1t": ({"method": "suffix", "num_speculative_tokens": 5, "dynamic": True, "drafting_threads": 1}, []),
     # Verify steps without CUDA graphs, to see what the graphs buy.
     "ngram-k5-eager": ({"method": "ngram", "num_speculative_tokens": 5, "dynamic": False}, ["--enforce-eager"]),
 }
