@@ -1,7 +1,8 @@
 // Decode-sized matrix-vector products on the GPU (the weight stream of a
 // batch-1 decode step): GB/s of weights read for the Llama-3-8B projection
 // shapes (fused QKV, o, fused gate-up, down, LM head) and the 2,048-wide ones
-// of the MoE models under every work partition of the gemv kernel, against
+// of the MoE models under every work partition of the gemv kernel (each
+// launch on another copy of the weights, so that none comes from L2), against
 // the device-to-device copy rate measured in the same run (bytes read +
 // written), so the launcher's choice (gemv_config) can be checked and tuned.
 // Usage: bench_gemv_cuda [reps=50]
@@ -92,9 +93,15 @@ int main(int argc, char** argv) {
   for (const Shape& sh : shapes) {
     for (int n : {1, 4}) {
       const double bytes = double(sh.m) * sh.k * 2;
+      // Each launch reads another copy of the weights in the 1 GB buffer
+      // (the smaller matrices would otherwise come from L2).
+      const size_t span = (static_cast<size_t>(bytes) + 4095) / 4096 * 4096;
+      const size_t copies = std::max<size_t>(1, max_w / span);
+      size_t next = 0;
       auto run = [&](GemvConfig c) {
         return median_ms(reps, s, [&] {
-          launch_gemv(ElemType::BF16, n, x, sh.k * 2, w, sh.k * 2, sh.m, sh.k, nullptr, false, out, sh.m * 2, s, c);
+          const char* wc = w + (next++ % copies) * span;
+          launch_gemv(ElemType::BF16, n, x, sh.k * 2, wc, sh.k * 2, sh.m, sh.k, nullptr, false, out, sh.m * 2, s, c);
         });
       };
       const GemvConfig chosen = gemv_config(sh.m, sh.k);
