@@ -69,7 +69,9 @@ int main(int argc, char** argv) {
       std::vector<std::vector<int32_t>> pending(static_cast<size_t>(requests));
       for (int s = 0; s < steps; ++s) {
         auto t0 = std::chrono::steady_clock::now();
-        for_each_request([&](int r) { proposer->propose(static_cast<uint64_t>(r), 5, drafts[static_cast<size_t>(r)]); });
+        for_each_request([&](int r) {
+          proposer->propose(static_cast<uint64_t>(r), 5, drafts[static_cast<size_t>(r)]);
+        });
         for (const Draft& d : drafts) drafted += d.size();
         auto t1 = std::chrono::steady_clock::now();
         for_each_request([&](int r) {

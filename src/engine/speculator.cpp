@@ -124,7 +124,9 @@ void Speculator::propose(std::span<Request* const> candidates, int32_t base_toke
   // a large batch's appends and proposals spread over threads.
   cpu::ThreadPool* pool = drafting_pool(candidates.size());
   auto append_range = [&](int64_t begin, int64_t end, int /*thread*/) {
-    for (auto i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) append_new(*candidates[i], *tracked[i]);
+    for (auto i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
+      append_new(*candidates[i], *tracked[i]);
+    }
   };
   if (pool) {
     ++stats_.parallel_drafting_rounds;

@@ -392,11 +392,12 @@ void launch_pipe(int n, const char* x, int64_t xs, const char* w, int64_t ws, in
 template <typename T, typename TO, int NT>
 bool launch_pipe_config(GemvF8Config c, int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m,
                         int64_t k, const float* bias, char* out, int64_t os, cudaStream_t s) {
-  if (c.stage_codes == 512 && c.stages == 4) launch_pipe<T, TO, 512, 4, NT>(n, x, xs, w, ws, m, k, bias, out, os, s);
-  else if (c.stage_codes == 512 && c.stages == 6) launch_pipe<T, TO, 512, 6, NT>(n, x, xs, w, ws, m, k, bias, out, os, s);
-  else if constexpr (NT == 1) {
-    if (c.stage_codes == 1024 && c.stages == 4) launch_pipe<T, TO, 1024, 4, 1>(n, x, xs, w, ws, m, k, bias, out, os, s);
-    else return false;
+  if (c.stage_codes == 512 && c.stages == 4) {
+    launch_pipe<T, TO, 512, 4, NT>(n, x, xs, w, ws, m, k, bias, out, os, s);
+  } else if (c.stage_codes == 512 && c.stages == 6) {
+    launch_pipe<T, TO, 512, 6, NT>(n, x, xs, w, ws, m, k, bias, out, os, s);
+  } else if (NT == 1 && c.stage_codes == 1024 && c.stages == 4) {
+    launch_pipe<T, TO, 1024, 4, 1>(n, x, xs, w, ws, m, k, bias, out, os, s);
   } else {
     return false;
   }
