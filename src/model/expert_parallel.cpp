@@ -38,12 +38,6 @@ Tensor slot_view(const Buffer& b, const Tensor& full, int32_t slot, size_t slot_
 ExpertParallelMoe::ExpertParallelMoe(Backend& backend, Communicator& experts, Communicator* token_group)
     : backend_(backend), comm_(experts), token_group_(token_group != nullptr && token_group->size() > 1 ? token_group
                                                                                                      : nullptr) {
-  // Not yet run on a GPU: opt-in there until it has been checked on one.
-  const char* opt_in = std::getenv("DEEPINFER_CUDA_EXPERT_PARALLEL");
-  DI_CHECK(backend.device().type == DeviceType::CPU || (opt_in != nullptr && std::string_view(opt_in) == "1"),
-           "--enable-expert-parallel on {}: built but not yet validated on a GPU; set "
-           "DEEPINFER_CUDA_EXPERT_PARALLEL=1 to run it anyway",
-           backend.name());
   DI_CHECK(token_group_ == nullptr || experts.size() % token_group_->size() == 0,
            "expert parallelism: {} ranks of experts do not split into token groups of {}", experts.size(),
            token_group_ != nullptr ? token_group_->size() : 1);

@@ -157,10 +157,11 @@ void launch_gemv_f8(ElemType x_type, int n, const char* x, int64_t x_stride, con
 // out[n, f] = act(x W[0:f]^T) * (x W[f:2f]^T), out in x's type, the same bits
 // as launch_gemv_f8 into [n, 2f] then the gated activation. Up to 8 rows of
 // x, k a multiple of 256, 16-byte aligned weight rows; false (nothing
-// launched) otherwise or when DEEPINFER_GEMV_F8 picks the register kernel.
+// launched) otherwise or when the register kernel serves one token tile (the
+// default: it measured faster at batch 1; DEEPINFER_GEMV_F8 picks another).
 bool launch_gemv_f8_glu(ElemType x_type, int n, const char* x, int64_t x_stride, const char* w_gate_up,
                         int64_t w_stride, int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride,
-                        Stream stream);
+                        Stream stream, GemvF8Config config = {});
 // Rows of FP8 row blocks to bf16/f16 rows (prefill: then cuBLAS).
 void launch_dequant_f8(const char* w, int64_t w_stride, int64_t rows, int64_t k, ElemType out_type, char* out,
                        int64_t out_stride, Stream stream);

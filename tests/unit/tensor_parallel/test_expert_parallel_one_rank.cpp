@@ -207,9 +207,8 @@ TEST(ExpertParallelOneRank, CpuMatchesThePlainLayer) { run_case(DeviceType::CPU,
 TEST(ExpertParallelOneRank, CpuWithAGatedSharedExpertMatchesThePlainLayer) { run_case(DeviceType::CPU, true); }
 
 #ifdef DEEPINFER_HAS_NCCL
-// Opt-in on a GPU until validated there (ExpertParallelMoe's constructor).
+// Passed on the H200 (gpu_run.sh dist, 2026-12-05).
 TEST(ExpertParallelOneRank, CudaMatchesThePlainLayer) {
-  setenv("DEEPINFER_CUDA_EXPERT_PARALLEL", "1", 1);
   run_case(DeviceType::CUDA, false);
   run_case(DeviceType::CUDA, true);
 }
