@@ -58,6 +58,26 @@ __device__ __forceinline__ uint32_t codes_to_pair(uint32_t two_codes) {
   }
 }
 
+// The end of a 16-row x NT-tile CTA of both gemv kernels: the warps'
+// accumulators (partial[warp][tile][c][lane], mma C layout: rows g / g + 8,
+// tokens 2t / 2t + 1) summed in warp order, plus the bias, written out.
+template <typename TO, int NT>
+__device__ __forceinline__ void write_tile_sums(const float (*partial)[NT][4][32], int64_t row0, int tok0, int64_t m,
+                                                int n, const float* bias, char* out, int64_t out_stride) {
+  for (int e = threadIdx.x; e < NT * 4 * 32; e += kMmaWarps * 32) {
+    const int i = e / 128, c = (e / 32) % 4, ln = e % 32;
+    float sum = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kMmaWarps; ++v) sum += partial[v][i][c][ln];
+    const int64_t row = row0 + ln / 4 + (c >= 2 ? 8 : 0);
+    const int tok = tok0 + i * kMmaTileTokens + 2 * (ln % 4) + (c & 1);
+    if (row < m && tok < n) {
+      if (bias) sum += bias[row];
+      reinterpret_cast<TO*>(out + tok * out_stride)[row] = from_f<TO>(sum);
+    }
+  }
+}
+
 // NT token tiles (8 activation rows each) of one CTA; U blocks per warp in
 // flight; kVec: rows 16-byte aligned (codes in one load per lane and block).
 template <typename T, typename TO, int NT, int U, bool kVec>
@@ -160,18 +180,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_kernel(int n, const ch
     for (int c = 0; c < 4; ++c) partial[warp][i][c][lane] = acc[i][c];
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < NT * 4 * 32; e += kMmaWarps * 32) {
-    const int i = e / 128, c = (e / 32) % 4, ln = e % 32;
-    float sum = 0.0f;
-#pragma unroll
-    for (int v = 0; v < kMmaWarps; ++v) sum += partial[v][i][c][ln];
-    const int64_t row = row0 + ln / 4 + (c >= 2 ? 8 : 0);
-    const int tok = tok0 + i * kMmaTileTokens + 2 * (ln % 4) + (c & 1);
-    if (row < m && tok < n) {
-      if (bias) sum += bias[row];
-      reinterpret_cast<TO*>(out + tok * out_stride)[row] = from_f<TO>(sum);
-    }
-  }
+  write_tile_sums<TO, NT>(partial, row0, tok0, m, n, bias, out, out_stride);
 }
 
 template <typename T, typename TO, int NT>
@@ -354,18 +363,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_pipe_kernel(int n, con
       }
     }
   } else {
-    for (int e = threadIdx.x; e < NT * 4 * 32; e += kMmaWarps * 32) {
-      const int i = e / 128, c = (e / 32) % 4, ln = e % 32;
-      float sum = 0.0f;
-#pragma unroll
-      for (int v = 0; v < kMmaWarps; ++v) sum += partial[v][i][c][ln];
-      const int64_t row = row0 + ln / 4 + (c >= 2 ? 8 : 0);
-      const int tok = tok0 + i * kMmaTileTokens + 2 * (ln % 4) + (c & 1);
-      if (row < m && tok < n) {
-        if (bias) sum += bias[row];
-        reinterpret_cast<TO*>(out + tok * out_stride)[row] = from_f<TO>(sum);
-      }
-    }
+    write_tile_sums<TO, NT>(partial, row0, tok0, m, n, bias, out, out_stride);
   }
 }
 
