@@ -5,7 +5,7 @@
 // launch on another copy of the weights, so that none comes from L2), against
 // the device-to-device copy rate measured in the same run (bytes read +
 // written), so the launcher's choice (gemv_config) can be checked and tuned.
-// Usage: bench_gemv_cuda [reps=50]
+// Usage: bench_gemv_cuda [reps=50] | bench_gemv_cuda profile M K N STAGES CODES
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -30,6 +30,10 @@ void check(cudaError_t e, const char* what) {
   std::exit(1);
 }
 
+// Milliseconds per launch: the median over `reps` samples of kLaunches
+// launches back to back (as a decode step issues them; one launch between
+// two events would add the events' own few microseconds to each).
+constexpr int kLaunches = 10;
 template <typename F>
 double median_ms(int reps, cudaStream_t s, F&& launch) {
   cudaEvent_t a, b;
@@ -39,12 +43,12 @@ double median_ms(int reps, cudaStream_t s, F&& launch) {
   std::vector<float> t;
   for (int i = 0; i < reps; ++i) {
     check(cudaEventRecord(a, s), "record");
-    launch();
+    for (int l = 0; l < kLaunches; ++l) launch();
     check(cudaEventRecord(b, s), "record");
     check(cudaEventSynchronize(b), "sync");
     float ms = 0;
     check(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    t.push_back(ms);
+    t.push_back(ms / kLaunches);
   }
   std::sort(t.begin(), t.end());
   cudaEventDestroy(a);
@@ -54,9 +58,45 @@ double median_ms(int reps, cudaStream_t s, F&& launch) {
 
 }  // namespace
 
+// `profile M K N STAGES CODES`: five launches of the FP8 gemv of that shape
+// and configuration, then five of the bf16 gemv, and nothing else (for a
+// profiler's --launch-skip / --launch-count).
+int profile(char** argv) {
+  const int64_t m = std::atoll(argv[2]), k = std::atoll(argv[3]);
+  const int n = std::atoi(argv[4]);
+  const GemvF8Config c{std::atoi(argv[5]), std::atoi(argv[6])};
+  if (m < 1 || k < 64 || k % 64 != 0 || n < 1 || n > kGemvF8MaxRows) {
+    fmt::print(stderr, "profile: need M >= 1, K a multiple of 64, 1 <= N <= {}\n", kGemvF8MaxRows);
+    return 2;
+  }
+  cudaStream_t s;
+  check(cudaStreamCreate(&s), "stream");
+  const size_t w_bytes = size_t(m) * size_t(k) * 2;
+  char *w = nullptr, *x = nullptr, *out = nullptr;
+  check(cudaMalloc(&w, 5 * w_bytes), "malloc");
+  check(cudaMalloc(&x, size_t(n) * k * 2), "malloc");
+  check(cudaMalloc(&out, size_t(n) * m * 4), "malloc");
+  check(cudaMemset(w, 0, 5 * w_bytes), "memset");
+  check(cudaMemset(x, 0, size_t(n) * k * 2), "memset");
+  for (int i = 0; i < 5; ++i) {
+    launch_gemv_f8(ElemType::BF16, n, x, k * 2, w + i * w_bytes, k + k / 16, m, k, nullptr, false, out, m * 2, s, c);
+  }
+  for (int i = 0; i < 5; ++i) {
+    launch_gemv(ElemType::BF16, n, x, k * 2, w + i * w_bytes, k * 2, m, k, nullptr, false, out, m * 2, s,
+                gemv_config(m, k));
+  }
+  check(cudaStreamSynchronize(s), "profile run");
+  fmt::print("profile: {} x {}, {} rows, FP8 config {},{} then bf16\n", m, k, n, c.stages, c.stage_codes);
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  const int reps = argc > 1 ? std::atoi(argv[1]) : 50;
   int count = 0;
+  if (argc >= 7 && std::string(argv[1]) == "profile") {
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return 0;
+    return profile(argv);
+  }
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 50;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("no CUDA device: nothing to measure\n");
     return 0;
@@ -129,9 +169,12 @@ int main(int argc, char** argv) {
   // (1024 x 4 only up to 8 rows of x), for 1 to 64 rows of x; GB/s of weight
   // bytes (codes + scales).
   fmt::print("\nFP8 weights (gemv_f8): GB/s of codes + scales\n\n");
-  const GemvF8Config f8_configs[] = {{0, 512}, {4, 512}, {6, 512}, {4, 1024}};
-  fmt::print("| shape | m x k | n | register | 512x4 | 512x6 | 1024x4 | default | best / copy |\n");
-  fmt::print("|---|---|---|---|---|---|---|---|---|\n");
+  // Register kernel: its default group (4 blocks for one token tile, 2 for
+  // more), then 2 and 4 blocks explicitly; the shared-memory configurations;
+  // the default with f16 activations (one conversion less per code pair).
+  const GemvF8Config f8_configs[] = {{0, 512}, {0, 128}, {0, 256}, {4, 512}, {6, 512}, {4, 1024}};
+  fmt::print("| shape | m x k | n | register | reg 128 | reg 256 | 512x4 | 512x6 | 1024x4 | default | f16 x | best / copy |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Shape& sh : shapes) {
     if (sh.m > 65536) continue;  // the LM heads stay bf16
     const int64_t row_bytes = sh.k + sh.k / 16;
@@ -142,11 +185,10 @@ int main(int argc, char** argv) {
       const size_t span = (static_cast<size_t>(bytes) + 4095) / 4096 * 4096;
       const size_t copies = max_w / span;
       size_t next = 0;
-      auto run = [&](GemvF8Config c) {
+      auto run = [&](GemvF8Config c, ElemType xt = ElemType::BF16) {
         return median_ms(reps, s, [&] {
           const char* wc = w + (next++ % copies) * span;
-          launch_gemv_f8(ElemType::BF16, n, x, sh.k * 2, wc, row_bytes, sh.m, sh.k, nullptr, false, out, sh.m * 2, s,
-                         c);
+          launch_gemv_f8(xt, n, x, sh.k * 2, wc, row_bytes, sh.m, sh.k, nullptr, false, out, sh.m * 2, s, c);
         });
       };
       std::string cells;
@@ -161,9 +203,10 @@ int main(int argc, char** argv) {
         cells += fmt::format(" {:.0f} |", gbs);
       }
       const double default_gbs = bytes / run(GemvF8Config{}) / 1e6;
+      const double f16_gbs = bytes / run(GemvF8Config{}, ElemType::F16) / 1e6;
       check(cudaGetLastError(), "gemv_f8 launch");
-      fmt::print("| {} | {} x {} | {} |{} {:.0f} | {:.2f} |\n", sh.name, sh.m, sh.k, n, cells, default_gbs,
-                 best_gbs / copy_gbs);
+      fmt::print("| {} | {} x {} | {} |{} {:.0f} | {:.0f} | {:.2f} |\n", sh.name, sh.m, sh.k, n, cells, default_gbs,
+                 f16_gbs, best_gbs / copy_gbs);
     }
   }
   return 0;

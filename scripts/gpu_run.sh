@@ -267,6 +267,24 @@ if has fp8 && [ -n "$BIN" ]; then
     echo "    bench_gemv_cuda: exit $?" >> "$REPORT"
     sed -n '/^FP8/,$p' "$OUT/gemv.txt" | sed 's/^/    /' >> "$REPORT"
   fi
+  # FP8_NCU=1: Nsight Compute on single launches (bench_gemv_cuda profile):
+  # the FP8 kernels (register and shared-memory) and the bf16 gemv on the
+  # gate-up and down shapes at batch 1: DRAM throughput, occupancy, stalls.
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -n "${FP8_NCU:-}" ] && [ -n "$NCU" ] && [ -x "$BIN/bench_gemv_cuda" ]; then
+    for shape in "28672 4096" "4096 14336"; do
+      for kernel in "gemv_f8 0 512" "gemv_f8 4 512" "gemv_kernel 0 512"; do
+        set -- $kernel
+        f="$OUT/ncu_$(echo "$shape $kernel" | tr ' ' _).txt"
+        timeout 120 "$NCU" --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+          --section WarpStateStats --section MemoryWorkloadAnalysis -k "regex:$1" --launch-skip 2 --launch-count 1 \
+          "$BIN/bench_gemv_cuda" profile $shape 1 "$2" "$3" > "$f" 2>&1
+        echo "    ncu $shape $kernel: exit $?" >> "$REPORT"
+        grep -E "DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Registers Per|Theoretical Occupancy|Stall|Warp Cycles Per Issued|Issued Ipc|Block Limit" "$f" |
+          head -24 | sed 's/^/      /' >> "$REPORT"
+      done
+    done
+  fi
   make_llama8b
   # FP8_GEMV: gemv_f8 configurations to A/B ("stages,codes"; "" = the launcher's).
   for round in $(seq 1 "${FP8_ROUNDS:-2}"); do

@@ -78,8 +78,54 @@ __device__ __forceinline__ void write_tile_sums(const float (*partial)[NT][4][32
   }
 }
 
-// NT token tiles (8 activation rows each) of one CTA; U blocks per warp in
-// flight; kVec: rows 16-byte aligned (codes in one load per lane and block).
+// What one warp loads for U blocks of k: the codes and scales of rows g and
+// g + 8 and 16 activations of token g per token tile.
+template <int NT, int U>
+struct F8Fragments {
+  uint32_t codes[U][2][4];
+  float scale[U][2];
+  uint4 x[U][NT][2];
+};
+
+// Loads the U blocks b0, b0 + 8, ... of a warp; every load unconditional:
+// blocks past the end read the last block (the caller does not add them).
+template <typename T, int NT, int U, bool kVec>
+__device__ __forceinline__ void load_fragments(F8Fragments<NT, U>& f, int b0, int nb, int64_t k, const char* const* wrow,
+                                               const T* const* xrow, int t) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int b = min(b0 + u * kMmaWarps, nb - 1);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      f.scale[u][r] = __ldg(reinterpret_cast<const float*>(wrow[r] + k) + b);
+      const char* c = wrow[r] + b * kBlockElems + 16 * t;
+      if constexpr (kVec) {
+        const uint4 v = load_stream(c);
+        f.codes[u][r][0] = v.x;
+        f.codes[u][r][1] = v.y;
+        f.codes[u][r][2] = v.z;
+        f.codes[u][r][3] = v.w;
+      } else {
+#pragma unroll
+        for (int s = 0; s < 4; ++s) f.codes[u][r][s] = __ldg(reinterpret_cast<const uint32_t*>(c) + s);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < NT; ++i) {
+      const uint4* xp = reinterpret_cast<const uint4*>(xrow[i] + b * kBlockElems + 16 * t);
+      f.x[u][i][0] = __ldg(xp);
+      f.x[u][i][1] = __ldg(xp + 1);
+    }
+  }
+}
+
+// NT token tiles (8 activation rows each) of one CTA; U blocks per warp and
+// group; kVec: rows 16-byte aligned (codes in one load per lane and block).
+// Software-pipelined: the next group's loads are issued before this group's
+// arithmetic (left to itself the compiler placed each block's loads next to
+// their use: one block in flight per warp, 1.1-2.8 TB/s on the 8B shapes).
+// Rows past m and tokens past n read row m - 1 and token n - 1 instead (the
+// mma keeps rows and columns apart, and their outputs are not written).
 template <typename T, typename TO, int NT, int U, bool kVec>
 __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_kernel(int n, const char* x, int64_t x_stride, const char* w,
                                                                  int64_t w_stride, int64_t m, int64_t k,
@@ -94,15 +140,12 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_kernel(int n, const ch
   const int nb = static_cast<int>(k / kBlockElems);
   const char* wrow[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t row = row0 + g + 8 * r;
-    wrow[r] = row < m ? w + row * w_stride : nullptr;
-  }
+  for (int r = 0; r < 2; ++r) wrow[r] = w + std::min(row0 + g + 8 * r, m - 1) * w_stride;
   const T* xrow[NT];
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
-    const int tok = tok0 + i * kMmaTileTokens + g;
-    xrow[i] = tok < n ? reinterpret_cast<const T*>(x + tok * x_stride) : nullptr;
+    const int tok = std::min(tok0 + i * kMmaTileTokens + g, n - 1);
+    xrow[i] = reinterpret_cast<const T*>(x + tok * x_stride);
   }
   float acc[NT][4];
 #pragma unroll
@@ -112,39 +155,15 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_kernel(int n, const ch
   }
   wait_for_prior_kernel();
   release_next_kernel();
-  for (int b0 = warp; b0 < nb; b0 += kMmaWarps * U) {
-    uint32_t codes[U][2][4];
-    float scale[U][2];
-    uint4 xv[U][NT][2];
+  constexpr int kGroup = kMmaWarps * U;  // blocks of k per loop iteration of the CTA
+  F8Fragments<NT, U> cur;
+  if (warp < nb) load_fragments<T, NT, U, kVec>(cur, warp, nb, k, wrow, xrow, t);
+  for (int b0 = warp; b0 < nb; b0 += kGroup) {
+    F8Fragments<NT, U> next;
+    if (b0 + kGroup < nb) load_fragments<T, NT, U, kVec>(next, b0 + kGroup, nb, k, wrow, xrow, t);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int b = b0 + u * kMmaWarps;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const bool ok = b < nb && wrow[r] != nullptr;
-        scale[u][r] = ok ? __ldg(reinterpret_cast<const float*>(wrow[r] + k) + b) : 0.0f;
-        const char* c = ok ? wrow[r] + b * kBlockElems + 16 * t : nullptr;
-        if constexpr (kVec) {
-          const uint4 v = ok ? load_stream(c) : make_uint4(0, 0, 0, 0);
-          codes[u][r][0] = v.x;
-          codes[u][r][1] = v.y;
-          codes[u][r][2] = v.z;
-          codes[u][r][3] = v.w;
-        } else {
-#pragma unroll
-          for (int s = 0; s < 4; ++s) codes[u][r][s] = ok ? __ldg(reinterpret_cast<const uint32_t*>(c) + s) : 0u;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < NT; ++i) {
-        const bool ok = b < nb && xrow[i] != nullptr;
-        const uint4* xp = ok ? reinterpret_cast<const uint4*>(xrow[i] + b * kBlockElems + 16 * t) : nullptr;
-        xv[u][i][0] = ok ? __ldg(xp) : make_uint4(0, 0, 0, 0);
-        xv[u][i][1] = ok ? __ldg(xp + 1) : make_uint4(0, 0, 0, 0);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
+      if (b0 + u * kMmaWarps >= nb) break;  // warp-uniform
       float part[NT][4];
 #pragma unroll
       for (int i = 0; i < NT; ++i) {
@@ -155,24 +174,26 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_kernel(int n, const ch
       for (int s = 0; s < 4; ++s) {
         // A: rows g / g+8 at k slots {2t, 2t+1} = codes 4s, 4s+1 and
         // {2t+8, 2t+9} = codes 4s+2, 4s+3 of the lane's 16.
-        const uint32_t a[4] = {codes_to_pair<T>(codes[u][0][s]), codes_to_pair<T>(codes[u][1][s]),
-                               codes_to_pair<T>(codes[u][0][s] >> 16), codes_to_pair<T>(codes[u][1][s] >> 16)};
+        const uint32_t a[4] = {codes_to_pair<T>(cur.codes[u][0][s]), codes_to_pair<T>(cur.codes[u][1][s]),
+                               codes_to_pair<T>(cur.codes[u][0][s] >> 16),
+                               codes_to_pair<T>(cur.codes[u][1][s] >> 16)};
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
           // B: the same k of token g: activations 4s, 4s+1 and 4s+2, 4s+3.
-          const uint4& lo = xv[u][i][s / 2];
+          const uint4& lo = cur.x[u][i][s / 2];
           mma16816<T>(part[i], a, s % 2 == 0 ? lo.x : lo.z, s % 2 == 0 ? lo.y : lo.w);
         }
       }
 #pragma unroll
       for (int i = 0; i < NT; ++i) {
         // C: rows g (c0, c1) and g+8 (c2, c3), tokens 2t and 2t+1.
-        acc[i][0] = fmaf(scale[u][0], part[i][0], acc[i][0]);
-        acc[i][1] = fmaf(scale[u][0], part[i][1], acc[i][1]);
-        acc[i][2] = fmaf(scale[u][1], part[i][2], acc[i][2]);
-        acc[i][3] = fmaf(scale[u][1], part[i][3], acc[i][3]);
+        acc[i][0] = fmaf(cur.scale[u][0], part[i][0], acc[i][0]);
+        acc[i][1] = fmaf(cur.scale[u][0], part[i][1], acc[i][1]);
+        acc[i][2] = fmaf(cur.scale[u][1], part[i][2], acc[i][2]);
+        acc[i][3] = fmaf(cur.scale[u][1], part[i][3], acc[i][3]);
       }
     }
+    cur = next;
   }
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
@@ -183,10 +204,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_kernel(int n, const ch
   write_tile_sums<TO, NT>(partial, row0, tok0, m, n, bias, out, out_stride);
 }
 
-template <typename T, typename TO, int NT>
+template <typename T, typename TO, int NT, int U>
 void launch_tiles(int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m, int64_t k, const float* bias,
                   char* out, int64_t os, cudaStream_t s) {
-  constexpr int U = NT == 1 ? 4 : 2;  // bytes in flight per warp; registers bound U * NT
   const int chunks = (n + NT * kMmaTileTokens - 1) / (NT * kMmaTileTokens);
   const dim3 blocks(static_cast<unsigned>((m + 15) / 16 * chunks));
   if (reinterpret_cast<uintptr_t>(w) % 16 == 0 && ws % 16 == 0) {
@@ -196,6 +216,17 @@ void launch_tiles(int n, const char* x, int64_t xs, const char* w, int64_t ws, i
     launch_chained(gemv_f8_kernel<T, TO, NT, U, false>, blocks, dim3(kMmaWarps * 32), 0, s, n, x, xs, w, ws, m, k,
                    bias, out, os, chunks);
   }
+}
+
+// The register kernel with `group_codes` codes a warp loads at once (U =
+// group_codes / 64 blocks); otherwise 4 blocks for one token tile, 2 for more
+// (the registers hold two groups: U * NT is what they bound).
+template <typename T, typename TO, int NT>
+void launch_register(int group_codes, int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m,
+                     int64_t k, const float* bias, char* out, int64_t os, cudaStream_t s) {
+  const int u = group_codes == 128 || group_codes == 256 ? group_codes / kBlockElems : (NT == 1 ? 4 : 2);
+  if (u == 4) launch_tiles<T, TO, NT, 4>(n, x, xs, w, ws, m, k, bias, out, os, s);
+  else launch_tiles<T, TO, NT, 2>(n, x, xs, w, ws, m, k, bias, out, os, s);
 }
 
 // The weights streamed through shared memory: each CTA owns 16 weight rows
@@ -440,11 +471,12 @@ void launch_typed(int n, const char* x, int64_t xs, const char* w, int64_t ws, i
     }
     if (launched) return;
   }
+  const int g = c.stage_codes;
   switch (tiles) {
-    case 1: launch_tiles<T, TO, 1>(n, x, xs, w, ws, m, k, bias, out, os, s); break;
-    case 2: launch_tiles<T, TO, 2>(n, x, xs, w, ws, m, k, bias, out, os, s); break;
-    case 3: launch_tiles<T, TO, 3>(n, x, xs, w, ws, m, k, bias, out, os, s); break;
-    default: launch_tiles<T, TO, 4>(n, x, xs, w, ws, m, k, bias, out, os, s); break;
+    case 1: launch_register<T, TO, 1>(g, n, x, xs, w, ws, m, k, bias, out, os, s); break;
+    case 2: launch_register<T, TO, 2>(g, n, x, xs, w, ws, m, k, bias, out, os, s); break;
+    case 3: launch_register<T, TO, 3>(g, n, x, xs, w, ws, m, k, bias, out, os, s); break;
+    default: launch_register<T, TO, 4>(g, n, x, xs, w, ws, m, k, bias, out, os, s); break;
   }
 }
 
@@ -474,6 +506,7 @@ __global__ void dequant_f8_kernel(const char* w, int64_t w_stride, int64_t rows,
 void launch_gemv_f8(ElemType x_type, int n, const char* x, int64_t x_stride, const char* w, int64_t w_stride,
                     int64_t m, int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride,
                     Stream stream, GemvF8Config config) {
+  if (n < 1 || m < 1) return;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const GemvF8Config c = config;
   if (x_type == ElemType::F16) {
