@@ -219,14 +219,17 @@ void launch_tiles(int n, const char* x, int64_t xs, const char* w, int64_t ws, i
 }
 
 // The register kernel with `group_codes` codes a warp loads at once (U =
-// group_codes / 64 blocks); otherwise 4 blocks for one token tile, 2 for more
-// (the registers hold two groups: U * NT is what they bound).
+// group_codes / 64 blocks; 2 for 3 or 4 token tiles); otherwise 4 blocks for
+// one token tile, 2 for more (the registers hold two groups: U * NT is what
+// they bound).
 template <typename T, typename TO, int NT>
 void launch_register(int group_codes, int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m,
                      int64_t k, const float* bias, char* out, int64_t os, cudaStream_t s) {
   const int u = group_codes == 128 || group_codes == 256 ? group_codes / kBlockElems : (NT == 1 ? 4 : 2);
-  if (u == 4) launch_tiles<T, TO, NT, 4>(n, x, xs, w, ws, m, k, bias, out, os, s);
-  else launch_tiles<T, TO, NT, 2>(n, x, xs, w, ws, m, k, bias, out, os, s);
+  if constexpr (NT <= 2) {  // two groups of 4 blocks for 3 or 4 tiles would spill
+    if (u == 4) return launch_tiles<T, TO, NT, 4>(n, x, xs, w, ws, m, k, bias, out, os, s);
+  }
+  launch_tiles<T, TO, NT, 2>(n, x, xs, w, ws, m, k, bias, out, os, s);
 }
 
 // The weights streamed through shared memory: each CTA owns 16 weight rows
