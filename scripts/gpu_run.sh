@@ -392,6 +392,16 @@ if has spec; then
       > "$OUT/spec_$(basename "$m" .gguf).log" 2>&1
     echo "bench_spec $m: exit code $?" >> "$REPORT"
     sed 's/^/    /' "$OUT/spec_$(basename "$m" .gguf).log" | tail -60 >> "$REPORT"
+    # SPEC_BI=1: the same under DEEPINFER_BATCH_INVARIANT=1 (short runs, one
+    # batch size): every method's greedy text should equal no speculation's.
+    if [ -n "${SPEC_BI:-}" ]; then
+      DEEPINFER_BATCH_INVARIANT=1 timeout "${SPEC_BI_TIMEOUT:-150}" python3 scripts/bench_spec.py \
+        --deepinfer "$BIN/deepinfer" --device cuda --models "$m" --batches ${SPEC_BI_BATCHES:-16} --repeats 1 \
+        --max-tokens 256 --configs none ngram-k5 ngram-dyn suffix-k5 suffix-dyn \
+        --json "$OUT/spec_bi_$(basename "$m" .gguf).json" > "$OUT/spec_bi_$(basename "$m" .gguf).log" 2>&1
+      echo "bench_spec $m, DEEPINFER_BATCH_INVARIANT=1: exit code $?" >> "$REPORT"
+      sed 's/^/    /' "$OUT/spec_bi_$(basename "$m" .gguf).log" | tail -20 >> "$REPORT"
+    fi
   done
   if [ -n "${SPEC_CURVE:-}" ]; then
     make_llama8b
