@@ -219,13 +219,13 @@ void launch_tiles(int n, const char* x, int64_t xs, const char* w, int64_t ws, i
 }
 
 // The register kernel with `group_codes` codes a warp loads at once (U =
-// group_codes / 64 blocks; 2 for 3 or 4 token tiles); otherwise 4 blocks for
-// one token tile, 2 for more (the registers hold two groups: U * NT is what
-// they bound).
+// group_codes / 64 blocks; 2 for 3 or 4 token tiles); otherwise 2 blocks
+// (the registers hold two groups. H200, 8B shape, batch 1: 3.36 ms a step
+// with 2 blocks, 4.12 with 4: 174 registers a thread, one CTA per SM).
 template <typename T, typename TO, int NT>
 void launch_register(int group_codes, int n, const char* x, int64_t xs, const char* w, int64_t ws, int64_t m,
                      int64_t k, const float* bias, char* out, int64_t os, cudaStream_t s) {
-  const int u = group_codes == 128 || group_codes == 256 ? group_codes / kBlockElems : (NT == 1 ? 4 : 2);
+  const int u = group_codes == 128 || group_codes == 256 ? group_codes / kBlockElems : 2;
   if constexpr (NT <= 2) {  // two groups of 4 blocks for 3 or 4 tiles would spill
     if (u == 4) return launch_tiles<T, TO, NT, 4>(n, x, xs, w, ws, m, k, bias, out, os, s);
   }
@@ -279,23 +279,43 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_pipe_kernel(int n, con
   const int tok0 = static_cast<int>(blockIdx.x % chunks) * NT * kMmaTileTokens;
   const int nb = static_cast<int>(k / kBlockElems);
   const int stages = (nb + L::kBlocks - 1) / L::kBlocks;
+  // Each thread copies the same chunks of every stage (kCodeCopies 16-byte
+  // pieces of codes, and threads below kScaleCopies one piece of 4 scales):
+  // their sources and places are resolved once, so that issuing a stage is a
+  // few cp.async and no loop (computing them per stage cost more
+  // instructions than the stage's arithmetic).
+  constexpr int kChunksPerRow = kStageCodes / 16;
+  constexpr int kCodeCopies = 16 * kChunksPerRow / (kMmaWarps * 32);
+  constexpr int kScaleChunksPerRow = L::kBlocks / 4;  // 4 scales a copy (nb % 4 == 0: launcher)
+  constexpr int kScaleCopies = 16 * kScaleChunksPerRow;
+  static_assert(16 * kChunksPerRow % (kMmaWarps * 32) == 0 && kScaleCopies <= kMmaWarps * 32, "copies split evenly");
+  const char* code_src[kCodeCopies];
+  uint32_t code_dst[kCodeCopies];
+  int code_col[kCodeCopies];
+#pragma unroll
+  for (int j = 0; j < kCodeCopies; ++j) {
+    const int c = threadIdx.x + j * kMmaWarps * 32, r = c / kChunksPerRow;
+    code_col[j] = (c % kChunksPerRow) * 16;
+    code_src[j] = w + weight_row(r) * w_stride + code_col[j];
+    code_dst[j] = static_cast<uint32_t>(r * L::kPitch + code_col[j]);
+  }
+  const bool copies_scales = threadIdx.x < kScaleCopies;
+  const int scale_r = threadIdx.x / kScaleChunksPerRow, scale_q = (threadIdx.x % kScaleChunksPerRow) * 4;
+  const char* scale_src = w + weight_row(copies_scales ? scale_r : 0) * w_stride + k + int64_t{scale_q} * 4;
+  const uint32_t scale_dst = static_cast<uint32_t>(L::kCodeBytes + (scale_r * L::kBlocks + scale_q) * 4);
+  const uint32_t smem_base = smem_addr(smem);
   auto issue = [&](int stage) {
     if (stage >= stages) return;
-    char* dst = smem + (stage % kStages) * L::kStageBytes;
+    const uint32_t dst = smem_base + (stage % kStages) * L::kStageBytes;
     const int64_t code0 = static_cast<int64_t>(stage) * kStageCodes;
-    constexpr int kChunksPerRow = kStageCodes / 16;
-    for (int c = threadIdx.x; c < 16 * kChunksPerRow; c += kMmaWarps * 32) {
-      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 16;
-      const char* src = w + weight_row(r) * w_stride + code0 + col;
-      const bool ok = code0 + col < k;
-      cp_async16(smem_addr(dst + r * L::kPitch + col), ok ? src : w, ok);
+#pragma unroll
+    for (int j = 0; j < kCodeCopies; ++j) {
+      const bool ok = code0 + code_col[j] < k;
+      cp_async16(dst + code_dst[j], ok ? code_src[j] + code0 : w, ok);
     }
-    constexpr int kScaleChunksPerRow = L::kBlocks / 4;  // 4 scales a copy (nb % 4 == 0: launcher)
-    for (int c = threadIdx.x; c < 16 * kScaleChunksPerRow; c += kMmaWarps * 32) {
-      const int r = c / kScaleChunksPerRow, q = (c % kScaleChunksPerRow) * 4;
-      const int b = stage * L::kBlocks + q;
-      const char* src = w + weight_row(r) * w_stride + k + int64_t{b} * 4;
-      cp_async16(smem_addr(dst + L::kCodeBytes + (r * L::kBlocks + q) * 4), b < nb ? src : w, b < nb);
+    if (copies_scales) {
+      const int b = stage * L::kBlocks + scale_q;
+      cp_async16(dst + scale_dst, b < nb ? scale_src + int64_t{stage} * L::kBlocks * 4 : w, b < nb);
     }
   };
 #pragma unroll
@@ -305,11 +325,12 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_pipe_kernel(int n, con
   }
   wait_for_prior_kernel();
   release_next_kernel();
+  // Tokens past n read token n - 1 (their columns are not written).
   const T* xrow[NT];
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
-    const int tok = tok0 + i * kMmaTileTokens + g;
-    xrow[i] = tok < n ? reinterpret_cast<const T*>(x + tok * x_stride) : nullptr;
+    const int tok = min(tok0 + i * kMmaTileTokens + g, n - 1);
+    xrow[i] = reinterpret_cast<const T*>(x + tok * x_stride) + 16 * t;
   }
   float acc[NT][4];
 #pragma unroll
@@ -318,17 +339,17 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_pipe_kernel(int n, con
     for (int c = 0; c < 4; ++c) acc[i][c] = 0.0f;
   }
   for (int it = 0; it < stages; ++it) {
-    // This stage's activations (L1/L2) are requested before waiting for its weights.
+    // This stage's activations (L1/L2) are requested before waiting for its
+    // weights; blocks past the end read the last block (and are not added).
     uint4 xv[kPerWarp][NT][2];
 #pragma unroll
     for (int u = 0; u < kPerWarp; ++u) {
-      const int b = it * L::kBlocks + warp + u * kMmaWarps;
+      const int b = min(it * L::kBlocks + warp + u * kMmaWarps, nb - 1);
 #pragma unroll
       for (int i = 0; i < NT; ++i) {
-        const bool ok = b < nb && xrow[i] != nullptr;
-        const uint4* xp = ok ? reinterpret_cast<const uint4*>(xrow[i] + int64_t{b} * kBlockElems + 16 * t) : nullptr;
-        xv[u][i][0] = ok ? __ldg(xp) : make_uint4(0, 0, 0, 0);
-        xv[u][i][1] = ok ? __ldg(xp + 1) : make_uint4(0, 0, 0, 0);
+        const uint4* xp = reinterpret_cast<const uint4*>(xrow[i] + int64_t{b} * kBlockElems);
+        xv[u][i][0] = __ldg(xp);
+        xv[u][i][1] = __ldg(xp + 1);
       }
     }
     cp_async_wait<kStages - 2>();
