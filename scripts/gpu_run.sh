@@ -262,7 +262,7 @@ if has fp8 && [ -n "$BIN" ]; then
   timeout 300 "$BIN/test_ops" --gtest_filter='CudaBf16Test.Linear:CudaBf16Test.Fp8*' > "$OUT/fp8_ops.log" 2>&1
   echo "    op tests CudaBf16Test.Linear, .Fp8*: exit $? ($(grep -c '^\[       OK' "$OUT/fp8_ops.log") ok)" >> "$REPORT"
   grep -m3 -A3 'Failure' "$OUT/fp8_ops.log" | sed 's/^/    /' >> "$REPORT"
-  if [ -x "$BIN/bench_gemv_cuda" ]; then
+  if [ -x "$BIN/bench_gemv_cuda" ] && [ "${FP8_BENCH:-1}" != 0 ]; then
     timeout 150 "$BIN/bench_gemv_cuda" 20 > "$OUT/gemv.txt" 2>&1
     echo "    bench_gemv_cuda: exit $?" >> "$REPORT"
     sed -n '/^FP8/,$p' "$OUT/gemv.txt" | sed 's/^/    /' >> "$REPORT"
