@@ -146,7 +146,7 @@ constexpr int kGemvF8MaxRows = 64;
 // `stage_codes` codes (512 x {4, 6}; 1024 x 4 for up to 8 rows of x); 0
 // stages (or a configuration that does not apply): the register kernel, with
 // `stage_codes` codes a warp loads per group of blocks (128 or 256; other
-// values: its default for the row count); -1: the launcher's choice.
+// values: 128); -1: the launcher's choice.
 struct GemvF8Config {
   int stages = -1;
   int stage_codes = 512;
