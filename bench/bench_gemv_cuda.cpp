@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -92,7 +93,7 @@ int profile(char** argv) {
 
 int main(int argc, char** argv) {
   int count = 0;
-  if (argc >= 7 && std::string(argv[1]) == "profile") {
+  if (argc >= 7 && std::strcmp(argv[1], "profile") == 0) {
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return 0;
     return profile(argv);
   }
