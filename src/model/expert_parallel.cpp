@@ -1,9 +1,6 @@
 #include "model/expert_parallel.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
-#include <string_view>
 
 #include "core/error.h"
 #include "dist/communicator.h"

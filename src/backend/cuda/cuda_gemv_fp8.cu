@@ -78,6 +78,43 @@ __device__ __forceinline__ void write_tile_sums(const float (*partial)[NT][4][32
   }
 }
 
+// One FP8 block of k (64 codes) of a 16-row x NT-tile CTA: the lane's 16
+// codes of rows g and g + 8 (codes[r][4]) against its 16 activations of token
+// g per tile (x[i][2]), four mma steps from zero, the partial sums added
+// times their rows' scales. Both gemv kernels reduce a block with this, so
+// they give the same bits.
+template <typename T, int NT>
+__device__ __forceinline__ void accumulate_block(float (&acc)[NT][4], const uint32_t (&codes)[2][4],
+                                                 const uint4 (&x)[NT][2], float scale_g, float scale_g8) {
+  float part[NT][4];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) part[i][c] = 0.0f;
+  }
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    // A: rows g / g+8 at k slots {2t, 2t+1} = codes 4s, 4s+1 and
+    // {2t+8, 2t+9} = codes 4s+2, 4s+3 of the lane's 16.
+    const uint32_t a[4] = {codes_to_pair<T>(codes[0][s]), codes_to_pair<T>(codes[1][s]),
+                           codes_to_pair<T>(codes[0][s] >> 16), codes_to_pair<T>(codes[1][s] >> 16)};
+#pragma unroll
+    for (int i = 0; i < NT; ++i) {
+      // B: the same k of token g: activations 4s, 4s+1 and 4s+2, 4s+3.
+      const uint4& lo = x[i][s / 2];
+      mma16816<T>(part[i], a, s % 2 == 0 ? lo.x : lo.z, s % 2 == 0 ? lo.y : lo.w);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    // C: rows g (c0, c1) and g+8 (c2, c3), tokens 2t and 2t+1.
+    acc[i][0] = fmaf(scale_g, part[i][0], acc[i][0]);
+    acc[i][1] = fmaf(scale_g, part[i][1], acc[i][1]);
+    acc[i][2] = fmaf(scale_g8, part[i][2], acc[i][2]);
+    acc[i][3] = fmaf(scale_g8, part[i][3], acc[i][3]);
+  }
+}
+
 // What one warp loads for U blocks of k: the codes and scales of rows g and
 // g + 8 and 16 activations of token g per token tile.
 template <int NT, int U>
@@ -164,34 +201,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_kernel(int n, const ch
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (b0 + u * kMmaWarps >= nb) break;  // warp-uniform
-      float part[NT][4];
-#pragma unroll
-      for (int i = 0; i < NT; ++i) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) part[i][c] = 0.0f;
-      }
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        // A: rows g / g+8 at k slots {2t, 2t+1} = codes 4s, 4s+1 and
-        // {2t+8, 2t+9} = codes 4s+2, 4s+3 of the lane's 16.
-        const uint32_t a[4] = {codes_to_pair<T>(cur.codes[u][0][s]), codes_to_pair<T>(cur.codes[u][1][s]),
-                               codes_to_pair<T>(cur.codes[u][0][s] >> 16),
-                               codes_to_pair<T>(cur.codes[u][1][s] >> 16)};
-#pragma unroll
-        for (int i = 0; i < NT; ++i) {
-          // B: the same k of token g: activations 4s, 4s+1 and 4s+2, 4s+3.
-          const uint4& lo = cur.x[u][i][s / 2];
-          mma16816<T>(part[i], a, s % 2 == 0 ? lo.x : lo.z, s % 2 == 0 ? lo.y : lo.w);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < NT; ++i) {
-        // C: rows g (c0, c1) and g+8 (c2, c3), tokens 2t and 2t+1.
-        acc[i][0] = fmaf(cur.scale[u][0], part[i][0], acc[i][0]);
-        acc[i][1] = fmaf(cur.scale[u][0], part[i][1], acc[i][1]);
-        acc[i][2] = fmaf(cur.scale[u][1], part[i][2], acc[i][2]);
-        acc[i][3] = fmaf(cur.scale[u][1], part[i][3], acc[i][3]);
-      }
+      accumulate_block<T, NT>(acc, cur.codes[u], cur.x[u], cur.scale[u][0], cur.scale[u][1]);
     }
     cur = next;
   }
@@ -235,9 +245,8 @@ void launch_register(int group_codes, int n, const char* x, int64_t xs, const ch
 // The weights streamed through shared memory: each CTA owns 16 weight rows
 // (and NT token tiles of 8 rows of x) and walks k in stages of kStageCodes
 // codes a row, kStages of them in flight (cp.async, no registers held while
-// they travel). The register kernel above has only what its warps hold in
-// flight and waits out one memory latency per loop iteration; on the small
-// products of a decode step (two iterations a warp) that was 1.7-2.2 TB/s.
+// they travel), where the register kernel above holds two groups of blocks
+// in registers (as many bytes in flight as its registers allow).
 // The first stages are issued before the wait for the previous kernel:
 // weights never depend on it, so their latency overlaps its tail. Warp w
 // reduces the blocks b with b % 8 == w in increasing order, as the register
@@ -365,30 +374,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_f8_pipe_kernel(int n, con
       const uint4 c0 = *reinterpret_cast<const uint4*>(st + g * L::kPitch + bb * kBlockElems + 16 * t);
       const uint4 c1 = *reinterpret_cast<const uint4*>(st + (g + 8) * L::kPitch + bb * kBlockElems + 16 * t);
       const uint32_t codes[2][4] = {{c0.x, c0.y, c0.z, c0.w}, {c1.x, c1.y, c1.z, c1.w}};
-      float part[NT][4];
-#pragma unroll
-      for (int i = 0; i < NT; ++i) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) part[i][c] = 0.0f;
-      }
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        const uint32_t a[4] = {codes_to_pair<T>(codes[0][s]), codes_to_pair<T>(codes[1][s]),
-                               codes_to_pair<T>(codes[0][s] >> 16), codes_to_pair<T>(codes[1][s] >> 16)};
-#pragma unroll
-        for (int i = 0; i < NT; ++i) {
-          const uint4& lo = xv[u][i][s / 2];
-          mma16816<T>(part[i], a, s % 2 == 0 ? lo.x : lo.z, s % 2 == 0 ? lo.y : lo.w);
-        }
-      }
-      const float s0 = sc[g * L::kBlocks + bb], s1 = sc[(g + 8) * L::kBlocks + bb];
-#pragma unroll
-      for (int i = 0; i < NT; ++i) {
-        acc[i][0] = fmaf(s0, part[i][0], acc[i][0]);
-        acc[i][1] = fmaf(s0, part[i][1], acc[i][1]);
-        acc[i][2] = fmaf(s1, part[i][2], acc[i][2]);
-        acc[i][3] = fmaf(s1, part[i][3], acc[i][3]);
-      }
+      accumulate_block<T, NT>(acc, codes, xv[u], sc[g * L::kBlocks + bb], sc[(g + 8) * L::kBlocks + bb]);
     }
   }
   cp_async_wait<0>();
