@@ -117,6 +117,13 @@ def run_one(args, model, inputs_path, batch, config):
     w = re.search(r"speculated in (\d+) of (\d+) windows", p.stderr)
     if w and t:
         timeline["windows"] = (int(w.group(1)), int(w.group(2)))
+    c = re.search(r"(\d+) graphs captured in ([0-9.]+) ms", p.stderr)
+    if c and t:
+        timeline["captures"] = (int(c.group(1)), float(c.group(2)))
+    k = re.search(r"step time \(ms\) at 1\.\.\d+ tokens:([0-9. ]+); drafting overhead ([0-9.]+) ms", p.stderr)
+    if k and t:
+        timeline["small_step_ms"] = [float(x) for x in k.group(1).split()]
+        timeline["drafting_overhead_ms"] = float(k.group(2))
     return float(m.group(1)), rows, timeline
 
 
@@ -127,8 +134,13 @@ def idle_text(t):
     busy, idle = t["busy_ms"], t["idle_ms"]
     text = (f"steps {t['steps']} ({t['graph_steps']} graphs), device idle {idle / max(busy + idle, 1e-9):.0%}, "
             f"{(busy + idle) / max(t['steps'], 1):.2f} ms/step")
+    if "captures" in t:
+        text += f", {t['captures'][0]} captures {t['captures'][1]:.0f} ms"
     if "windows" in t:
         text += f", speculated in {t['windows'][0]}/{t['windows'][1]} windows"
+    if "small_step_ms" in t:
+        text += (f", curve {'/'.join(f'{x:.2f}' for x in t['small_step_ms'])} ms"
+                 f" + {t['drafting_overhead_ms']:.2f} drafting")
     return text
 
 
@@ -143,6 +155,9 @@ def main():
     ap.add_argument("--configs", nargs="*", default=[c for c in CONFIGS if not c.endswith("-eager")])
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--min-requests", type=int, default=1,
+                    help="at least this many requests per run, --batches of them at once (a batch-1 run of one "
+                         "request is mostly one-time work: graph captures, the first measurements)")
     ap.add_argument("--plain", action="store_true", help="plain prompts instead of chat messages")
     ap.add_argument("--draft-model", help="adds draft-k5 and draft-dyn: speculation with this draft model")
     ap.add_argument("--json", help="write all results here")
@@ -159,7 +174,7 @@ def main():
     for model in args.models:
         for kind in args.workloads:
             for batch in args.batches:
-                inputs = workload(kind, batch, args.max_tokens, seed=batch, plain=args.plain)
+                inputs = workload(kind, max(batch, args.min_requests), args.max_tokens, seed=batch, plain=args.plain)
                 path = os.path.join(tmp, f"{kind}_{batch}.jsonl")
                 with open(path, "w") as f:
                     for row in inputs:

@@ -388,7 +388,8 @@ if has spec; then
   for m in ${SPEC_GGUF:-}; do
     timeout "${SPEC_TIMEOUT:-300}" python3 scripts/bench_spec.py --deepinfer "$BIN/deepinfer" --device cuda \
       --models "$m" --batches ${SPEC_BATCHES:-1 16 64 256} --repeats "${SPEC_REPEATS:-3}" \
-      --max-tokens "${SPEC_MAX_TOKENS:-256}" ${SPEC_CONFIGS:+--configs $SPEC_CONFIGS} --json "$OUT/spec_$(basename "$m" .gguf).json" \
+      --max-tokens "${SPEC_MAX_TOKENS:-256}" --min-requests "${SPEC_MIN_REQUESTS:-1}" \
+      ${SPEC_CONFIGS:+--configs $SPEC_CONFIGS} --json "$OUT/spec_$(basename "$m" .gguf).json" \
       > "$OUT/spec_$(basename "$m" .gguf).log" 2>&1
     echo "bench_spec $m: exit code $?" >> "$REPORT"
     sed 's/^/    /' "$OUT/spec_$(basename "$m" .gguf).log" | tail -60 >> "$REPORT"

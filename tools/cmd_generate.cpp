@@ -184,9 +184,12 @@ int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) 
                ttft_sum / static_cast<double>(lines.size()),
                dp ? fmt::format(" ({} data-parallel ranks)", dp->size).c_str() : "");
   const EngineStats st = llm.engine().stats();
-  std::fprintf(stderr, "steps: %lld (%lld as graphs), device busy %.1f ms, idle %.1f ms between steps (max %.2f ms)\n",
+  std::fprintf(stderr,
+               "steps: %lld (%lld as graphs), device busy %.1f ms, idle %.1f ms between steps (max %.2f ms); "
+               "%lld graphs captured in %.1f ms\n",
                static_cast<long long>(st.steps), static_cast<long long>(st.graph_steps), st.device_busy_ms,
-               st.device_idle_ms, st.device_idle_max_ms);
+               st.device_idle_ms, st.device_idle_max_ms, static_cast<long long>(st.graph_captures),
+               st.graph_capture_ms);
   if (dp) {
     std::fprintf(stderr, "data parallel (rank 0): %lld group votes, %lld padding steps for the group's collectives\n",
                  static_cast<long long>(st.group_votes), static_cast<long long>(st.padding_steps));
@@ -204,6 +207,12 @@ int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) 
                  static_cast<long long>(st.spec.num_drafts), static_cast<long long>(st.spec.num_proposed_tokens),
                  static_cast<long long>(st.spec.num_draft_tokens), static_cast<long long>(st.spec.num_accepted_tokens),
                  static_cast<long long>(st.spec.speculative_windows), static_cast<long long>(st.spec.windows));
+    if (!st.spec.small_step_ms.empty()) {
+      std::string curve;
+      for (double ms : st.spec.small_step_ms) curve += fmt::format(" {:.3f}", ms);
+      std::fprintf(stderr, "speculative: step time (ms) at 1..%zu tokens:%s; drafting overhead %.3f ms\n",
+                   st.spec.small_step_ms.size(), curve.c_str(), st.spec.drafting_overhead_ms);
+    }
   }
   return 0;
 }

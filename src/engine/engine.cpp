@@ -417,7 +417,11 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
   }
   // A step that captured its graph timed the capture, not the step. At least
   // a microsecond: a capture always marks its window as one-time work.
-  if (res.captured) capture_s_since_progress_ += std::max(res.capture_ms, 1e-3) * 1e-3;
+  if (res.captured) {
+    capture_s_since_progress_ += std::max(res.capture_ms, 1e-3) * 1e-3;
+    ++stats_.graph_captures;
+    stats_.graph_capture_ms += res.capture_ms;
+  }
   if (speculator_ && !res.captured) {
     speculator_->record_step(step.num_tokens, res.device_ms, res.idle_ms_before, step.drafting);
   }

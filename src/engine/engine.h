@@ -58,6 +58,10 @@ struct EngineStats {
   // on steps, and idle between the end of one step and the start of the next.
   int64_t timed_steps = 0;
   int64_t graph_steps = 0;
+  // Graphs captured (each the first step of its shape) and the host time
+  // the captures took: one-time work inside the timeline above.
+  int64_t graph_captures = 0;
+  double graph_capture_ms = 0.0;
   double device_busy_ms = 0.0;
   double device_idle_ms = 0.0;
   double device_idle_max_ms = 0.0;

@@ -184,6 +184,15 @@ void Speculator::record_step(int32_t tokens, double device_ms, double idle_ms_be
   mean = mean < 0.0 ? idle_ms_before : (1.0 - kAlpha) * mean + kAlpha * idle_ms_before;
 }
 
+SpecDecodeStats Speculator::stats() const {
+  SpecDecodeStats s = stats_;
+  if (curve_.num_measured_bins() > 0) {
+    for (int32_t t = 1; t <= config_.num_speculative_tokens + 1; ++t) s.small_step_ms.push_back(curve_.predict(t));
+  }
+  s.drafting_overhead_ms = drafting_overhead_ms();
+  return s;
+}
+
 double Speculator::drafting_overhead_ms() const {
   if (idle_drafting_ms_ < 0.0) return 0.0;
   return std::max(0.0, idle_drafting_ms_ - std::max(idle_pipelined_ms_, 0.0));

@@ -40,6 +40,12 @@ struct SpecDecodeStats {
   int64_t windows = 0;
   int64_t speculative_windows = 0;
   int64_t parallel_drafting_rounds = 0;  // rounds whose drafting ran on several threads
+  // What the dynamic policy decided with, as of now: the step-time curve's
+  // prediction (ms) for steps of 1 .. num_speculative_tokens + 1 tokens (a
+  // batch-1 verify step's range; empty before any measurement) and the
+  // measured cost of drafting beyond the device time.
+  std::vector<double> small_step_ms;
+  double drafting_overhead_ms = 0.0;
 };
 
 class Speculator {
@@ -86,7 +92,7 @@ class Speculator {
   double drafting_overhead_ms() const;
   void finish(uint64_t request_id);
 
-  const SpecDecodeStats& stats() const { return stats_; }
+  SpecDecodeStats stats() const;
   const spec::StepTimeCurve& curve() const { return curve_; }
 
  private:

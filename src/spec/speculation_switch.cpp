@@ -20,7 +20,6 @@ int SpeculationSwitch::bucket_of(int32_t running) {
 
 void SpeculationSwitch::open_window(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running) {
   window_open_ = true;
-  tainted_ = false;
   window_one_time_s_ = 0.0;
   steps_in_window_ = 0;
   window_tokens_ = output_tokens;
@@ -55,8 +54,6 @@ void SpeculationSwitch::end_window(int64_t output_tokens, int64_t prompt_tokens,
   const double seconds = now_s - window_start_s_ - window_one_time_s_;
   // Nothing to compare: idle, or mostly prompt processing.
   if (produced <= 0 || seconds <= 0.0 || prompt_tokens - window_prompt_tokens_ > kPrefillRatio * produced) return;
-  if (tainted_ && ++tainted_in_a_row_ <= kMaxTainted) return;
-  tainted_in_a_row_ = 0;
   Bucket& b = buckets_[window_bucket_];
   double& mean = b.rate[speculating_ ? 1 : 0];
   const double rate = static_cast<double>(produced) / seconds;
@@ -74,10 +71,7 @@ void SpeculationSwitch::record_step(int64_t output_tokens, int64_t prompt_tokens
     open_window(output_tokens, prompt_tokens, now_s, running);
     return;
   }
-  if (one_time_s > 0.0) {
-    tainted_ = true;
-    window_one_time_s_ += one_time_s;
-  }
+  if (one_time_s > 0.0) window_one_time_s_ += one_time_s;
   if (++steps_in_window_ < config_.window_steps) return;
   end_window(output_tokens, prompt_tokens, now_s);
   open_window(output_tokens, prompt_tokens, now_s, running);

@@ -15,14 +15,14 @@
 // doubles up to a bound (a saturated server pays at most one window in
 // max_explore for re-checking that speculation still does not pay); when it
 // wins, the interval resets. Rates are compared only between windows that
-// produced tokens, did no one-time work (graph captures; after
-// kMaxTainted such windows in a row the next counts anyway, so that a run
-// that keeps capturing still gets measured, with the one-time work's own
-// time taken out: a capture of tens of milliseconds in a window of a few
-// hundred would otherwise make the mode that captured look slow for many
-// windows) and were not dominated by prompt processing (more prompt
+// produced tokens and were not dominated by prompt processing (more prompt
 // tokens computed than kPrefillRatio times the outputs: a burst of new
 // requests, whose window would count against whichever mode it fell to).
+// One-time work inside a window (graph captures: tens of milliseconds in a
+// window of a few hundred) is timed and taken out of the window's time, so
+// that the mode that captured neither looks slow nor has to be measured
+// again (discarding such windows instead left a mode unmeasured, and so
+// chosen, for as long as its windows kept capturing new shapes).
 //
 // Throughput with and without speculation depends on the batch: rates,
 // intervals and the current winner are kept per batch-size bucket (powers of
@@ -51,12 +51,10 @@ class SpeculationSwitch {
   // After every engine step: the engine's output tokens and computed prompt
   // tokens so far, the wall-clock time in seconds (any monotonic origin), the
   // requests running, and the seconds of one-time work (CUDA graph
-  // captures) that fell into the step: a window with such work teaches
-  // nothing, or, when such windows keep coming, counts without that time.
+  // captures) that fell into the step, which the window's time leaves out.
   void record_step(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running,
                    double one_time_s = 0.0);
   static constexpr int64_t kPrefillRatio = 4;
-  static constexpr int32_t kMaxTainted = 3;
 
   // Mean output tokens per second of each mode's windows at a batch size (0
   // before any).
@@ -83,9 +81,7 @@ class SpeculationSwitch {
   bool speculating_ = true;  // the first window speculates
   bool window_open_ = false;
   bool exploring_ = false;   // the current window re-checks its bucket's losing mode
-  bool tainted_ = false;     // the current window did one-time work
-  double window_one_time_s_ = 0.0;  // ... taking this long
-  int32_t tainted_in_a_row_ = 0;  // ... and how many windows before it did
+  double window_one_time_s_ = 0.0;  // one-time work inside the current window
   int window_bucket_ = 0;
   int32_t steps_in_window_ = 0;
   int64_t window_tokens_ = 0, window_prompt_tokens_ = 0;

@@ -6,8 +6,10 @@
 // longest sequence is (split-KV). The results are also checked against a
 // double-precision reference, so invariance is not bought with wrong sums.
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
+#include "core/half.h"
 #include "op_test_util.h"
 #include "ops/ops.h"
 
@@ -71,6 +73,83 @@ TEST_P(BatchInvariantTest, ALinearRowIsTheSameBitsInEveryBatch) {
           ASSERT_EQ(got[static_cast<size_t>(i * m + j)], all[static_cast<size_t>((at + i) * m + j)])
               << n << " rows from " << at << ": row " << i << " col " << j;
         }
+      }
+    }
+  }
+}
+
+// CUDA: a product of few blocks (small batches) spreads its k slices over
+// blocks of their own and adds their sums in a second kernel; a larger one
+// walks the slices in one block. k = 2,600 is two whole slices of 1,024 and a
+// partial one. Every row must be the same bits with and without the split
+// (DEEPINFER_BI_SPLIT_BLOCKS_PER_SM=0 turns it off), in every batch.
+TEST_P(BatchInvariantTest, ALinearRowIsTheSameBitsWithItsKSlicesSplitOrNot) {
+  if (GetParam().type != DeviceType::CUDA) GTEST_SKIP() << "the split is the CUDA GEMM's";
+  Rng rng(17);
+  const int64_t rows = 300, k = 2600, m = 1032;
+  HostWeights w = random_weights(rng, DType::BF16, m, k);
+  const std::vector<float> x = rng.floats(static_cast<size_t>(rows * k));
+  auto run = [&](Backend& b, int64_t at, int64_t n) {
+    DeviceTensor dw = upload(b, DType::BF16, {m, k}, w.bytes.data());
+    DeviceTensor dx = upload_bf16(b, {n, k}, std::vector<float>(x.begin() + at * k, x.begin() + (at + n) * k));
+    DeviceTensor out = zeros(b, DType::BF16, {n, m});
+    ops::linear(b, dx.t, dw.t, Tensor(), out.t);
+    return download_any(b, out.t);
+  };
+  setenv("DEEPINFER_BI_SPLIT_BLOCKS_PER_SM", "0", 1);
+  BackendOptions options;
+  options.batch_invariant = true;
+  std::unique_ptr<Backend> unsplit = create_backend(DeviceType::CUDA, options);
+  unsetenv("DEEPINFER_BI_SPLIT_BLOCKS_PER_SM");
+  const std::vector<float> all = run(*unsplit, 0, rows);
+  // Against the reference (x rounded to bf16 as the device holds it).
+  for (int64_t i = 0; i < rows; i += 61) {
+    for (int64_t j = 0; j < m; j += 7) {
+      double sum = 0.0, mag = 0.0;
+      for (int64_t l = 0; l < k; ++l) {
+        const double p = static_cast<double>(bf16_to_f32(f32_to_bf16(x[static_cast<size_t>(i * k + l)]))) *
+                         w.values[static_cast<size_t>(j * k + l)];
+        sum += p;
+        mag += std::abs(p);
+      }
+      ASSERT_NEAR(all[static_cast<size_t>(i * m + j)], sum, 1e-2 * mag + 1e-3) << i << "," << j;
+    }
+  }
+  for (const int64_t n : {1, 5, 16, 17, 64, 65, 256, 299}) {
+    const int64_t at = 1;
+    for (Backend* b : {&backend(), unsplit.get()}) {
+      const std::vector<float> got = run(*b, at, n);
+      for (size_t e = 0; e < got.size(); ++e) {
+        ASSERT_EQ(got[e], all[static_cast<size_t>(at * m) + e])
+            << n << " rows, " << (b == unsplit.get() ? "unsplit" : "default") << ": element " << e;
+      }
+    }
+  }
+}
+
+// A gated MLP's gate-up product with its activation fused (CUDA: in the
+// GEMM's epilogue) is the same bits as the linear followed by the
+// activation, in every batch.
+TEST_P(BatchInvariantTest, AGatedLinearRowIsTheSameBitsAsLinearThenActivation) {
+  Rng rng(19);
+  const int64_t rows = 120, k = 1096, f = 264;
+  HostWeights w = random_weights(rng, DType::BF16, 2 * f, k);
+  const std::vector<float> x = rng.floats(static_cast<size_t>(rows * k));
+  DeviceTensor dw = upload(backend(), DType::BF16, {2 * f, k}, w.bytes.data());
+  for (const Activation act : {Activation::Silu, Activation::GeluTanh}) {
+    for (const int64_t n : {int64_t{1}, int64_t{3}, int64_t{16}, int64_t{33}, rows}) {
+      DeviceTensor dx = upload_act({n, k}, std::vector<float>(x.begin(), x.begin() + n * k));
+      DeviceTensor fused = zeros(backend(), act_dtype(), {n, f});
+      if (!ops::gated_linear(backend(), dx.t, dw.t, act, fused.t)) {
+        GTEST_SKIP() << "this backend has no fused gated product in the mode";
+      }
+      DeviceTensor gate_up = zeros(backend(), act_dtype(), {n, 2 * f});
+      DeviceTensor plain = zeros(backend(), act_dtype(), {n, f});
+      ops::linear(backend(), dx.t, dw.t, Tensor(), gate_up.t);
+      ops::gated_activation(backend(), gate_up.t.narrow(1, 0, f), gate_up.t.narrow(1, f, f), act, plain.t);
+      const std::vector<float> a = download_any(backend(), fused.t), b = download_any(backend(), plain.t);
+      for (size_t e = 0; e < a.size(); ++e) {
+        ASSERT_EQ(a[e], b[e]) << n << " rows, activation " << static_cast<int>(act) << ": element " << e;
       }
     }
   }

@@ -150,6 +150,11 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
   void* ws = nullptr;
   check_cuda(cudaMalloc(&ws, kAttentionWorkspaceBytes), "cudaMalloc(attention workspace)");
   attention_workspace_ = static_cast<float*>(ws);
+  if (batch_invariant_) {
+    check_cuda(cudaMalloc(&ws, kSplitWorkspaceBytes), "cudaMalloc(batch-invariant GEMM workspace)");
+    split_workspace_ = static_cast<float*>(ws);
+    if (const char* e = std::getenv("DEEPINFER_BI_SPLIT_BLOCKS_PER_SM")) split_blocks_per_sm_ = std::max(0, std::atoi(e));
+  }
   void* err = nullptr;
   check_cuda(cudaMalloc(&err, sizeof(uint32_t)), "cudaMalloc(error word)");
   error_word_ = static_cast<uint32_t*>(err);
@@ -163,11 +168,16 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
   (void)options;
 }
 
+MmaSplitWorkspace CudaBackend::split_workspace() const {
+  return {split_workspace_, split_workspace_ ? kSplitWorkspaceBytes : 0, num_sms_, split_blocks_per_sm_};
+}
+
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(cu(stream_));
   if (cublas_) cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
   cudaFree(attention_workspace_);
+  cudaFree(split_workspace_);
   cudaFree(fp8_dequant_);
   cudaFree(error_word_);
   cudaFree(scratch_);
@@ -379,7 +389,8 @@ void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bi
                         weight.stride_bytes(0), m, k, static_cast<const char*>(out.data()), out.stride_bytes(0))) {
       launch_linear_mma(elem_type(x.dtype(), "linear"), n, static_cast<const char*>(x.data()), x.stride_bytes(0),
                         static_cast<const char*>(weight.data()), weight.stride_bytes(0), m, k, bias_data,
-                        out.dtype() == DType::F32, static_cast<char*>(out.data()), out.stride_bytes(0), stream_);
+                        out.dtype() == DType::F32, static_cast<char*>(out.data()), out.stride_bytes(0),
+                        split_workspace(), stream_);
       check_launch("linear(batch-invariant)");
       return;
     }
@@ -586,7 +597,8 @@ void CudaBackend::linear_batched(const Tensor& x, const Tensor& weight, Tensor o
                           static_cast<const char*>(x.data()) + b * x.stride_bytes(1), x.stride_bytes(0),
                           static_cast<const char*>(weight.data()) + b * weight.stride_bytes(0),
                           weight.stride_bytes(1), m, k, nullptr, false,
-                          static_cast<char*>(out.data()) + b * out.stride_bytes(1), out.stride_bytes(0), stream_);
+                          static_cast<char*>(out.data()) + b * out.stride_bytes(1), out.stride_bytes(0),
+                          split_workspace(), stream_);
       }
       check_launch("linear_batched(batch-invariant)");
       return;
@@ -626,11 +638,19 @@ void CudaBackend::linear_batched(const Tensor& x, const Tensor& weight, Tensor o
 }
 
 bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out) {
-  // The decode-sized product only; larger batches are compute-bound GEMMs.
-  // Batch-invariant: never (a one-row product must be the same arithmetic as
-  // a many-row one: separate linear and activation).
-  if (batch_invariant_) return false;
   if (act != Activation::Silu && act != Activation::GeluTanh) return false;
+  // Batch-invariant: every row count through the tensor-core GEMM with the
+  // activation in its epilogue (a row's bits do not depend on the batch).
+  // Otherwise the decode-sized product only; larger batches are compute-bound GEMMs.
+  if (batch_invariant_) {
+    if (w_gate_up.dtype() != x.dtype() || x.dtype() == DType::F32) return false;
+    const bool launched = launch_gated_linear_mma(
+        elem_type(x.dtype(), "gated_linear"), x.size(0), static_cast<const char*>(x.data()), x.stride_bytes(0),
+        static_cast<const char*>(w_gate_up.data()), w_gate_up.stride_bytes(0), out.size(1), x.size(1),
+        act == Activation::GeluTanh, static_cast<char*>(out.data()), out.stride_bytes(0), split_workspace(), stream_);
+    if (launched) check_launch("gated_linear(batch-invariant)");
+    return launched;
+  }
   if (w_gate_up.dtype() == DType::F8E4M3_B64) {
     if ((x.dtype() != DType::BF16 && x.dtype() != DType::F16) || !aligned16(x.data(), x.stride_bytes(0)) ||
         !w_gate_up.is_contiguous()) {
