@@ -100,23 +100,17 @@ def main():
     ap.add_argument("--prefill-len", type=int, default=4096)
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--skip", default="", help="comma list of: unique,cost")
-    ap.add_argument("--modes", default="on,off",
-                    help="comma list of: on, off, on-nosplit (the mode without its GEMM's k-slice split)")
     args = ap.parse_args()
     workdir = "/tmp/deepinfer_bi"
     os.makedirs(workdir, exist_ok=True)
     report = {"label": args.label, "model": args.model}
-    modes = [m for m in args.modes.split(",") if m]
-    for mode in modes:
+    for mode in ("on", "off"):
         env = dict(os.environ)
         env.pop("DEEPINFER_BATCH_INVARIANT", None)
-        env.pop("DEEPINFER_BI_SPLIT_BLOCKS_PER_SM", None)
-        if mode.startswith("on"):
+        if mode == "on":
             env["DEEPINFER_BATCH_INVARIANT"] = "1"
-        if mode == "on-nosplit":
-            env["DEEPINFER_BI_SPLIT_BLOCKS_PER_SM"] = "0"
         try:
-            if "unique" not in args.skip and mode in ("on", "off"):
+            if "unique" not in args.skip:
                 report[f"unique_{mode}"] = uniqueness(args, env, workdir, mode)
             if "cost" not in args.skip:
                 report[f"cost_{mode}"] = cost(args, env)
@@ -125,11 +119,9 @@ def main():
         print(json.dumps(report), flush=True)
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)
-    for mode in ("on", "on-nosplit"):
-        if f"cost_{mode}" in report and "cost_off" in report:
-            key = "cost_ratio" if mode == "on" else f"cost_ratio_{mode}"
-            report[key] = {k: report[f"cost_{mode}"][k] / report["cost_off"][k] for k in report[f"cost_{mode}"]
-                           if report["cost_off"].get(k)}
+    if "cost_on" in report and "cost_off" in report:
+        report["cost_ratio"] = {k: report["cost_on"][k] / report["cost_off"][k] for k in report["cost_on"]
+                                if report["cost_off"].get(k)}
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
     print(json.dumps(report, indent=1))

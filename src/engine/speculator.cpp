@@ -171,9 +171,22 @@ void Speculator::propose(std::span<Request* const> candidates, int32_t base_toke
       tracked_[drafted[i]->id()].raw_confidence.resize(n);
     }
   }
-  // No request could draft (all prefilling) is no evidence: try again next step.
-  last_round_drafts_ = candidates.empty() ? 1 : 0;
+  // No request could draft (all prefilling), or the proposer had nothing for
+  // any: no evidence that verifying does not pay, so ask again at the next
+  // step while drafting costs little (waiting kProbeInterval steps instead
+  // left whole stretches of copied text undrafted at batch 1). Only a round
+  // whose drafts the policy cut entirely backs off to probes.
+  if (candidates.empty() || (drafted.empty() && drafting_is_cheap(base_tokens))) {
+    last_round_drafts_ = 1;
+    return;
+  }
+  last_round_drafts_ = 0;
   for (const Request* r : drafted) last_round_drafts_ += r->num_draft_tokens();
+}
+
+bool Speculator::drafting_is_cheap(int32_t base_tokens) const {
+  const double step_ms = curve_.predict(std::max(base_tokens, 1));
+  return step_ms <= 0.0 || drafting_overhead_ms() < kCheapDraftingShare * step_ms;
 }
 
 void Speculator::record_step(int32_t tokens, double device_ms, double idle_ms_before, bool drafting) {

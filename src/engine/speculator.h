@@ -56,9 +56,11 @@ class Speculator {
   const spec::SpeculativeConfig& config() const { return config_; }
 
   // Whether the next step should draft. Drafting costs the pipelined loop
-  // (the step in flight is finished first); when the dynamic policy verified
-  // nothing in its last round, the engine keeps pipelining and only probes
-  // again every kProbeInterval steps (fixed K always drafts). A probe
+  // (the step in flight is finished first); when the dynamic policy cut every
+  // draft of its last round, the engine keeps pipelining and only probes
+  // again every kProbeInterval steps (fixed K always drafts; a round the
+  // proposer had no drafts for asks again at the next step while drafting is
+  // cheap: drafting_is_cheap). A probe
   // verifies at least each request's first draft, so that the calibration
   // keeps learning: one unlucky round must not switch drafting off for good.
   // Likewise every kProbeInterval-th drafting round verifies one draft more
@@ -110,6 +112,10 @@ class Speculator {
   // The threads to draft `candidates` requests with; nullptr: this thread.
   cpu::ThreadPool* drafting_pool(size_t candidates);
   bool switched() const { return config_.dynamic && config_.switch_window_steps > 0; }
+  // Whether a drafting round's measured overhead (the pipelining it gives up)
+  // is under kCheapDraftingShare of a step of base_tokens (or not measured yet).
+  static constexpr double kCheapDraftingShare = 0.02;
+  bool drafting_is_cheap(int32_t base_tokens) const;
 
   spec::SpeculativeConfig config_;
   std::unique_ptr<spec::Proposer> proposer_;

@@ -9,13 +9,17 @@ namespace deepinfer::spec {
 
 SpeculationSwitch::SpeculationSwitch(SwitchConfig config) : config_(config) {
   DI_CHECK(config.window_steps > 0 && config.min_explore > 0 && config.max_explore >= config.min_explore &&
-               config.alpha > 0.0 && config.alpha <= 1.0,
+               config.alpha > 0.0 && config.alpha <= 1.0 && config.plain_margin >= 0.0,
            "speculation switch: invalid configuration");
 }
 
 int SpeculationSwitch::bucket_of(int32_t running) {
   const auto n = static_cast<uint32_t>(std::max(running, 1));
   return std::min(kBuckets - 1, static_cast<int>(std::bit_width(n)) - 1);
+}
+
+bool SpeculationSwitch::speculation_wins(const Bucket& b) const {
+  return b.rate[0] <= b.rate[1] * (1.0 + config_.plain_margin);
 }
 
 void SpeculationSwitch::open_window(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running) {
@@ -35,7 +39,7 @@ void SpeculationSwitch::open_window(int64_t output_tokens, int64_t prompt_tokens
   } else if (b.rate[0] <= 0.0) {
     speculating_ = false;
   } else {
-    const bool better = b.rate[1] > b.rate[0];
+    const bool better = speculation_wins(b);
     if (++b.since_explore >= b.explore) {
       b.since_explore = 0;
       exploring_ = true;
@@ -61,7 +65,7 @@ void SpeculationSwitch::end_window(int64_t output_tokens, int64_t prompt_tokens,
   if (!exploring_ || b.rate[0] <= 0.0 || b.rate[1] <= 0.0) return;
   // The re-checked mode lost again: wait longer before the next check; it
   // won: check often again.
-  const bool explored_wins = speculating_ ? b.rate[1] > b.rate[0] : b.rate[0] >= b.rate[1];
+  const bool explored_wins = speculating_ == speculation_wins(b);
   b.explore = explored_wins ? config_.min_explore : std::min(config_.max_explore, b.explore * 2);
 }
 

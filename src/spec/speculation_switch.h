@@ -11,7 +11,13 @@
 // of wall time. Each mode keeps an exponentially weighted mean of its
 // windows' rates; the next window takes the better mode, except that the
 // other mode is tried again every `explore` windows (a mode without a rate
-// yet is tried first). When the explored mode loses again, its interval
+// yet is tried first). Plain decoding counts as better only when it beats
+// speculation by more than `plain_margin`: a window's rate also follows what
+// the requests are writing (at batch 1, a stretch the proposer finds no
+// drafts for runs nearly as plain decoding does, a hair slower), and without
+// the margin such a stretch made speculation "lose" and kept it off, doubling
+// its exploration interval, through the copied spans that follow, where it
+// doubles the rate. Where speculation truly loses, it costs at most the margin. When the explored mode loses again, its interval
 // doubles up to a bound (a saturated server pays at most one window in
 // max_explore for re-checking that speculation still does not pay); when it
 // wins, the interval resets. Rates are compared only between windows that
@@ -40,6 +46,7 @@ struct SwitchConfig {
   int32_t min_explore = 8;     // windows between explorations, at first
   int32_t max_explore = 128;   // ... and at most
   double alpha = 0.5;          // weight of a mode's newest window in its mean
+  double plain_margin = 0.03;  // plain decoding wins only above (1 + this) x speculation's rate
 };
 
 class SpeculationSwitch {
@@ -73,6 +80,7 @@ class SpeculationSwitch {
     int32_t explore = 0;          // windows between explorations (0: min_explore)
     int32_t since_explore = 0;
   };
+  bool speculation_wins(const Bucket& b) const;
   void end_window(int64_t output_tokens, int64_t prompt_tokens, double now_s);
   void open_window(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running);
 

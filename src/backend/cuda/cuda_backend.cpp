@@ -150,11 +150,6 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
   void* ws = nullptr;
   check_cuda(cudaMalloc(&ws, kAttentionWorkspaceBytes), "cudaMalloc(attention workspace)");
   attention_workspace_ = static_cast<float*>(ws);
-  if (batch_invariant_) {
-    check_cuda(cudaMalloc(&ws, kSplitWorkspaceBytes), "cudaMalloc(batch-invariant GEMM workspace)");
-    split_workspace_ = static_cast<float*>(ws);
-    if (const char* e = std::getenv("DEEPINFER_BI_SPLIT_BLOCKS_PER_SM")) split_blocks_per_sm_ = std::max(0, std::atoi(e));
-  }
   void* err = nullptr;
   check_cuda(cudaMalloc(&err, sizeof(uint32_t)), "cudaMalloc(error word)");
   error_word_ = static_cast<uint32_t*>(err);
@@ -168,16 +163,11 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
   (void)options;
 }
 
-MmaSplitWorkspace CudaBackend::split_workspace() const {
-  return {split_workspace_, split_workspace_ ? kSplitWorkspaceBytes : 0, num_sms_, split_blocks_per_sm_};
-}
-
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(cu(stream_));
   if (cublas_) cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
   cudaFree(attention_workspace_);
-  cudaFree(split_workspace_);
   cudaFree(fp8_dequant_);
   cudaFree(error_word_);
   cudaFree(scratch_);
@@ -389,8 +379,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bi
                         weight.stride_bytes(0), m, k, static_cast<const char*>(out.data()), out.stride_bytes(0))) {
       launch_linear_mma(elem_type(x.dtype(), "linear"), n, static_cast<const char*>(x.data()), x.stride_bytes(0),
                         static_cast<const char*>(weight.data()), weight.stride_bytes(0), m, k, bias_data,
-                        out.dtype() == DType::F32, static_cast<char*>(out.data()), out.stride_bytes(0),
-                        split_workspace(), stream_);
+                        out.dtype() == DType::F32, static_cast<char*>(out.data()), out.stride_bytes(0), stream_);
       check_launch("linear(batch-invariant)");
       return;
     }
@@ -597,8 +586,7 @@ void CudaBackend::linear_batched(const Tensor& x, const Tensor& weight, Tensor o
                           static_cast<const char*>(x.data()) + b * x.stride_bytes(1), x.stride_bytes(0),
                           static_cast<const char*>(weight.data()) + b * weight.stride_bytes(0),
                           weight.stride_bytes(1), m, k, nullptr, false,
-                          static_cast<char*>(out.data()) + b * out.stride_bytes(1), out.stride_bytes(0),
-                          split_workspace(), stream_);
+                          static_cast<char*>(out.data()) + b * out.stride_bytes(1), out.stride_bytes(0), stream_);
       }
       check_launch("linear_batched(batch-invariant)");
       return;
@@ -647,7 +635,7 @@ bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activat
     const bool launched = launch_gated_linear_mma(
         elem_type(x.dtype(), "gated_linear"), x.size(0), static_cast<const char*>(x.data()), x.stride_bytes(0),
         static_cast<const char*>(w_gate_up.data()), w_gate_up.stride_bytes(0), out.size(1), x.size(1),
-        act == Activation::GeluTanh, static_cast<char*>(out.data()), out.stride_bytes(0), split_workspace(), stream_);
+        act == Activation::GeluTanh, static_cast<char*>(out.data()), out.stride_bytes(0), stream_);
     if (launched) check_launch("gated_linear(batch-invariant)");
     return launched;
   }

@@ -25,8 +25,6 @@ struct cublasContext;
 
 namespace deepinfer::cuda {
 
-struct MmaSplitWorkspace;  // cuda_kernels.h
-
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& options = {}, int device_index = 0);
@@ -110,16 +108,12 @@ class CudaBackend final : public Backend {
   // number of splits accordingly.
   static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
   static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
-  // Batch-invariant mode: the k slices' sums of a product the GEMM spreads
-  // over more blocks (cuda_mma_gemm.cuh); larger products do not split.
-  static constexpr size_t kSplitWorkspaceBytes = size_t{64} << 20;
 
  private:
   void check_launch(const char* op);
   void linear_fp8(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out);
   void copy_fp8_rows(Tensor dst, const Tensor& src);
   void* scratch(size_t bytes);
-  MmaSplitWorkspace split_workspace() const;
   // A grow-only device buffer of at least `bytes` (grown by half at least;
   // refused while a graph is captured).
   void* grow_buffer(void*& buf, size_t& have, size_t bytes, const char* what);
@@ -143,10 +137,6 @@ class CudaBackend final : public Backend {
   cublasContext* cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   float* attention_workspace_ = nullptr;
-  float* split_workspace_ = nullptr;  // batch-invariant mode only
-  // Products with fewer blocks than this per SM split their k slices
-  // (DEEPINFER_BI_SPLIT_BLOCKS_PER_SM; 0: never; the same bits either way).
-  int split_blocks_per_sm_ = 4;
   uint32_t* error_word_ = nullptr;  // device
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;

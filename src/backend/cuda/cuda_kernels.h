@@ -174,25 +174,18 @@ void launch_gemv_glu(ElemType type, int n, const char* x, int64_t x_stride, cons
 // out[n, m] = x[n, k] W[m, k]^T (+ f32 bias), bf16/f16 x and W of one type,
 // f32 or x-typed out, through the tensor-core GEMM whose rows' results do not
 // depend on n (cuda_mma_gemm.cuh). Needs k and m multiples of 8 and 16-byte
-// aligned rows (linear_mma_fits). A product with few blocks spreads its k
-// slices over blocks of their own when their sums fit `ws` (same bits).
-struct MmaSplitWorkspace {
-  float* data = nullptr;
-  size_t bytes = 0;
-  int num_sms = 0;
-  int blocks_per_sm = 4;  // products with fewer blocks than this many per SM split (0: never)
-};
+// aligned rows (linear_mma_fits).
 bool linear_mma_fits(const char* x, int64_t x_stride, const char* w, int64_t w_stride, int64_t m, int64_t k,
                      const char* out, int64_t out_stride);
 void launch_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride, const char* w, int64_t w_stride,
                        int64_t m, int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride,
-                       const MmaSplitWorkspace& ws, Stream stream);
+                       Stream stream);
 // The same GEMM for a gated MLP's stacked gate-up weight [2f, k]: out[n, f] =
 // act(x W[0:f]^T) * (x W[f:2f]^T), gate and up rounded to x's type first (the
 // bits of linear + gated_activation in the mode). False when it does not fit.
 bool launch_gated_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride, const char* w_gate_up,
                              int64_t w_stride, int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride,
-                             const MmaSplitWorkspace& ws, Stream stream);
+                             Stream stream);
 // Element-type conversion of a row view into a contiguous buffer.
 void launch_convert(ElemType from, RowView x, ElemType to, char* out, Stream stream);
 

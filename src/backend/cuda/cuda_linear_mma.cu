@@ -18,44 +18,35 @@ bool aligned16(const void* p, int64_t stride) {
 }
 
 template <typename T, class C, mma_gemm::GemmOut kOut>
-void launch_dense(mma_gemm::GemmArgs g, const MmaSplitWorkspace& ws, cudaStream_t s) {
-  constexpr int kB = kOut == mma_gemm::GemmOut::GatedAct ? 2 : 1;
-  const int64_t tiles = (g.n_rows + C::kBM - 1) / C::kBM;
-  const int64_t blocks = tiles * ((g.n_cols + C::kBN - 1) / C::kBN);
-  const int64_t slices = (g.k + mma_gemm::kSliceK - 1) / mma_gemm::kSliceK;
-  const auto partial_bytes = static_cast<size_t>(slices * kB * g.n_rows * g.n_cols) * sizeof(float);
-  const bool split = slices > 1 && blocks < int64_t{ws.blocks_per_sm} * ws.num_sms && ws.data != nullptr &&
-                     partial_bytes <= ws.bytes;
-  g.partials = split ? ws.data : nullptr;
-  mma_gemm::launch_mma_gemm<T, C, kOut, false, true>(g, tiles, s, static_cast<int>(slices));
+void launch_dense(const mma_gemm::GemmArgs& g, cudaStream_t s) {
+  mma_gemm::launch_mma_gemm<T, C, kOut, false, true>(g, (g.n_rows + C::kBM - 1) / C::kBM, s);
 }
 
 // Tile shapes follow the row count; they change what is staged together,
 // never a row's order of accumulation.
 template <typename T, mma_gemm::GemmOut kOut>
-void launch_by_rows(const mma_gemm::GemmArgs& g, const MmaSplitWorkspace& ws, cudaStream_t s) {
+void launch_by_rows(const mma_gemm::GemmArgs& g, cudaStream_t s) {
   if (g.n_rows <= mma_gemm::DecodeTiles::kBM) {
-    launch_dense<T, mma_gemm::DecodeTiles, kOut>(g, ws, s);
+    launch_dense<T, mma_gemm::DecodeTiles, kOut>(g, s);
   } else if (g.n_rows <= 2 * mma_gemm::MidTiles::kBM) {
-    launch_dense<T, mma_gemm::MidTiles, kOut>(g, ws, s);
+    launch_dense<T, mma_gemm::MidTiles, kOut>(g, s);
   } else if constexpr (kOut == mma_gemm::GemmOut::GatedAct) {
-    // 128 x 128 tiles would hold 256 sums a thread here (gate and up, each
-    // chained and totalled) and spill.
-    launch_dense<T, mma_gemm::PrefillTiles, kOut>(g, ws, s);
+    // 128 x 128 tiles would hold 128 sums a thread here (gate and up) and spill.
+    launch_dense<T, mma_gemm::PrefillTiles, kOut>(g, s);
   } else if (g.n_rows <= 256) {
-    launch_dense<T, mma_gemm::PrefillTiles, kOut>(g, ws, s);
+    launch_dense<T, mma_gemm::PrefillTiles, kOut>(g, s);
   } else {
-    launch_dense<T, mma_gemm::LargeTiles, kOut>(g, ws, s);
+    launch_dense<T, mma_gemm::LargeTiles, kOut>(g, s);
   }
 }
 
 template <mma_gemm::GemmOut kOut>
-void launch_typed(ElemType type, const mma_gemm::GemmArgs& g, const MmaSplitWorkspace& ws, Stream stream) {
+void launch_typed(ElemType type, const mma_gemm::GemmArgs& g, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (type == ElemType::BF16) {
-    launch_by_rows<__nv_bfloat16, kOut>(g, ws, s);
+    launch_by_rows<__nv_bfloat16, kOut>(g, s);
   } else {
-    launch_by_rows<__half, kOut>(g, ws, s);
+    launch_by_rows<__half, kOut>(g, s);
   }
 }
 
@@ -70,7 +61,7 @@ bool linear_mma_fits(const char* x, int64_t x_stride, const char* w, int64_t w_s
 
 void launch_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride, const char* w, int64_t w_stride,
                        int64_t m, int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride,
-                       const MmaSplitWorkspace& ws, Stream stream) {
+                       Stream stream) {
   mma_gemm::GemmArgs g;
   g.n_rows = n;
   g.a_base = x;
@@ -84,15 +75,15 @@ void launch_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride
   g.out = out;
   g.out_stride = out_stride;
   if (out_f32) {
-    launch_typed<mma_gemm::GemmOut::F32>(type, g, ws, stream);
+    launch_typed<mma_gemm::GemmOut::F32>(type, g, stream);
   } else {
-    launch_typed<mma_gemm::GemmOut::Elem>(type, g, ws, stream);
+    launch_typed<mma_gemm::GemmOut::Elem>(type, g, stream);
   }
 }
 
 bool launch_gated_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride, const char* w_gate_up,
                              int64_t w_stride, int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride,
-                             const MmaSplitWorkspace& ws, Stream stream) {
+                             Stream stream) {
   if (!linear_mma_fits(x, x_stride, w_gate_up, w_stride, f, k, out, out_stride)) return false;
   mma_gemm::GemmArgs g;
   g.n_rows = n;
@@ -105,7 +96,7 @@ bool launch_gated_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_
   g.out = out;
   g.out_stride = out_stride;
   g.glu = gelu ? MoeGlu::GeluTanh : MoeGlu::Silu;
-  launch_typed<mma_gemm::GemmOut::GatedAct>(type, g, ws, stream);
+  launch_typed<mma_gemm::GemmOut::GatedAct>(type, g, stream);
   return true;
 }
 

@@ -9,16 +9,8 @@
 // tile: so a row's result is the same bits whatever the number of rows, the
 // tile config chosen for them, or the row's place in the batch. That is what
 // makes the dense linear batch-invariant (and the MoE experts' results
-// independent of how many tokens chose an expert).
-//
-// Dense products sum k in fixed slices of kSliceK: each slice's k16 steps
-// chain from zero, and the slices' sums are added in order, from zero. That
-// order is the same whether one block walks every slice (folding each into a
-// running total) or the slices run in blocks of their own (grid z), writing
-// their sums to a workspace that mma_gemm_reduce_kernel adds up in the same
-// order: a small batch can spread one product over many more blocks (a
-// batch-1 projection has too few column tiles to keep HBM busy) without its
-// rows' bits depending on that choice.
+// independent of how many tokens chose an expert). The dense gated product
+// (gate-up with its activation) is the batch-invariant mode's gated MLP.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -53,13 +45,11 @@ struct TileConfig {
 using DecodeTiles = TileConfig<16, 32, 128, 1, 2, 4>;
 using MidTiles = TileConfig<32, 32, 128, 2, 2, 4>;
 using PrefillTiles = TileConfig<64, 64, 32, 2, 2, 4>;
-// The dense linear's (cuda_linear_mma.cu) long prompts: 128 x 128 tiles, more
-// math per staged byte (H200: 1.64x the 64 x 64 tiles' prefill throughput at
-// the Llama-3-8B shape, with 8 warps of 64 x 32). 16 warps of 32 x 32: a
-// thread holds its slice's sums and the total of the finished slices, which
-// at 64 x 32 a warp took 220 registers (one 8-warp block per SM). A one-warp,
-// 16-column config for decode-sized batches was tried and halved batch-1 decode.
-using LargeTiles = TileConfig<128, 128, 32, 4, 4, 4>;
+// The dense linear's (cuda_linear_mma.cu) long prompts: 128 x 128 tiles of
+// 8 warps (64 x 32 each), more math per staged byte (H200: 1.64x the 64 x 64
+// tiles' prefill throughput at the Llama-3-8B shape). A one-warp, 16-column
+// config for decode-sized batches was tried and halved batch-1 decode.
+using LargeTiles = TileConfig<128, 128, 32, 2, 4, 4>;
 
 // What a tile writes: act(gate) * up rounded to T (the MoE gate/up product),
 // f32, or the output rounded to T.
@@ -79,14 +69,7 @@ struct GemmArgs {
   char* out = nullptr;
   int64_t out_stride = 0;
   MoeGlu glu = MoeGlu::Silu;
-  // Dense only: each k slice's sums go to partials [slices][gate, up][n_rows][n_cols]
-  // (one block per slice, grid z) for mma_gemm_reduce_kernel; nullptr: a
-  // block walks every slice.
-  float* partials = nullptr;
 };
-
-// k elements per slice of a dense product (a multiple of every config's BK).
-constexpr int kSliceK = 1024;
 
 // Writes two adjacent outputs of a row: v[b][j] is the sum of column col + j
 // for w0 (b = 0) and w1 (b = 1, gated). The dense gated product rounds gate
@@ -175,40 +158,28 @@ __global__ void __launch_bounds__(C::kThreads) mma_gemm_kernel(GemmArgs g) {
     }
   }
   const int k_tiles = static_cast<int>((g.k + C::kBK - 1) / C::kBK);
-  // The k tiles this block sums, and how many make a slice (dense; the MoE
-  // experts' products are one chain).
-  int kt_begin = 0, kt_end = k_tiles, slice_tiles = k_tiles;
-  if constexpr (kDense) {
-    slice_tiles = kSliceK / C::kBK;
-    if (g.partials != nullptr) {
-      kt_begin = static_cast<int>(blockIdx.z) * slice_tiles;
-      kt_end = min(k_tiles, kt_begin + slice_tiles);
-    }
-  }
-  const int n_tiles = kt_end - kt_begin;
-  auto load = [&](int i) {
-    const uint32_t stage = s_base + (i % C::kStages) * kStageBytes;
-    const int64_t k0 = int64_t{kt_begin + i} * C::kBK;
+  auto load = [&](int kt) {
+    const uint32_t stage = s_base + (kt % C::kStages) * kStageBytes;
+    const int64_t k0 = int64_t{kt} * C::kBK;
 #pragma unroll
-    for (int l = 0; l < kLoads; ++l) {
-      const bool ok = row_ok[l] && k0 + chunk_k[l] < g.k;
-      cp_async16(stage + dst[l], ok ? src[l] + k0 * 2 : g.a_base, ok);
+    for (int i = 0; i < kLoads; ++i) {
+      const bool ok = row_ok[i] && k0 + chunk_k[i] < g.k;
+      cp_async16(stage + dst[i], ok ? src[i] + k0 * 2 : g.a_base, ok);
     }
   };
 
   float acc[kB][C::kMT][C::kNT][4] = {};
-  float total[kB][C::kMT][C::kNT][4] = {};  // dense, one block for all slices: the finished slices' sum
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
-    if (s < n_tiles) load(s);
+    if (s < k_tiles) load(s);
     cp_async_commit();
   }
-  for (int i = 0; i < n_tiles; ++i) {
+  for (int kt = 0; kt < k_tiles; ++kt) {
     cp_async_wait<C::kStages - 2>();
     __syncthreads();
-    if (i + C::kStages - 1 < n_tiles) load(i + C::kStages - 1);
+    if (kt + C::kStages - 1 < k_tiles) load(kt + C::kStages - 1);
     cp_async_commit();  // empty groups keep the wait count uniform
-    const uint32_t stage = s_base + (i % C::kStages) * kStageBytes;
+    const uint32_t stage = s_base + (kt % C::kStages) * kStageBytes;
 #pragma unroll
     for (int kk = 0; kk < C::kBK; kk += 16) {
       uint32_t a[C::kMT][4];
@@ -232,28 +203,10 @@ __global__ void __launch_bounds__(C::kThreads) mma_gemm_kernel(GemmArgs g) {
         }
       }
     }
-    if constexpr (kDense) {
-      const int kt = kt_begin + i;
-      if (g.partials == nullptr && ((kt + 1) % slice_tiles == 0 || kt + 1 == kt_end)) {
-        // A slice ends: add its sum to the total, and start the next from zero.
-#pragma unroll
-        for (int b = 0; b < kB; ++b)
-#pragma unroll
-          for (int mt = 0; mt < C::kMT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < C::kNT; ++nt)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                total[b][mt][nt][e] += acc[b][mt][nt][e];
-                acc[b][mt][nt][e] = 0.0f;
-              }
-      }
-    }
   }
   cp_async_wait<0>();
 
   // Fragment layout: c0, c1 at (lane / 4, 2 * (lane % 4) + {0, 1}); c2, c3 eight rows below.
-  const bool to_partials = kDense && g.partials != nullptr;
 #pragma unroll
   for (int mt = 0; mt < C::kMT; ++mt) {
 #pragma unroll
@@ -264,74 +217,26 @@ __global__ void __launch_bounds__(C::kThreads) mma_gemm_kernel(GemmArgs g) {
       for (int half = 0; half < 2; ++half) {
         const int64_t row = row0 + wm * C::kWM + mt * 16 + (lane >> 2) + half * 8;
         if (kDense && row >= g.n_rows) continue;
-        // A split block's slice sum, or a whole block's total (dense) or chain (MoE).
-        const bool from_total = kDense && !to_partials;
         float v[2][2];
 #pragma unroll
         for (int b = 0; b < 2; ++b) {
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int bb = b < kB ? b : 0;
-            v[b][j] = from_total ? total[bb][mt][nt][2 * half + j] : acc[bb][mt][nt][2 * half + j];
-          }
+          v[b][0] = acc[b < kB ? b : 0][mt][nt][2 * half];
+          v[b][1] = acc[b < kB ? b : 0][mt][nt][2 * half + 1];
         }
-        if (to_partials) {
-#pragma unroll
-          for (int b = 0; b < kB; ++b) {
-            float* p = g.partials + ((int64_t{blockIdx.z} * kB + b) * g.n_rows + row) * g.n_cols + col;
-            *reinterpret_cast<float2*>(p) = make_float2(v[b][0], v[b][1]);
-          }
-        } else {
-          store_pair<T, kOut, kDense>(g, expert, row, col, v);
-        }
+        store_pair<T, kOut, kDense>(g, expert, row, col, v);
       }
     }
   }
 }
 
-// The split dense product's second half: adds each output's slice sums in
-// slice order from zero (as one block walking the slices does) and writes it
-// as the single-block kernel would. One thread per pair of columns.
-template <typename T, GemmOut kOut>
-__global__ void __launch_bounds__(256) mma_gemm_reduce_kernel(GemmArgs g, int slices) {
-  constexpr int kB = kOut == GemmOut::GatedAct ? 2 : 1;
-  const int64_t pairs = g.n_cols / 2;
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= g.n_rows * pairs) return;
-  const int64_t row = i / pairs, col = (i % pairs) * 2;
-  float v[2][2] = {};
-  for (int b = 0; b < kB; ++b) {
-    for (int z = 0; z < slices; ++z) {
-      const float2 p =
-          *reinterpret_cast<const float2*>(g.partials + ((int64_t{z} * kB + b) * g.n_rows + row) * g.n_cols + col);
-      v[b][0] += p.x;
-      v[b][1] += p.y;
-    }
-  }
-  if constexpr (kB == 1) {
-    v[1][0] = v[0][0];
-    v[1][1] = v[0][1];
-  }
-  store_pair<T, kOut, true>(g, 0, row, col, v);
-}
-
 // tiles: row tiles in the grid (grouped: the bound on the padded tiles).
-// slices > 1 (dense, with g.partials): one block per k slice, then the reduction.
 template <typename T, class C, GemmOut kOut, bool kGather, bool kDense>
-void launch_mma_gemm(const GemmArgs& g, int64_t tiles, cudaStream_t stream, int slices = 1) {
+void launch_mma_gemm(const GemmArgs& g, int64_t tiles, cudaStream_t stream) {
   constexpr size_t smem = C::template smem_bytes<kOut == GemmOut::GatedAct>();
   auto kernel = mma_gemm_kernel<T, C, kOut, kGather, kDense>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  const bool split = kDense && g.partials != nullptr;
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((g.n_cols + C::kBN - 1) / C::kBN),
-                  static_cast<unsigned>(split ? slices : 1));
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((g.n_cols + C::kBN - 1) / C::kBN));
   kernel<<<grid, C::kThreads, smem, stream>>>(g);
-  if constexpr (kDense) {
-    if (split) {
-      const int64_t threads = g.n_rows * (g.n_cols / 2);
-      mma_gemm_reduce_kernel<T, kOut><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(g, slices);
-    }
-  }
 }
 
 }  // namespace deepinfer::cuda::mma_gemm

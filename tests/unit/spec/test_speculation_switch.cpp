@@ -75,6 +75,24 @@ TEST(SpeculationSwitch, SpeculatesWhereItPaysAndFollowsTheLoad) {
   EXPECT_LT(sw.speculative_rate(200), sw.plain_rate(200));
 }
 
+// Batch 1, a request whose first stretch gives the proposer nothing to
+// draft (speculation a hair slower than plain decoding: the probes give up
+// pipelining), then copies spans of its input (speculation 2x). Within the
+// margin speculation stays on, so the copied stretch is not spent plain.
+TEST(SpeculationSwitch, AStretchWithoutDraftsDoesNotTurnSpeculationOff) {
+  SpeculationSwitch sw;
+  double clock = 0.0, tokens = 0.0;
+  Outcome r = simulate(sw, World{1000.0, 985.0, 0.0}, 24 * 40, 1, clock, tokens);
+  EXPECT_GT(r.speculative_steps, r.steps * 9 / 10) << "only the first plain window and re-checks are plain";
+  r = simulate(sw, World{1000.0, 2000.0, 0.0}, 24 * 40, 1, clock, tokens);
+  EXPECT_GT(r.speculative_steps, r.steps * 9 / 10);
+  // Beyond the margin plain decoding wins as before.
+  SpeculationSwitch other;
+  r = simulate(other, World{1000.0, 950.0, 0.0}, 24 * 100, 1, clock, tokens);
+  EXPECT_LT(r.speculative_steps, r.steps / 10);
+  EXPECT_THROW(SpeculationSwitch(SwitchConfig{24, 8, 128, 0.5, -0.1}), Error);
+}
+
 TEST(SpeculationSwitch, ConditionsThatChangeAreNoticedByReChecks) {
   SpeculationSwitch sw;
   double clock = 0.0, tokens = 0.0;
