@@ -114,9 +114,10 @@ def run_one(args, model, inputs_path, batch, config):
     t = re.search(r"steps: (\d+) \((\d+) as graphs\), device busy ([0-9.]+) ms, idle ([0-9.]+) ms", p.stderr)
     timeline = {"steps": int(t.group(1)), "graph_steps": int(t.group(2)), "busy_ms": float(t.group(3)),
                 "idle_ms": float(t.group(4))} if t else {}
-    w = re.search(r"speculated in (\d+) of (\d+) windows", p.stderr)
+    w = re.search(r"speculated in (\d+) of (\d+) windows \((\d+) steps without", p.stderr)
     if w and t:
         timeline["windows"] = (int(w.group(1)), int(w.group(2)))
+        timeline["unswitched_steps"] = int(w.group(3))
     c = re.search(r"(\d+) graphs captured in ([0-9.]+) ms", p.stderr)
     if c and t:
         timeline["captures"] = (int(c.group(1)), float(c.group(2)))
@@ -138,6 +139,8 @@ def idle_text(t):
         text += f", {t['captures'][0]} captures {t['captures'][1]:.0f} ms"
     if "windows" in t:
         text += f", speculated in {t['windows'][0]}/{t['windows'][1]} windows"
+        if t.get("unswitched_steps"):
+            text += f" + {t['unswitched_steps']} steps unswitched"
     if "small_step_ms" in t:
         text += (f", curve {'/'.join(f'{x:.2f}' for x in t['small_step_ms'])} ms"
                  f" + {t['drafting_overhead_ms']:.2f} drafting")

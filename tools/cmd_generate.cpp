@@ -203,10 +203,11 @@ int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) 
   if (st.speculative) {
     std::fprintf(stderr,
                  "speculative: %lld verifications, %lld drafts proposed, %lld verified, %lld accepted; speculated in "
-                 "%lld of %lld windows\n",
+                 "%lld of %lld windows (%lld steps without the switch)\n",
                  static_cast<long long>(st.spec.num_drafts), static_cast<long long>(st.spec.num_proposed_tokens),
                  static_cast<long long>(st.spec.num_draft_tokens), static_cast<long long>(st.spec.num_accepted_tokens),
-                 static_cast<long long>(st.spec.speculative_windows), static_cast<long long>(st.spec.windows));
+                 static_cast<long long>(st.spec.speculative_windows), static_cast<long long>(st.spec.windows),
+                 static_cast<long long>(st.spec.unswitched_steps));
     if (!st.spec.small_step_ms.empty()) {
       std::string curve;
       for (double ms : st.spec.small_step_ms) curve += fmt::format(" {:.3f}", ms);

@@ -81,6 +81,11 @@ void Speculator::keep_up(std::span<const Request* const> requests, int64_t max_t
 void Speculator::record_progress(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running,
                                  double one_time_s) {
   if (!switched()) return;
+  if (switch_unneeded()) {
+    switch_.pause();
+    ++stats_.unswitched_steps;
+    return;
+  }
   const bool was = switch_.speculating();
   switch_.record_step(output_tokens, prompt_tokens, now_s, running, one_time_s);
   // Back from plain windows: draft at once rather than wait for a probe.
@@ -91,7 +96,7 @@ void Speculator::record_progress(int64_t output_tokens, int64_t prompt_tokens, d
 
 bool Speculator::should_propose() {
   probing_ = false;
-  if (switched() && !switch_.speculating()) return false;
+  if (switched() && !switch_unneeded() && !switch_.speculating()) return false;
   if (!config_.dynamic || last_round_drafts_ > 0) {
     steps_since_probe_ = 0;
     return true;
@@ -195,6 +200,22 @@ void Speculator::record_step(int32_t tokens, double device_ms, double idle_ms_be
   double& mean = drafting ? idle_drafting_ms_ : idle_pipelined_ms_;
   constexpr double kAlpha = 0.1;
   mean = mean < 0.0 ? idle_ms_before : (1.0 - kAlpha) * mean + kAlpha * idle_ms_before;
+  // Every step of a speculating stretch (verify steps and the ones between).
+  if (!switched() || switch_unneeded() || switch_.speculating()) {
+    if (speculating_idle_ms_ < 0.0) {
+      speculating_idle_ms_ = idle_ms_before;
+      speculating_busy_ms_ = device_ms;
+    } else {
+      speculating_idle_ms_ = (1.0 - kAlpha) * speculating_idle_ms_ + kAlpha * idle_ms_before;
+      speculating_busy_ms_ = (1.0 - kAlpha) * speculating_busy_ms_ + kAlpha * device_ms;
+    }
+  }
+}
+
+bool Speculator::switch_unneeded() const {
+  if (speculating_idle_ms_ < 0.0) return false;
+  const double total = speculating_idle_ms_ + speculating_busy_ms_;
+  return total > 0.0 && speculating_idle_ms_ < kSwitchIdleShare * total;
 }
 
 SpecDecodeStats Speculator::stats() const {

@@ -40,6 +40,9 @@ struct SpecDecodeStats {
   int64_t windows = 0;
   int64_t speculative_windows = 0;
   int64_t parallel_drafting_rounds = 0;  // rounds whose drafting ran on several threads
+  // Steps the dynamic policy took without consulting the switch (speculation
+  // left the device idle under Speculator::kSwitchIdleShare of the time).
+  int64_t unswitched_steps = 0;
   // What the dynamic policy decided with, as of now: the step-time curve's
   // prediction (ms) for steps of 1 .. num_speculative_tokens + 1 tokens (a
   // batch-1 verify step's range; empty before any measurement) and the
@@ -66,7 +69,16 @@ class Speculator {
   // Likewise every kProbeInterval-th drafting round verifies one draft more
   // per request than chosen, so positions the policy has cut keep being measured.
   // With the dynamic policy, a SpeculationSwitch first decides from measured
-  // throughput whether this window of steps speculates at all.
+  // throughput whether this window of steps speculates at all, unless the
+  // costs it exists for are absent: it guards against what the per-step
+  // verify-length choice cannot see (host work that leaves the device idle:
+  // drafting, planning around verification, steps without graphs), so while
+  // speculative steps keep the device idle under kSwitchIdleShare of the time
+  // (batch 1 on a GPU: 1-2%), the per-step choice decides alone. Window
+  // rates also follow what the requests write, and at batch 1 a stretch of
+  // poor drafts switched speculation off through the copied spans that
+  // followed (fixed K = 5 ran 1.1-1.25x faster than the switched policy).
+  static constexpr double kSwitchIdleShare = 0.05;
   static constexpr int kProbeInterval = 8;
   bool should_propose();
   // Before every engine step: output tokens and computed prompt tokens so
@@ -116,6 +128,9 @@ class Speculator {
   // is under kCheapDraftingShare of a step of base_tokens (or not measured yet).
   static constexpr double kCheapDraftingShare = 0.02;
   bool drafting_is_cheap(int32_t base_tokens) const;
+  // Whether speculative steps are measured to leave the device idle under
+  // kSwitchIdleShare of the time (then the switch is not consulted).
+  bool switch_unneeded() const;
 
   spec::SpeculativeConfig config_;
   std::unique_ptr<spec::Proposer> proposer_;
@@ -132,6 +147,8 @@ class Speculator {
   int64_t rounds_ = 0;    // drafting rounds with a dynamic choice
   // Mean idle before drafting and before pipelined steps (EWMA; < 0: none seen).
   double idle_drafting_ms_ = -1.0, idle_pipelined_ms_ = -1.0;
+  // Mean device time and idle before it of steps taken while speculating (EWMA; idle < 0: none seen).
+  double speculating_busy_ms_ = 0.0, speculating_idle_ms_ = -1.0;
 };
 
 }  // namespace deepinfer

@@ -61,6 +61,9 @@ class SpeculationSwitch {
   // captures) that fell into the step, which the window's time leaves out.
   void record_step(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running,
                    double one_time_s = 0.0);
+  // Drops the open window unmeasured (its owner stopped consulting the
+  // switch); the next record_step opens a new one.
+  void pause() { window_open_ = false; }
   static constexpr int64_t kPrefillRatio = 4;
 
   // Mean output tokens per second of each mode's windows at a batch size (0
