@@ -176,12 +176,12 @@ void Speculator::propose(std::span<Request* const> candidates, int32_t base_toke
       tracked_[drafted[i]->id()].raw_confidence.resize(n);
     }
   }
-  // No request could draft (all prefilling), or the proposer had nothing for
-  // any: no evidence that verifying does not pay, so ask again at the next
-  // step while drafting costs little (waiting kProbeInterval steps instead
-  // left whole stretches of copied text undrafted at batch 1). Only a round
-  // whose drafts the policy cut entirely backs off to probes.
-  if (candidates.empty() || (drafted.empty() && drafting_is_cheap(base_tokens))) {
+  // No request could draft (all prefilling): no evidence either way. While
+  // drafting costs little, ask again at the next step whatever this round
+  // gave (no drafts, or all cut): each step's choice stands on its own, and
+  // waiting kProbeInterval steps left stretches of copied text undrafted at
+  // batch 1. Otherwise a round that verifies nothing backs off to probes.
+  if (candidates.empty() || drafting_is_cheap(base_tokens)) {
     last_round_drafts_ = 1;
     return;
   }
@@ -215,7 +215,7 @@ void Speculator::record_step(int32_t tokens, double device_ms, double idle_ms_be
 bool Speculator::switch_unneeded() const {
   if (speculating_idle_ms_ < 0.0) return false;
   const double total = speculating_idle_ms_ + speculating_busy_ms_;
-  return total > 0.0 && speculating_idle_ms_ < kSwitchIdleShare * total;
+  return total > 0.0 && speculating_idle_ms_ < config_.switch_idle_share * total;
 }
 
 SpecDecodeStats Speculator::stats() const {

@@ -41,7 +41,7 @@ struct SpecDecodeStats {
   int64_t speculative_windows = 0;
   int64_t parallel_drafting_rounds = 0;  // rounds whose drafting ran on several threads
   // Steps the dynamic policy took without consulting the switch (speculation
-  // left the device idle under Speculator::kSwitchIdleShare of the time).
+  // left the device idle under SpeculativeConfig::switch_idle_share of the time).
   int64_t unswitched_steps = 0;
   // What the dynamic policy decided with, as of now: the step-time curve's
   // prediction (ms) for steps of 1 .. num_speculative_tokens + 1 tokens (a
@@ -59,11 +59,10 @@ class Speculator {
   const spec::SpeculativeConfig& config() const { return config_; }
 
   // Whether the next step should draft. Drafting costs the pipelined loop
-  // (the step in flight is finished first); when the dynamic policy cut every
-  // draft of its last round, the engine keeps pipelining and only probes
-  // again every kProbeInterval steps (fixed K always drafts; a round the
-  // proposer had no drafts for asks again at the next step while drafting is
-  // cheap: drafting_is_cheap). A probe
+  // (the step in flight is finished first); when the dynamic policy verified
+  // nothing in its last round and drafting is not cheap (drafting_is_cheap),
+  // the engine keeps pipelining and only probes again every kProbeInterval
+  // steps (fixed K always drafts). A probe
   // verifies at least each request's first draft, so that the calibration
   // keeps learning: one unlucky round must not switch drafting off for good.
   // Likewise every kProbeInterval-th drafting round verifies one draft more
@@ -73,12 +72,11 @@ class Speculator {
   // costs it exists for are absent: it guards against what the per-step
   // verify-length choice cannot see (host work that leaves the device idle:
   // drafting, planning around verification, steps without graphs), so while
-  // speculative steps keep the device idle under kSwitchIdleShare of the time
-  // (batch 1 on a GPU: 1-2%), the per-step choice decides alone. Window
+  // speculative steps keep the device idle under config().switch_idle_share
+  // of the time (default 5%; batch 1 on a GPU: 1-2%), the per-step choice decides alone. Window
   // rates also follow what the requests write, and at batch 1 a stretch of
   // poor drafts switched speculation off through the copied spans that
   // followed (fixed K = 5 ran 1.1-1.25x faster than the switched policy).
-  static constexpr double kSwitchIdleShare = 0.05;
   static constexpr int kProbeInterval = 8;
   bool should_propose();
   // Before every engine step: output tokens and computed prompt tokens so
@@ -129,7 +127,7 @@ class Speculator {
   static constexpr double kCheapDraftingShare = 0.02;
   bool drafting_is_cheap(int32_t base_tokens) const;
   // Whether speculative steps are measured to leave the device idle under
-  // kSwitchIdleShare of the time (then the switch is not consulted).
+  // config().switch_idle_share of the time (then the switch is not consulted).
   bool switch_unneeded() const;
 
   spec::SpeculativeConfig config_;

@@ -62,6 +62,8 @@ SpeculativeConfig SpeculativeConfig::parse(std::string_view json) {
       c.dynamic = value.get<bool>();
     } else if (key == "speculation_switch_window") {
       c.switch_window_steps = number<int32_t>(value, key, 0, 100000);
+    } else if (key == "speculation_switch_idle_share") {
+      c.switch_idle_share = number<double>(value, key, 0.0, 1.0);
     } else if (key == "prompt_lookup_min") {
       c.prompt_lookup_min = number<int32_t>(value, key, 1, 64);
     } else if (key == "prompt_lookup_max") {
@@ -98,6 +100,7 @@ std::string SpeculativeConfig::to_json() const {
                       {"num_speculative_tokens", num_speculative_tokens},
                       {"dynamic", dynamic},
                       {"speculation_switch_window", switch_window_steps},
+                      {"speculation_switch_idle_share", switch_idle_share},
                       {"drafting_threads", drafting_threads}};
   if (method == SpecMethod::Ngram) {
     j["prompt_lookup_min"] = prompt_lookup_min;

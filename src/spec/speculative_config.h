@@ -25,6 +25,9 @@ struct SpeculativeConfig {
   // speculation off while windows without it produce more tokens per second
   // (speculation_switch.h); 0 turns the switch off.
   int32_t switch_window_steps = 24;
+  // ... consulted only while speculating steps leave the device idle over
+  // this share of the time (engine/speculator.h); 0: always.
+  double switch_idle_share = 0.05;
   // n-gram (prompt lookup): the suffix lengths tried.
   int32_t prompt_lookup_min = 2;
   int32_t prompt_lookup_max = 4;
