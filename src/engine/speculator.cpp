@@ -81,7 +81,7 @@ void Speculator::keep_up(std::span<const Request* const> requests, int64_t max_t
 void Speculator::record_progress(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running,
                                  double one_time_s) {
   if (!switched()) return;
-  if (switch_unneeded()) {
+  if (host_costs_small()) {
     switch_.pause();
     ++stats_.unswitched_steps;
     return;
@@ -96,7 +96,7 @@ void Speculator::record_progress(int64_t output_tokens, int64_t prompt_tokens, d
 
 bool Speculator::should_propose() {
   probing_ = false;
-  if (switched() && !switch_unneeded() && !switch_.speculating()) return false;
+  if (switched() && !host_costs_small() && !switch_.speculating()) return false;
   if (!config_.dynamic || last_round_drafts_ > 0) {
     steps_since_probe_ = 0;
     return true;
@@ -177,21 +177,17 @@ void Speculator::propose(std::span<Request* const> candidates, int32_t base_toke
     }
   }
   // No request could draft (all prefilling): no evidence either way. While
-  // drafting costs little, ask again at the next step whatever this round
-  // gave (no drafts, or all cut): each step's choice stands on its own, and
-  // waiting kProbeInterval steps left stretches of copied text undrafted at
-  // batch 1. Otherwise a round that verifies nothing backs off to probes.
-  if (candidates.empty() || drafting_is_cheap(base_tokens)) {
+  // the host's costs of speculating are small, ask again at the next step
+  // whatever this round gave (no drafts, or all cut): each step's choice
+  // stands on its own, and waiting kProbeInterval steps left stretches of
+  // copied text undrafted at batch 1. Otherwise a round that verifies nothing
+  // backs off to probes.
+  if (candidates.empty() || host_costs_small()) {
     last_round_drafts_ = 1;
     return;
   }
   last_round_drafts_ = 0;
   for (const Request* r : drafted) last_round_drafts_ += r->num_draft_tokens();
-}
-
-bool Speculator::drafting_is_cheap(int32_t base_tokens) const {
-  const double step_ms = curve_.predict(std::max(base_tokens, 1));
-  return step_ms <= 0.0 || drafting_overhead_ms() < kCheapDraftingShare * step_ms;
 }
 
 void Speculator::record_step(int32_t tokens, double device_ms, double idle_ms_before, bool drafting) {
@@ -201,7 +197,7 @@ void Speculator::record_step(int32_t tokens, double device_ms, double idle_ms_be
   constexpr double kAlpha = 0.1;
   mean = mean < 0.0 ? idle_ms_before : (1.0 - kAlpha) * mean + kAlpha * idle_ms_before;
   // Every step of a speculating stretch (verify steps and the ones between).
-  if (!switched() || switch_unneeded() || switch_.speculating()) {
+  if (!switched() || host_costs_small() || switch_.speculating()) {
     if (speculating_idle_ms_ < 0.0) {
       speculating_idle_ms_ = idle_ms_before;
       speculating_busy_ms_ = device_ms;
@@ -212,7 +208,7 @@ void Speculator::record_step(int32_t tokens, double device_ms, double idle_ms_be
   }
 }
 
-bool Speculator::switch_unneeded() const {
+bool Speculator::host_costs_small() const {
   if (speculating_idle_ms_ < 0.0) return false;
   const double total = speculating_idle_ms_ + speculating_busy_ms_;
   return total > 0.0 && speculating_idle_ms_ < config_.switch_idle_share * total;
