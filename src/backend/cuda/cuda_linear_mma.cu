@@ -13,6 +13,9 @@ namespace deepinfer::cuda {
 
 namespace {
 
+// The fused gated product's row limit (launch_gated_linear_mma).
+constexpr int64_t kFusedGatedMaxRows = 256;
+
 bool aligned16(const void* p, int64_t stride) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
 }
@@ -30,12 +33,9 @@ void launch_by_rows(const mma_gemm::GemmArgs& g, cudaStream_t s) {
     launch_dense<T, mma_gemm::DecodeTiles, kOut>(g, s);
   } else if (g.n_rows <= 2 * mma_gemm::MidTiles::kBM) {
     launch_dense<T, mma_gemm::MidTiles, kOut>(g, s);
-  } else if constexpr (kOut == mma_gemm::GemmOut::GatedAct) {
-    // 128 x 128 tiles would hold 128 sums a thread here (gate and up) and spill.
+  } else if (kOut == mma_gemm::GemmOut::GatedAct || g.n_rows <= 256) {
     launch_dense<T, mma_gemm::PrefillTiles, kOut>(g, s);
-  } else if (g.n_rows <= 256) {
-    launch_dense<T, mma_gemm::PrefillTiles, kOut>(g, s);
-  } else {
+  } else if constexpr (kOut != mma_gemm::GemmOut::GatedAct) {
     launch_dense<T, mma_gemm::LargeTiles, kOut>(g, s);
   }
 }
@@ -84,7 +84,12 @@ void launch_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride
 bool launch_gated_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride, const char* w_gate_up,
                              int64_t w_stride, int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride,
                              Stream stream) {
-  if (!linear_mma_fits(x, x_stride, w_gate_up, w_stride, f, k, out, out_stride)) return false;
+  // Long prompts: the unfused product's 128 x 128 tiles (LargeTiles) beat
+  // fused 64 x 64 ones, and a fused 128 x 128 tile would hold 128 sums a
+  // thread; the caller runs linear + gated_activation (the same bits).
+  if (n > kFusedGatedMaxRows || !linear_mma_fits(x, x_stride, w_gate_up, w_stride, f, k, out, out_stride)) {
+    return false;
+  }
   mma_gemm::GemmArgs g;
   g.n_rows = n;
   g.a_base = x;
