@@ -17,10 +17,11 @@
 // drafts for runs nearly as plain decoding does, a hair slower), and without
 // the margin such a stretch made speculation "lose" and kept it off, doubling
 // its exploration interval, through the copied spans that follow, where it
-// doubles the rate. Where speculation truly loses, it costs at most the margin. When the explored mode loses again, its interval
-// doubles up to a bound (a saturated server pays at most one window in
-// max_explore for re-checking that speculation still does not pay); when it
-// wins, the interval resets. Rates are compared only between windows that
+// doubles the rate. Where speculation truly loses, it costs at most the
+// margin. When the explored mode loses again, its interval doubles up to a
+// bound (a saturated server pays at most one window in max_explore for
+// re-checking that speculation still does not pay); when it wins, the
+// interval resets. Rates are compared only between windows that
 // produced tokens and were not dominated by prompt processing (more prompt
 // tokens computed than kPrefillRatio times the outputs: a burst of new
 // requests, whose window would count against whichever mode it fell to).
