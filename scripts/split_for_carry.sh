@@ -9,7 +9,7 @@
 # leave room for the ~25 MB working tree in each call, and SmolLM2's last
 # part (13 MB) fits beside build-gpu/ (15 MB) in the call that brings the
 # binaries). The e2e and spec stages
-# of scripts/gpu_run.sh puts them together again:
+# of scripts/gpu_run.sh put them together again:
 #   scripts/split_for_carry.sh models/SmolLM2-135M-Instruct.Q4_1.gguf
 #   E2E_MODELS= E2E_GGUF=build-gguf/SmolLM2-135M-Instruct.Q4_1.gguf bash scripts/gpu_run.sh e2e
 set -euo pipefail
