@@ -96,7 +96,7 @@ void Speculator::record_progress(int64_t output_tokens, int64_t prompt_tokens, d
 
 bool Speculator::should_propose() {
   probing_ = false;
-  if (switched() && !host_costs_small() && !switch_.speculating()) return false;
+  if (!speculating_window()) return false;
   if (!config_.dynamic || last_round_drafts_ > 0) {
     steps_since_probe_ = 0;
     return true;
@@ -197,7 +197,7 @@ void Speculator::record_step(int32_t tokens, double device_ms, double idle_ms_be
   constexpr double kAlpha = 0.1;
   mean = mean < 0.0 ? idle_ms_before : (1.0 - kAlpha) * mean + kAlpha * idle_ms_before;
   // Every step of a speculating stretch (verify steps and the ones between).
-  if (!switched() || host_costs_small() || switch_.speculating()) {
+  if (speculating_window()) {
     if (speculating_idle_ms_ < 0.0) {
       speculating_idle_ms_ = idle_ms_before;
       speculating_busy_ms_ = device_ms;
@@ -206,6 +206,10 @@ void Speculator::record_step(int32_t tokens, double device_ms, double idle_ms_be
       speculating_busy_ms_ = (1.0 - kAlpha) * speculating_busy_ms_ + kAlpha * device_ms;
     }
   }
+}
+
+bool Speculator::speculating_window() const {
+  return !switched() || host_costs_small() || switch_.speculating();
 }
 
 bool Speculator::host_costs_small() const {

@@ -129,6 +129,9 @@ class Speculator {
   // then small, and neither the switch nor backing off after a round that
   // verified nothing is needed.
   bool host_costs_small() const;
+  // Whether the current steps may speculate: no switch, the switch not
+  // consulted (host_costs_small), or its window speculating.
+  bool speculating_window() const;
 
   spec::SpeculativeConfig config_;
   std::unique_ptr<spec::Proposer> proposer_;
