@@ -153,13 +153,15 @@ void attach_layout(AttentionLaunch& a, const UniformLayout& lay, int num_seqs, i
   a.err = mem.alloc<uint32_t>(1);
 }
 
-Result run(AttentionLaunch a, const Case& c, bool allow_mma, int num_sms, size_t workspace_bytes, int reps) {
+Result run(AttentionLaunch a, const Case& c, bool allow_mma, int num_sms, size_t workspace_bytes, int reps,
+           bool batch_invariant = false) {
   AttentionHints hints;
   hints.max_q_len = c.q_len;
   hints.max_kv_len = c.kv_len;
   hints.num_sms = num_sms;
   hints.workspace_bytes = workspace_bytes;
   hints.allow_mma = allow_mma;
+  hints.batch_invariant = batch_invariant;
   plan_attention(a, hints);
   const char* kind = a.kernel == AttentionKernel::Simt        ? "simt"
                      : a.kernel == AttentionKernel::MmaDecode ? "mma-decode"
@@ -242,6 +244,11 @@ void bench_case(const Case& c, int num_sms, int reps, std::mt19937& gen) {
   f.v = CacheView{reinterpret_cast<char*>(v8), num_pages, c.page_size, c.heads_kv, d, c.page_size * row / 2, row / 2, d,
                   true};
   Result fp8_r = run(f, c, true, num_sms, workspace_bytes, reps);
+  // The batch-invariant plan (DEEPINFER_BATCH_INVARIANT=1): one key order
+  // whatever the batch (no split, the prefill kernel for every query count).
+  const Result bi_r = run(a, c, true, num_sms, workspace_bytes, reps, true);
+  fmt::print("  batch-invariant: {:9.3f} ms  {}  [{}] err={}; {:.2f}x the default plan's time\n", bi_r.ms,
+             figure(bi_r.ms), bi_r.plan, bi_r.err, bi_r.ms / new_r.ms);
   const std::string fp8_figure = prefill ? figure(fp8_r.ms)
                                          : fmt::format("{:7.1f} GB/s", bytes / 2 / (fp8_r.ms * 1e-3) / 1e9);
   fmt::print("  fp8: {:9.3f} ms  {}  [{}] err={}; {:.2f}x the bf16 cache, max |diff| = {:.4g}\n", fp8_r.ms,
@@ -310,6 +317,10 @@ int main(int argc, char** argv) {
       {"decode 256 x 1500, same, pages in order", 256, 1, 1500, 8, 4, 128, 16, false},
       {"decode 4 x 32768 (split-KV), 8 kv heads, group 4, d 128, page 16", 4, 1, 32768, 8, 4, 128, 16},
       {"prefill 4 x 2048 causal, 32 q / 8 kv heads, d 128, page 16", 4, 2048, 2048, 8, 4, 128, 16},
+      // The decode shapes of scripts/gpu_batch_invariance.py's cost runs (512 + 128 tokens).
+      {"decode 1 x 640, 8 kv heads, group 4, d 128, page 16", 1, 1, 640, 8, 4, 128, 16},
+      {"decode 64 x 640, 8 kv heads, group 4, d 128, page 16", 64, 1, 640, 8, 4, 128, 16},
+      {"decode 256 x 640, 8 kv heads, group 4, d 128, page 16", 256, 1, 640, 8, 4, 128, 16},
   };
   for (const Case& c : cases) bench_case(c, prop.multiProcessorCount, reps, gen);
   const int sms = prop.multiProcessorCount;

@@ -478,8 +478,10 @@ if has eval; then
 fi
 if has kernels; then
   # Kernel micro-benchmarks, when staged: attention (SIMT vs tensor-core
-  # kernels, incl. MLA's latent cache) and the MoE layer kernels.
-  for b in bench_attention_cuda bench_moe_cuda; do
+  # kernels, incl. MLA's latent cache, and the batch-invariant plan), the MoE
+  # layer kernels, and the batch-invariant linear's tile configurations
+  # against cuBLAS (KERNEL_BENCHES picks among them).
+  for b in ${KERNEL_BENCHES:-bench_attention_cuda bench_moe_cuda bench_bi_linear}; do
     [ -x "$BIN/$b" ] || continue
     echo -e "\n## Kernels: $b\n" >> "$REPORT"
     timeout 240 "$BIN/$b" "${KERNEL_REPS:-20}" > "$OUT/$b.txt" 2>&1

@@ -627,10 +627,10 @@ void CudaBackend::linear_batched(const Tensor& x, const Tensor& weight, Tensor o
 
 bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activation act, Tensor out) {
   if (act != Activation::Silu && act != Activation::GeluTanh) return false;
-  // Batch-invariant: up to 256 rows through the tensor-core GEMM with the
+  // Batch-invariant: every row count through the tensor-core GEMM with the
   // activation in its epilogue, the bits of the mode's linear + activation
-  // (which longer prompts run). Otherwise the decode-sized product only;
-  // larger batches are compute-bound GEMMs.
+  // (which runs where the rows do not fit the GEMM). Otherwise the
+  // decode-sized product only; larger batches are compute-bound GEMMs.
   if (batch_invariant_) {
     if (w_gate_up.dtype() != x.dtype() || x.dtype() == DType::F32) return false;
     const bool launched = launch_gated_linear_mma(

@@ -182,8 +182,7 @@ void launch_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride
                        Stream stream);
 // The same GEMM for a gated MLP's stacked gate-up weight [2f, k]: out[n, f] =
 // act(x W[0:f]^T) * (x W[f:2f]^T), gate and up rounded to x's type first (the
-// bits of linear + gated_activation in the mode). False when it does not fit
-// or for more than 256 rows (prompts: the unfused product's larger tiles are faster).
+// bits of linear + gated_activation in the mode). False when it does not fit.
 bool launch_gated_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride, const char* w_gate_up,
                              int64_t w_stride, int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride,
                              Stream stream);

@@ -13,30 +13,48 @@ namespace deepinfer::cuda {
 
 namespace {
 
-// The fused gated product's row limit (launch_gated_linear_mma).
-constexpr int64_t kFusedGatedMaxRows = 256;
+using mma_gemm::GemmOut;
+using mma_gemm::TileConfig;
 
 bool aligned16(const void* p, int64_t stride) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
 }
 
-template <typename T, class C, mma_gemm::GemmOut kOut>
+template <typename T, class C, GemmOut kOut>
 void launch_dense(const mma_gemm::GemmArgs& g, cudaStream_t s) {
   mma_gemm::launch_mma_gemm<T, C, kOut, false, true>(g, (g.n_rows + C::kBM - 1) / C::kBM, s);
 }
 
 // Tile shapes follow the row count; they change what is staged together,
-// never a row's order of accumulation.
-template <typename T, mma_gemm::GemmOut kOut>
+// never a row's order of accumulation. Each is the fastest of twelve
+// configurations at its row counts on the Llama-3-8B projections
+// (bench/bench_bi_linear.cu, H100, docs/benchmarks.md): few rows want narrow
+// column tiles (many blocks streaming the weights), many rows want large
+// tiles (more math per staged byte).
+using Rows16 = mma_gemm::DecodeTiles;           // 16 x 32 x 128
+using Rows32 = mma_gemm::MidTiles;              // 32 x 32 x 128
+using Rows64 = TileConfig<32, 64, 128, 2, 2, 3>;
+using Rows128 = TileConfig<64, 64, 64, 2, 2, 4>;
+using Rows256 = TileConfig<64, 128, 64, 2, 4, 3>;
+using RowsMany = TileConfig<128, 128, 64, 2, 4, 3>;  // 8 warps of 64 x 32
+// The gated product holds two sums per output: at most 32 x 32 a warp.
+using GatedRows128 = Rows256;                    // 64 x 128 x 64, warps of 32 x 32
+using GatedRowsMany = TileConfig<128, 64, 32, 4, 2, 4>;
+
+template <typename T, GemmOut kOut>
 void launch_by_rows(const mma_gemm::GemmArgs& g, cudaStream_t s) {
-  if (g.n_rows <= mma_gemm::DecodeTiles::kBM) {
-    launch_dense<T, mma_gemm::DecodeTiles, kOut>(g, s);
-  } else if (g.n_rows <= 2 * mma_gemm::MidTiles::kBM) {
-    launch_dense<T, mma_gemm::MidTiles, kOut>(g, s);
-  } else if (kOut == mma_gemm::GemmOut::GatedAct || g.n_rows <= 256) {
-    launch_dense<T, mma_gemm::PrefillTiles, kOut>(g, s);
-  } else if constexpr (kOut != mma_gemm::GemmOut::GatedAct) {
-    launch_dense<T, mma_gemm::LargeTiles, kOut>(g, s);
+  const int64_t n = g.n_rows;
+  if constexpr (kOut == GemmOut::GatedAct) {
+    if (n <= 32) launch_dense<T, Rows32, kOut>(g, s);
+    else if (n <= 128) launch_dense<T, GatedRows128, kOut>(g, s);
+    else launch_dense<T, GatedRowsMany, kOut>(g, s);
+  } else {
+    if (n <= 16) launch_dense<T, Rows16, kOut>(g, s);
+    else if (n <= 32) launch_dense<T, Rows32, kOut>(g, s);
+    else if (n <= 64) launch_dense<T, Rows64, kOut>(g, s);
+    else if (n <= 128) launch_dense<T, Rows128, kOut>(g, s);
+    else if (n <= 256) launch_dense<T, Rows256, kOut>(g, s);
+    else launch_dense<T, RowsMany, kOut>(g, s);
   }
 }
 
@@ -84,10 +102,9 @@ void launch_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride
 bool launch_gated_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride, const char* w_gate_up,
                              int64_t w_stride, int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride,
                              Stream stream) {
-  // Long prompts: the unfused product's 128 x 128 tiles (LargeTiles) beat
-  // fused 64 x 64 ones, and a fused 128 x 128 tile would hold 128 sums a
-  // thread; the caller runs linear + gated_activation (the same bits).
-  if (n > kFusedGatedMaxRows || !linear_mma_fits(x, x_stride, w_gate_up, w_stride, f, k, out, out_stride)) {
+  // Rows the GEMM cannot read: the caller runs linear + gated_activation
+  // (the same bits where the linear fits).
+  if (!linear_mma_fits(x, x_stride, w_gate_up, w_stride, f, k, out, out_stride)) {
     return false;
   }
   mma_gemm::GemmArgs g;

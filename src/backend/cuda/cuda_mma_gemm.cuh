@@ -45,11 +45,7 @@ struct TileConfig {
 using DecodeTiles = TileConfig<16, 32, 128, 1, 2, 4>;
 using MidTiles = TileConfig<32, 32, 128, 2, 2, 4>;
 using PrefillTiles = TileConfig<64, 64, 32, 2, 2, 4>;
-// The dense linear's (cuda_linear_mma.cu) long prompts: 128 x 128 tiles of
-// 8 warps (64 x 32 each), more math per staged byte (H200: 1.64x the 64 x 64
-// tiles' prefill throughput at the Llama-3-8B shape). A one-warp, 16-column
-// config for decode-sized batches was tried and halved batch-1 decode.
-using LargeTiles = TileConfig<128, 128, 32, 2, 4, 4>;
+// The dense linear (cuda_linear_mma.cu) picks its own tiles by row count.
 
 // What a tile writes: act(gate) * up rounded to T (the MoE gate/up product),
 // f32, or the output rounded to T.

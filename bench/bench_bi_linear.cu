@@ -1,0 +1,199 @@
+// The batch-invariant linear (DEEPINFER_BATCH_INVARIANT=1) against the
+// default path, per Llama-3-8B projection shape and row count: cuBLAS (and
+// the gemv for a few rows), then the invariant tensor-core GEMM of
+// cuda_mma_gemm.cuh under each tile configuration below. Tiles only change
+// what is staged together, never a row's order of accumulation (so any of
+// them may serve any row count without changing a bit); this finds, per row
+// count, the fastest, to set against cuBLAS. Each launch reads another copy
+// of the weights (a 4096 x 4096 matrix would otherwise sit in L2).
+// Reported: microseconds, TFLOP/s and GB/s of weights read.
+// Usage: bench_bi_linear [reps=20]
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_mma_gemm.cuh"
+
+using namespace deepinfer::cuda;
+namespace mg = deepinfer::cuda::mma_gemm;
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+
+constexpr int kLaunches = 10;
+template <typename F>
+double median_us(int reps, cudaStream_t s, F&& launch) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  for (int i = 0; i < 3; ++i) launch();
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(a, s), "record");
+    for (int l = 0; l < kLaunches; ++l) launch();
+    check(cudaEventRecord(b, s), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(1000.0f * ms / kLaunches);
+  }
+  std::sort(t.begin(), t.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return t[t.size() / 2];
+}
+
+struct Candidate {
+  std::string name;
+  bool gated_ok;
+  std::function<void(const mg::GemmArgs&, bool gated, cudaStream_t)> launch;
+};
+
+template <int BM, int BN, int BK, int WM, int WN, int S>
+Candidate candidate(bool gated_ok) {
+  using C = mg::TileConfig<BM, BN, BK, WM, WN, S>;
+  Candidate c;
+  char name[64];
+  std::snprintf(name, sizeof name, "%dx%dx%d w%dx%d s%d", BM, BN, BK, WM, WN, S);
+  c.name = name;
+  c.gated_ok = gated_ok;
+  c.launch = [gated_ok](const mg::GemmArgs& g, bool gated, cudaStream_t s) {
+    const int64_t tiles = (g.n_rows + BM - 1) / BM;
+    if (gated) {
+      if constexpr (C::kMT * C::kNT <= 8) {
+        mg::launch_mma_gemm<__nv_bfloat16, C, mg::GemmOut::GatedAct, false, true>(g, tiles, s);
+      }
+    } else {
+      mg::launch_mma_gemm<__nv_bfloat16, C, mg::GemmOut::Elem, false, true>(g, tiles, s);
+    }
+    (void)gated_ok;
+  };
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device: nothing to measure\n");
+    return 0;
+  }
+  cudaStream_t s;
+  check(cudaStreamCreate(&s), "stream");
+  cublasHandle_t h;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 1;
+  cublasSetStream(h, s);
+  void* ws = nullptr;
+  check(cudaMalloc(&ws, 32 << 20), "malloc");
+  cublasSetWorkspace(h, ws, 32 << 20);
+
+  const size_t w_total = size_t{1} << 30;
+  const int64_t max_rows = 4096, max_k = 14336, max_m = 28672;
+  char *w = nullptr, *x = nullptr, *out = nullptr;
+  check(cudaMalloc(&w, w_total), "malloc");
+  check(cudaMalloc(&x, size_t(max_rows) * max_k * 2), "malloc");
+  check(cudaMalloc(&out, size_t(max_rows) * max_m * 2), "malloc");
+  check(cudaMemset(w, 0, w_total), "memset");
+  check(cudaMemset(x, 0, size_t(max_rows) * max_k * 2), "memset");
+
+  // The configurations in use (decode 16 x 32, mid 32 x 32, prefill 64 x 64,
+  // large 128 x 128) and candidates. Gated products hold two sums per output,
+  // so only tiles of at most 8 m16 x n8 sums a warp run gated.
+  std::vector<Candidate> cands = {
+      candidate<16, 32, 128, 1, 2, 4>(true),   candidate<32, 32, 128, 2, 2, 4>(true),
+      candidate<64, 64, 32, 2, 2, 4>(true),    candidate<128, 128, 32, 2, 4, 4>(false),
+      candidate<64, 32, 128, 4, 1, 3>(true),   candidate<32, 64, 128, 2, 2, 3>(true),
+      candidate<64, 128, 64, 2, 4, 3>(true),   candidate<128, 64, 32, 4, 2, 4>(true),
+      candidate<128, 128, 64, 2, 4, 3>(false), candidate<16, 64, 128, 1, 4, 4>(true),
+      candidate<128, 256, 32, 2, 4, 3>(false), candidate<64, 64, 64, 2, 2, 4>(true),
+  };
+
+  struct Shape {
+    const char* name;
+    int64_t m, k;
+    bool gated;
+  };
+  const Shape shapes[] = {{"qkv", 6144, 4096, false},
+                          {"o", 4096, 4096, false},
+                          {"gate-up (gated)", 14336, 4096, true},
+                          {"down", 4096, 14336, false}};
+  std::printf("| shape | rows | cuBLAS us | gemv us | best invariant tiles | us | TFLOP/s | weight GB/s | x cuBLAS | "
+              "current tiles us |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Shape& sh : shapes) {
+    const int64_t w_rows = sh.gated ? 2 * sh.m : sh.m;
+    const double w_bytes = double(w_rows) * sh.k * 2;
+    const size_t span = (static_cast<size_t>(w_bytes) + 4095) / 4096 * 4096;
+    const size_t copies = std::max<size_t>(1, w_total / span);
+    for (int64_t n : {1, 8, 16, 32, 64, 128, 256, 512, 4096}) {
+      size_t next = 0;
+      auto weights = [&] { return w + (next++ % copies) * span; };
+      const float alpha = 1.0f, beta = 0.0f;
+      // The default path: one cuBLAS product of all weight rows (gated: gate
+      // and up, the activation being a separate small kernel not timed here).
+      const double cublas_us = median_us(reps, s, [&] {
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w_rows), static_cast<int>(n),
+                     static_cast<int>(sh.k), &alpha, weights(), CUDA_R_16BF, static_cast<int>(sh.k), x, CUDA_R_16BF,
+                     static_cast<int>(sh.k), &beta, out, CUDA_R_16BF, static_cast<int>(w_rows), CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT);
+      });
+      double gemv_us = 0;
+      if (n <= 4) {
+        gemv_us = median_us(reps, s, [&] {
+          launch_gemv(ElemType::BF16, static_cast<int>(n), x, sh.k * 2, weights(), sh.k * 2, w_rows, sh.k, nullptr,
+                      false, out, w_rows * 2, s, gemv_config(w_rows, sh.k));
+        });
+      }
+      std::string best_name;
+      double best_us = 1e30, current_us = 0;
+      for (size_t ci = 0; ci < cands.size(); ++ci) {
+        const Candidate& c = cands[ci];
+        if (sh.gated && !c.gated_ok) continue;
+        const double us = median_us(reps, s, [&] {
+          mg::GemmArgs g;
+          g.n_rows = n;
+          g.a_base = x;
+          g.a_stride = sh.k * 2;
+          const char* wc = weights();
+          g.w0 = MoeWeightView{wc, 0, sh.k * 2};
+          g.w1 = sh.gated ? MoeWeightView{wc + sh.m * sh.k * 2, 0, sh.k * 2} : g.w0;
+          g.n_cols = sh.m;
+          g.k = sh.k;
+          g.out = out;
+          g.out_stride = sh.m * 2;
+          c.launch(g, sh.gated, s);
+        });
+        check(cudaGetLastError(), c.name.c_str());
+        // What cuda_linear_mma.cu picks for this row count today.
+        const size_t current = n <= 16 ? 0 : n <= 64 ? 1 : (sh.gated || n <= 256) ? 2 : 3;
+        if (ci == current) current_us = us;
+        if (us < best_us) {
+          best_us = us;
+          best_name = c.name;
+        }
+        std::fprintf(stderr, "%s n=%lld %s: %.1f us\n", sh.name, static_cast<long long>(n), c.name.c_str(), us);
+      }
+      const double flops = 2.0 * double(n) * double(w_rows) * double(sh.k);
+      char gemv[32] = "-";
+      if (gemv_us > 0) std::snprintf(gemv, sizeof gemv, "%.1f", gemv_us);
+      std::printf("| %s | %lld | %.1f | %s | %s | %.1f | %.0f | %.0f | %.2f | %.1f |\n", sh.name,
+                  static_cast<long long>(n), cublas_us, gemv, best_name.c_str(), best_us, flops / best_us / 1e6,
+                  w_bytes / best_us / 1e3, cublas_us / best_us, current_us);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
