@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_mma_gemm.cuh"
+#include "backend/cuda/cuda_wgmma_gemm.cuh"
 
 using namespace deepinfer::cuda;
 namespace mg = deepinfer::cuda::mma_gemm;
@@ -98,6 +99,39 @@ int main() {
     mg::launch_mma_gemm<__nv_bfloat16, mg::TileConfig<128, 128, 64, 2, 4, 3>, mg::GemmOut::Elem, false, true>(g, max_n / 128, nullptr);
     check(cudaDeviceSynchronize(), "invariant gemm");
     const auto ref_h = download(ref, size_t(max_n) * sh.m);
+
+    // Our wgmma GEMM (cuda_wgmma_gemm.cuh) on the same rows: 4,096 and a
+    // partial last tile.
+    for (int n : {4096, 200}) {
+      const size_t elems = size_t(n) * sh.m;
+      check(cudaMemset(out, 0xff, elems * 2), "memset");
+      mg::GemmArgs gw = g;
+      gw.n_rows = n;
+      gw.out = reinterpret_cast<char*>(out);
+      wgmma_gemm::launch_wgmma_gemm<__nv_bfloat16, wgmma_gemm::TileConfig<128, 2, 4>, mg::GemmOut::Elem>(gw, nullptr);
+      check(cudaDeviceSynchronize(), "wgmma gemm");
+      std::printf("%s n=%d wgmma 128x128: %zu of %zu differ\n", sh.name, n,
+                  differing(download(out, elems), ref_h, elems), elems);
+    }
+    if (sh.m % 2 == 0) {
+      // The gated product (gate = first half of the rows, up = second) of both kernels.
+      const int n = 300, f = sh.m / 2;
+      mg::GemmArgs gg = g;
+      gg.n_rows = n;
+      gg.n_cols = f;
+      gg.w1 = MoeWeightView{reinterpret_cast<const char*>(w) + size_t(f) * sh.k * 2, 0, int64_t{sh.k} * 2};
+      gg.out_stride = int64_t{f} * 2;
+      gg.out = reinterpret_cast<char*>(out);
+      mg::launch_mma_gemm<__nv_bfloat16, mg::TileConfig<128, 64, 32, 4, 2, 4>, mg::GemmOut::GatedAct, false, true>(
+          gg, (n + 127) / 128, nullptr);
+      check(cudaDeviceSynchronize(), "gated mma gemm");
+      const auto gated_ref = download(out, size_t(n) * f);
+      check(cudaMemset(out, 0xff, size_t(n) * f * 2), "memset");
+      wgmma_gemm::launch_wgmma_gemm<__nv_bfloat16, wgmma_gemm::TileConfig<64, 2, 4>, mg::GemmOut::GatedAct>(gg, nullptr);
+      check(cudaDeviceSynchronize(), "gated wgmma gemm");
+      std::printf("%s n=%d gated wgmma 128x64: %zu of %zu differ\n", sh.name, n,
+                  differing(download(out, size_t(n) * f), gated_ref, size_t(n) * f), size_t(n) * f);
+    }
 
     for (int n : {1, 16, 64, 256, 4096}) {
       const size_t elems = size_t(n) * sh.m;

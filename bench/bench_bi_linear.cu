@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_mma_gemm.cuh"
+#include "backend/cuda/cuda_wgmma_gemm.cuh"
 
 using namespace deepinfer::cuda;
 namespace mg = deepinfer::cuda::mma_gemm;
@@ -83,6 +84,25 @@ Candidate candidate(bool gated_ok) {
   return c;
 }
 
+// The wgmma GEMM (cuda_wgmma_gemm.cuh): BN columns, WG warpgroups of 64 rows.
+template <int BN, int WG, int S>
+Candidate wgmma_candidate() {
+  using C = wgmma_gemm::TileConfig<BN, WG, S>;
+  Candidate c;
+  char name[64];
+  std::snprintf(name, sizeof name, "wgmma %dx%d s%d", C::kBM, BN, S);
+  c.name = name;
+  c.gated_ok = BN <= 64;
+  c.launch = [](const mg::GemmArgs& g, bool gated, cudaStream_t s) {
+    if (gated) {
+      if constexpr (BN <= 64) wgmma_gemm::launch_wgmma_gemm<__nv_bfloat16, C, mg::GemmOut::GatedAct>(g, s);
+    } else {
+      wgmma_gemm::launch_wgmma_gemm<__nv_bfloat16, C, mg::GemmOut::Elem>(g, s);
+    }
+  };
+  return c;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,6 +140,8 @@ int main(int argc, char** argv) {
       candidate<64, 128, 64, 2, 4, 3>(true),   candidate<128, 64, 32, 4, 2, 4>(true),
       candidate<128, 128, 64, 2, 4, 3>(false), candidate<16, 64, 128, 1, 4, 4>(true),
       candidate<128, 256, 32, 2, 4, 3>(false), candidate<64, 64, 64, 2, 2, 4>(true),
+      wgmma_candidate<128, 2, 4>(),            wgmma_candidate<64, 2, 4>(),
+      wgmma_candidate<128, 1, 4>(),            wgmma_candidate<64, 1, 6>(),
   };
 
   struct Shape {
@@ -178,7 +200,7 @@ int main(int argc, char** argv) {
         });
         check(cudaGetLastError(), c.name.c_str());
         // What cuda_linear_mma.cu picks for this row count today.
-        const size_t current = n <= 16 ? 0 : n <= 64 ? 1 : (sh.gated || n <= 256) ? 2 : 3;
+        const size_t current = n <= 16 ? 0 : n <= 64 ? 1 : (sh.gated || n <= 256) ? 2 : 3;  // the selection before the sweep
         if (ci == current) current_us = us;
         if (us < best_us) {
           best_us = us;
