@@ -100,17 +100,22 @@ def main():
     ap.add_argument("--prefill-len", type=int, default=4096)
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--skip", default="", help="comma list of: unique,cost")
+    ap.add_argument("--modes", default="on,off",
+                    help="comma list of: on, off, on-mma (the mode without its wgmma GEMM: cost only)")
     args = ap.parse_args()
     workdir = "/tmp/deepinfer_bi"
     os.makedirs(workdir, exist_ok=True)
     report = {"label": args.label, "model": args.model}
-    for mode in ("on", "off"):
+    for mode in args.modes.split(","):
         env = dict(os.environ)
         env.pop("DEEPINFER_BATCH_INVARIANT", None)
-        if mode == "on":
+        env.pop("DEEPINFER_BI_WGMMA", None)
+        if mode.startswith("on"):
             env["DEEPINFER_BATCH_INVARIANT"] = "1"
+        if mode == "on-mma":
+            env["DEEPINFER_BI_WGMMA"] = "0"
         try:
-            if "unique" not in args.skip:
+            if "unique" not in args.skip and mode in ("on", "off"):
                 report[f"unique_{mode}"] = uniqueness(args, env, workdir, mode)
             if "cost" not in args.skip:
                 report[f"cost_{mode}"] = cost(args, env)
@@ -119,9 +124,11 @@ def main():
         print(json.dumps(report), flush=True)
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)
-    if "cost_on" in report and "cost_off" in report:
-        report["cost_ratio"] = {k: report["cost_on"][k] / report["cost_off"][k] for k in report["cost_on"]
-                                if report["cost_off"].get(k)}
+    for mode in args.modes.split(","):
+        if mode.startswith("on") and f"cost_{mode}" in report and "cost_off" in report:
+            suffix = "" if mode == "on" else "_" + mode.replace("-", "_")
+            report["cost_ratio" + suffix] = {k: report[f"cost_{mode}"][k] / report["cost_off"][k]
+                                             for k in report[f"cost_{mode}"] if report["cost_off"].get(k)}
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
     print(json.dumps(report, indent=1))

@@ -157,6 +157,13 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
   // The dequantising FP8 path's chunk buffer at its largest (linear_fp8),
   // now: a step captured into a graph cannot allocate.
   if (fp8_weights_) grow_buffer(fp8_dequant_, fp8_dequant_bytes_, kFp8DequantChunkBytes, "FP8 dequantisation buffer");
+  if (batch_invariant_) {
+    // Larger batches through wgmma only where it has mma.sync's bits here
+    // (DEEPINFER_BI_WGMMA=0: never, to compare).
+    const char* allow = std::getenv("DEEPINFER_BI_WGMMA");
+    bi_wgmma_ = !(allow != nullptr && std::string_view(allow) == "0") && linear_mma_probe_wgmma(stream_);
+    log_info("CUDA backend: batch-invariant linear of larger batches through {}", bi_wgmma_ ? "wgmma" : "mma.sync");
+  }
   check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   log_debug("cuda: {} ({} SMs, {:.1f} GiB), compute capability {}.{}", prop.name, num_sms_,
            prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor);
@@ -379,7 +386,8 @@ void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bi
                         weight.stride_bytes(0), m, k, static_cast<const char*>(out.data()), out.stride_bytes(0))) {
       launch_linear_mma(elem_type(x.dtype(), "linear"), n, static_cast<const char*>(x.data()), x.stride_bytes(0),
                         static_cast<const char*>(weight.data()), weight.stride_bytes(0), m, k, bias_data,
-                        out.dtype() == DType::F32, static_cast<char*>(out.data()), out.stride_bytes(0), stream_);
+                        out.dtype() == DType::F32, static_cast<char*>(out.data()), out.stride_bytes(0), bi_wgmma_,
+                        stream_);
       check_launch("linear(batch-invariant)");
       return;
     }
@@ -586,7 +594,8 @@ void CudaBackend::linear_batched(const Tensor& x, const Tensor& weight, Tensor o
                           static_cast<const char*>(x.data()) + b * x.stride_bytes(1), x.stride_bytes(0),
                           static_cast<const char*>(weight.data()) + b * weight.stride_bytes(0),
                           weight.stride_bytes(1), m, k, nullptr, false,
-                          static_cast<char*>(out.data()) + b * out.stride_bytes(1), out.stride_bytes(0), stream_);
+                          static_cast<char*>(out.data()) + b * out.stride_bytes(1), out.stride_bytes(0), bi_wgmma_,
+                          stream_);
       }
       check_launch("linear_batched(batch-invariant)");
       return;
@@ -636,7 +645,7 @@ bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activat
     const bool launched = launch_gated_linear_mma(
         elem_type(x.dtype(), "gated_linear"), x.size(0), static_cast<const char*>(x.data()), x.stride_bytes(0),
         static_cast<const char*>(w_gate_up.data()), w_gate_up.stride_bytes(0), out.size(1), x.size(1),
-        act == Activation::GeluTanh, static_cast<char*>(out.data()), out.stride_bytes(0), stream_);
+        act == Activation::GeluTanh, static_cast<char*>(out.data()), out.stride_bytes(0), bi_wgmma_, stream_);
     if (launched) check_launch("gated_linear(batch-invariant)");
     return launched;
   }

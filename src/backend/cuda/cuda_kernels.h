@@ -177,15 +177,23 @@ void launch_gemv_glu(ElemType type, int n, const char* x, int64_t x_stride, cons
 // aligned rows (linear_mma_fits).
 bool linear_mma_fits(const char* x, int64_t x_stride, const char* w, int64_t w_stride, int64_t m, int64_t k,
                      const char* out, int64_t out_stride);
+// wgmma: larger batches through the Hopper GEMM of cuda_wgmma_gemm.cuh, only
+// where linear_mma_probe_wgmma found it gives the same bits.
 void launch_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride, const char* w, int64_t w_stride,
                        int64_t m, int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride,
-                       Stream stream);
+                       bool wgmma, Stream stream);
 // The same GEMM for a gated MLP's stacked gate-up weight [2f, k]: out[n, f] =
 // act(x W[0:f]^T) * (x W[f:2f]^T), gate and up rounded to x's type first (the
 // bits of linear + gated_activation in the mode). False when it does not fit.
 bool launch_gated_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride, const char* w_gate_up,
                              int64_t w_stride, int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride,
-                             Stream stream);
+                             bool wgmma, Stream stream);
+// Whether this GPU's wgmma GEMM computes the same f32 sums, bit for bit, as
+// the mma.sync GEMM (both add each output's k16 products in order; whether
+// the two instructions round a k16 step alike is the hardware's): both run on
+// random operands, compared. Synchronous and allocating: call before any
+// graph capture.
+bool linear_mma_probe_wgmma(Stream stream);
 // Element-type conversion of a row view into a contiguous buffer.
 void launch_convert(ElemType from, RowView x, ElemType to, char* out, Stream stream);
 

@@ -8,6 +8,10 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_mma_gemm.cuh"
+#include "backend/cuda/cuda_wgmma_gemm.cuh"
+
+#include <cstring>
+#include <vector>
 
 namespace deepinfer::cuda {
 
@@ -41,9 +45,24 @@ using RowsMany = TileConfig<128, 128, 64, 2, 4, 3>;  // 8 warps of 64 x 32
 using GatedRows128 = Rows256;                    // 64 x 128 x 64, warps of 32 x 32
 using GatedRowsMany = TileConfig<128, 64, 32, 4, 2, 4>;
 
+// From this many rows the wgmma GEMM (where it has the mma.sync bits): the
+// products are compute-bound there, and mma.sync tops out near a third of
+// the tensor cores' wgmma rate.
+constexpr int64_t kWgmmaMinRows = 128;
+using WgmmaRows = wgmma_gemm::TileConfig<128, 2, 4>;      // 128 x 128, two warpgroups
+using WgmmaGatedRows = wgmma_gemm::TileConfig<64, 2, 4>;  // 128 x 64 of gate and of up
+
 template <typename T, GemmOut kOut>
-void launch_by_rows(const mma_gemm::GemmArgs& g, cudaStream_t s) {
+void launch_by_rows(const mma_gemm::GemmArgs& g, bool wgmma, cudaStream_t s) {
   const int64_t n = g.n_rows;
+  if (wgmma && n >= kWgmmaMinRows) {
+    if constexpr (kOut == GemmOut::GatedAct) {
+      wgmma_gemm::launch_wgmma_gemm<T, WgmmaGatedRows, kOut>(g, s);
+    } else {
+      wgmma_gemm::launch_wgmma_gemm<T, WgmmaRows, kOut>(g, s);
+    }
+    return;
+  }
   if constexpr (kOut == GemmOut::GatedAct) {
     if (n <= 32) launch_dense<T, Rows32, kOut>(g, s);
     else if (n <= 128) launch_dense<T, GatedRows128, kOut>(g, s);
@@ -59,12 +78,12 @@ void launch_by_rows(const mma_gemm::GemmArgs& g, cudaStream_t s) {
 }
 
 template <mma_gemm::GemmOut kOut>
-void launch_typed(ElemType type, const mma_gemm::GemmArgs& g, Stream stream) {
+void launch_typed(ElemType type, const mma_gemm::GemmArgs& g, bool wgmma, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (type == ElemType::BF16) {
-    launch_by_rows<__nv_bfloat16, kOut>(g, s);
+    launch_by_rows<__nv_bfloat16, kOut>(g, wgmma, s);
   } else {
-    launch_by_rows<__half, kOut>(g, s);
+    launch_by_rows<__half, kOut>(g, wgmma, s);
   }
 }
 
@@ -79,7 +98,7 @@ bool linear_mma_fits(const char* x, int64_t x_stride, const char* w, int64_t w_s
 
 void launch_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride, const char* w, int64_t w_stride,
                        int64_t m, int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride,
-                       Stream stream) {
+                       bool wgmma, Stream stream) {
   mma_gemm::GemmArgs g;
   g.n_rows = n;
   g.a_base = x;
@@ -93,15 +112,15 @@ void launch_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride
   g.out = out;
   g.out_stride = out_stride;
   if (out_f32) {
-    launch_typed<mma_gemm::GemmOut::F32>(type, g, stream);
+    launch_typed<mma_gemm::GemmOut::F32>(type, g, wgmma, stream);
   } else {
-    launch_typed<mma_gemm::GemmOut::Elem>(type, g, stream);
+    launch_typed<mma_gemm::GemmOut::Elem>(type, g, wgmma, stream);
   }
 }
 
 bool launch_gated_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride, const char* w_gate_up,
                              int64_t w_stride, int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride,
-                             Stream stream) {
+                             bool wgmma, Stream stream) {
   // Rows the GEMM cannot read: the caller runs linear + gated_activation
   // (the same bits where the linear fits).
   if (!linear_mma_fits(x, x_stride, w_gate_up, w_stride, f, k, out, out_stride)) {
@@ -118,8 +137,54 @@ bool launch_gated_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_
   g.out = out;
   g.out_stride = out_stride;
   g.glu = gelu ? MoeGlu::GeluTanh : MoeGlu::Silu;
-  launch_typed<mma_gemm::GemmOut::GatedAct>(type, g, stream);
+  launch_typed<mma_gemm::GemmOut::GatedAct>(type, g, wgmma, stream);
   return true;
+}
+
+bool linear_mma_probe_wgmma(Stream stream) {
+  // 256 rows of k = 1,040 (16 full 64-wide k tiles and a partial one) against
+  // 136 weight rows (a partial column tile), random bf16 from a fixed LCG.
+  constexpr int64_t n = 256, m = 136, k = 1040;
+  std::vector<__nv_bfloat16> hx(n * k), hw(m * k);
+  uint32_t state = 12345;
+  auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) / float(1 << 23);
+  };
+  for (auto& v : hx) v = __float2bfloat16(next());
+  for (auto& v : hw) v = __float2bfloat16(0.05f * next());
+  auto s = static_cast<cudaStream_t>(stream);
+  char *x = nullptr, *w = nullptr, *out = nullptr;
+  bool same = false;
+  const size_t out_bytes = size_t{n} * m * sizeof(float);
+  if (cudaMalloc(&x, hx.size() * 2) == cudaSuccess && cudaMalloc(&w, hw.size() * 2) == cudaSuccess &&
+      cudaMalloc(&out, 2 * out_bytes) == cudaSuccess) {
+    cudaMemcpyAsync(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice, s);
+    cudaMemcpyAsync(w, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice, s);
+    mma_gemm::GemmArgs g;
+    g.n_rows = n;
+    g.a_base = x;
+    g.a_stride = k * 2;
+    g.w0 = MoeWeightView{w, 0, k * 2};
+    g.w1 = g.w0;
+    g.n_cols = m;
+    g.k = k;
+    g.out = out;
+    g.out_stride = m * static_cast<int64_t>(sizeof(float));
+    launch_dense<__nv_bfloat16, RowsMany, GemmOut::F32>(g, s);
+    g.out = out + out_bytes;
+    wgmma_gemm::launch_wgmma_gemm<__nv_bfloat16, WgmmaRows, GemmOut::F32>(g, s);
+    std::vector<char> both(2 * out_bytes);
+    if (cudaMemcpyAsync(both.data(), out, both.size(), cudaMemcpyDeviceToHost, s) == cudaSuccess &&
+        cudaStreamSynchronize(s) == cudaSuccess) {
+      same = std::memcmp(both.data(), both.data() + out_bytes, out_bytes) == 0;
+    }
+  }
+  cudaGetLastError();  // a failed launch or copy means "no": clear it
+  cudaFree(x);
+  cudaFree(w);
+  cudaFree(out);
+  return same;
 }
 
 }  // namespace deepinfer::cuda
