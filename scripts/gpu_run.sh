@@ -348,6 +348,12 @@ if has bi; then
     --gtest_filter="${BI_OPS_FILTER:-*BatchInvariant*:*Moe*:*Attention*}" > "$OUT/bi_ops.log" 2>&1
   echo "test_ops BatchInvariant: exit code $?" >> "$REPORT"
   grep -E '^\[  (PASSED|FAILED) |Failure|Expected|run [0-9]|rows from' "$OUT/bi_ops.log" | head -20 | sed 's/^/    /' >> "$REPORT"
+  # The same with the wgmma GEMM for larger batches (opt-in).
+  DEEPINFER_BI_WGMMA=1 timeout "${BI_OPS_TIMEOUT:-200}" "$BIN/test_ops" --gtest_brief=1 \
+    --gtest_filter="${BI_OPS_FILTER:-*BatchInvariant*:*Moe*:*Attention*}" > "$OUT/bi_ops_wgmma.log" 2>&1
+  echo "test_ops BatchInvariant, DEEPINFER_BI_WGMMA=1: exit code $?" >> "$REPORT"
+  grep -E '^\[  (PASSED|FAILED) |Failure|Expected|run [0-9]|rows from|wgmma|mma.sync' "$OUT/bi_ops_wgmma.log" | head -20 |
+    sed 's/^/    /' >> "$REPORT"
   if [ -z "${BI_SKIP_DENSE:-}" ]; then
     make_llama8b
     timeout "${BI_TIMEOUT:-400}" python3 scripts/gpu_batch_invariance.py --deepinfer "$BIN/deepinfer" \

@@ -157,12 +157,13 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
   // The dequantising FP8 path's chunk buffer at its largest (linear_fp8),
   // now: a step captured into a graph cannot allocate.
   if (fp8_weights_) grow_buffer(fp8_dequant_, fp8_dequant_bytes_, kFp8DequantChunkBytes, "FP8 dequantisation buffer");
-  if (batch_invariant_) {
-    // Larger batches through wgmma only where it has mma.sync's bits here
-    // (DEEPINFER_BI_WGMMA=0: never, to compare).
-    const char* allow = std::getenv("DEEPINFER_BI_WGMMA");
-    bi_wgmma_ = !(allow != nullptr && std::string_view(allow) == "0") && linear_mma_probe_wgmma(stream_);
-    log_info("CUDA backend: batch-invariant linear of larger batches through {}", bi_wgmma_ ? "wgmma" : "mma.sync");
+  const char* wgmma = std::getenv("DEEPINFER_BI_WGMMA");
+  if (batch_invariant_ && wgmma != nullptr && std::string_view(wgmma) == "1") {
+    // Opt-in until measured on a GPU (docs/batch_invariance.md): larger
+    // batches through wgmma, only where it has mma.sync's bits here.
+    bi_wgmma_ = linear_mma_probe_wgmma(stream_);
+    log_info("CUDA backend: batch-invariant linear of larger batches through {}",
+             bi_wgmma_ ? "wgmma" : "mma.sync (wgmma's sums differ on this GPU)");
   }
   check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   log_debug("cuda: {} ({} SMs, {:.1f} GiB), compute capability {}.{}", prop.name, num_sms_,
