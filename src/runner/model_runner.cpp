@@ -8,19 +8,16 @@
 #include "dist/communicator.h"
 #include "dist/step_wait.h"
 #include "ops/ops.h"
+#include "runner/model_runner_internal.h"
 
 namespace deepinfer {
 
+using runner_detail::round_up;
+
 namespace {
 
-constexpr int64_t kParamInts = static_cast<int64_t>(sizeof(SamplingRowParams) / sizeof(int32_t));
-static_assert(sizeof(SamplingRowParams) % sizeof(int32_t) == 0);
-constexpr int64_t kPenaltyParamInts = static_cast<int64_t>(sizeof(PenaltyRowParams) / sizeof(int32_t));
-static_assert(sizeof(PenaltyRowParams) % sizeof(int32_t) == 0);
 // First size of the penalty entry buffers; they double when a step needs more.
 constexpr int64_t kMinPenaltyEntries = 4096;
-
-int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 // Padded batch sizes captured as graphs: fine steps where batches are small,
 // coarser ones above (a padded row costs little next to the weight reads).
@@ -40,16 +37,6 @@ int32_t max_sampling_rows(int32_t max_num_batched_tokens, int32_t max_num_seqs, 
   return static_cast<int32_t>(
       std::min<int64_t>(max_num_batched_tokens, int64_t{max_num_seqs} * std::max(max_rows_per_seq, 1)));
 }
-
-struct ModelRunner::Staged {
-  Layout l;
-  int32_t tokens = 0, seqs = 0, rows = 0;
-  int32_t graph_q = 0;  // tokens per sequence of a graph step; 0: eager
-  std::vector<int32_t> pages;  // listed page-table entries per KV group
-  int32_t max_q = 0, max_kv = 0;
-  int64_t penalty_entries = -1;  // entries staged for apply_penalties; -1: no row has penalties
-  bool hidden_input = false;     // the plan has hidden rows (staged at l.hidden_rows)
-};
 
 ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLimits limits, RunnerRank rank)
     : model_(model), backend_(backend), kv_(kv), limits_(limits), rank_(rank) {
@@ -134,259 +121,6 @@ ModelRunner::~ModelRunner() {
     backend_.deallocate_host(s.masks_host);
   }
   backend_.deallocate_host(counts_zero_host_);
-}
-
-ModelRunner::Layout ModelRunner::layout(int32_t tokens, int32_t seqs, int32_t rows) const {
-  Layout l{};
-  int64_t at = 0;
-  auto take = [&](int64_t count, int64_t align_ints) {
-    at = round_up(at, align_ints);
-    const int64_t offset = at;
-    at += count;
-    return offset;
-  };
-  l.host_tokens = take(tokens, 4);
-  l.gather = take(tokens, 4);
-  l.positions = take(tokens, 4);
-  l.logit_rows = take(rows, 4);
-  l.q_indptr = take(seqs + 1, 4);
-  l.params = take(rows * kParamInts, 4);
-  l.penalty_params = take(rows * kPenaltyParamInts, 4);
-  l.hidden_rows = take(tokens, 4);
-  l.groups.resize(static_cast<size_t>(num_groups_));
-  for (GroupLayout& g : l.groups) {
-    g.slots = take(tokens, 4);
-    g.kv_indptr = take(seqs + 1, 4);
-    g.last_len = take(seqs, 4);
-    g.start_pos = take(seqs, 4);
-  }
-  // Page lists last, each with room for a full table, so that a group's list
-  // starts at an address that depends only on the counts (graphs).
-  for (GroupLayout& g : l.groups) g.kv_pages = take(max_kv_pages_, 4);
-  return l;
-}
-
-ModelRunner::GraphShape ModelRunner::graph_shape(const StepPlan& plan) const {
-  if (graph_sizes_.empty() || plan.empty()) return {};
-  // Every sequence q tokens, each sampled (a verify step samples every token).
-  const int32_t q = plan.seqs.front().num_tokens;
-  const bool uniform = std::all_of(plan.seqs.begin(), plan.seqs.end(),
-                                   [&](const PlannedSeq& s) { return s.num_tokens == q && s.num_rows == q; });
-  // Padding sequences keep their q positions in the one padding page.
-  if (!uniform || q > limits_.max_rows_per_seq || q > kv_.page_size()) return {};
-  const auto n = static_cast<int32_t>(plan.seqs.size());
-  auto it = std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), n);
-  if (it == graph_sizes_.end()) return {};
-  const int64_t padded_tokens = int64_t{*it} * q;
-  if (padded_tokens > limits_.max_num_batched_tokens || padded_tokens > max_rows_) return {};
-  return {*it, q};
-}
-
-void ModelRunner::stage_penalties(int slot, const StepPlan& plan, Staged& st) {
-  int64_t n_entries = 0;
-  bool penalised = false;
-  for (const PlannedRow& row : plan.rows) {
-    if (row.sampling.penalties == nullptr) continue;
-    penalised = true;
-    n_entries += static_cast<int64_t>(row.sampling.penalties->entries().size());
-  }
-  if (!penalised) return;
-  DI_CHECK(n_entries <= INT32_MAX, "step of {} penalty entries exceeds {}", n_entries, INT32_MAX);
-  ensure_penalty_capacity(slot, n_entries);
-  st.penalty_entries = 0;
-  auto* params = reinterpret_cast<PenaltyRowParams*>(slots_[slot].staging + st.l.penalty_params);
-  for (int32_t r = 0; r < plan.num_rows(); ++r) {
-    const PlannedRow& row = plan.rows[static_cast<size_t>(r)];
-    params[r] = PenaltyRowParams{};
-    if (row.sampling.penalties == nullptr) continue;
-    // The row's last input token, when it is still on the device, is the
-    // history entry the host does not know yet.
-    const PlannedSeq& seq = plan.seqs[static_cast<size_t>(row.seq)];
-    const int32_t t = seq.token_begin + row.query;
-    const int32_t pending = plan.tokens[static_cast<size_t>(t)].on_device() ? t : -1;
-    const auto entries = row.sampling.penalties->entries();
-    params[r] = row.sampling.penalties->row_params(row.sampling.params.position,
-                                                   static_cast<int32_t>(st.penalty_entries), pending);
-    std::copy(entries.begin(), entries.end(), slots_[slot].penalties_host + st.penalty_entries);
-    st.penalty_entries += static_cast<int64_t>(entries.size());
-  }
-}
-
-ModelRunner::Staged ModelRunner::stage(int slot, const StepPlan& plan, GraphShape graph) {
-  const int32_t ps = kv_.page_size();
-  DI_CHECK(plan.page_size == ps && static_cast<int32_t>(plan.groups.size()) == num_groups_,
-           "step plan for pages of {} in {} groups, but the KV cache has pages of {} in {} groups", plan.page_size,
-           plan.groups.size(), ps, num_groups_);
-  const auto real_seqs = static_cast<int32_t>(plan.seqs.size());
-  Staged st;
-  const bool padded = graph.seqs > 0;
-  st.graph_q = padded ? graph.q : 0;
-  st.seqs = padded ? graph.seqs : real_seqs;
-  st.tokens = padded ? graph.seqs * graph.q : plan.num_tokens();
-  st.rows = padded ? graph.seqs * graph.q : plan.num_rows();
-  st.l = layout(st.tokens, st.seqs, st.rows);
-  const Layout& l = st.l;
-  int32_t* base = slots_[slot].staging;
-  int32_t* host_tokens = base + l.host_tokens;
-  int32_t* gather = base + l.gather;
-  int32_t* positions = base + l.positions;
-  int32_t* logit_rows = base + l.logit_rows;
-  int32_t* q_indptr = base + l.q_indptr;
-  // Index of host token i in the device array the gather reads from.
-  const int64_t host_source = sampled_ints_ + l.host_tokens;
-
-  int32_t t = 0;
-  q_indptr[0] = 0;
-  for (int32_t si = 0; si < real_seqs; ++si) {
-    const PlannedSeq& s = plan.seqs[static_cast<size_t>(si)];
-    DI_CHECK(s.token_begin == t && t + s.num_tokens <= st.tokens, "step plan: sequence {} has inconsistent tokens", si);
-    for (int32_t i = 0; i < s.num_tokens; ++i, ++t) {
-      const TokenSource& src = plan.tokens[static_cast<size_t>(t)];
-      if (src.on_device()) {
-        DI_CHECK(src.device.slot < kSlots && src.device.row >= 0 && src.device.row < max_rows_,
-                 "step plan: token {} names sampling row {} of slot {}", t, src.device.row, src.device.slot);
-        host_tokens[t] = 0;
-        gather[t] = src.device.slot * max_rows_ + src.device.row;
-      } else {
-        host_tokens[t] = src.id;
-        gather[t] = static_cast<int32_t>(host_source + t);
-      }
-      positions[t] = s.start + i;
-    }
-    q_indptr[si + 1] = t;
-    st.max_q = std::max(st.max_q, s.num_tokens);
-    st.max_kv = std::max(st.max_kv, s.kv_len());
-  }
-  DI_CHECK(t == plan.num_tokens(), "step plan lists {} tokens but its sequences hold {}", plan.num_tokens(), t);
-  for (int32_t r = 0; r < plan.num_rows(); ++r) {
-    const PlannedRow& row = plan.rows[static_cast<size_t>(r)];
-    DI_CHECK(row.seq >= 0 && row.seq < real_seqs, "step plan: row {} names sequence {}", r, row.seq);
-    const PlannedSeq& s = plan.seqs[static_cast<size_t>(row.seq)];
-    DI_CHECK(row.query >= 0 && row.query < s.num_tokens, "step plan: row {} names query token {} of {}", r, row.query,
-             s.num_tokens);
-    logit_rows[r] = s.token_begin + row.query;
-    std::memcpy(base + l.params + int64_t{r} * kParamInts, &row.sampling.params, sizeof(SamplingRowParams));
-  }
-  // Padding sequences: q tokens each (every one a row), attending to the
-  // zeroed padding page and storing nothing (negative slot).
-  const int32_t pad_q = std::max(st.graph_q, 1);
-  for (int32_t si = real_seqs; si < st.seqs; ++si) {
-    for (int32_t i = 0; i < pad_q; ++i) {
-      const int32_t pt = t + (si - real_seqs) * pad_q + i;
-      host_tokens[pt] = 0;
-      gather[pt] = static_cast<int32_t>(host_source + pt);
-      positions[pt] = i;
-      logit_rows[plan.num_rows() + (si - real_seqs) * pad_q + i] = pt;
-    }
-    q_indptr[si + 1] = t + (si - real_seqs + 1) * pad_q;
-    st.max_q = std::max(st.max_q, pad_q);
-    st.max_kv = std::max(st.max_kv, pad_q);
-  }
-
-  if (!plan.hidden_rows.empty()) {
-    DI_CHECK(limits_.hidden_states, "step plan with a hidden input, but the runner keeps no hidden states");
-    DI_CHECK(plan.hidden_rows.size() == plan.tokens.size() && plan.hidden_source.defined() &&
-                 plan.hidden_source.ndim() == 2 && plan.hidden_source.size(1) == model_.config().hidden_size,
-             "step plan: {} hidden rows for {} tokens, source {}", plan.hidden_rows.size(), plan.tokens.size(),
-             plan.hidden_source.describe());
-    for (size_t i = 0; i < plan.hidden_rows.size(); ++i) {
-      const int32_t row = plan.hidden_rows[i];
-      DI_CHECK(row >= 0 && row < plan.hidden_source.size(0), "step plan: token {} takes hidden row {} of {}", i, row,
-               plan.hidden_source.size(0));
-      base[l.hidden_rows + static_cast<int64_t>(i)] = row;
-    }
-  }
-
-  st.pages.assign(static_cast<size_t>(num_groups_), 0);
-  for (int32_t g = 0; g < num_groups_; ++g) {
-    const GroupPages& gp = plan.groups[static_cast<size_t>(g)];
-    const GroupLayout& gl = l.groups[static_cast<size_t>(g)];
-    DI_CHECK(gp.indptr.size() == plan.seqs.size() + 1 && gp.first_pos.size() == plan.seqs.size(),
-             "step plan: group {} tables cover {} sequences of {}", g, gp.first_pos.size(), plan.seqs.size());
-    const auto listed = static_cast<int64_t>(gp.pages.size()) + (st.seqs - real_seqs);
-    DI_CHECK(listed <= max_kv_pages_, "step page table of {} entries exceeds its {}", listed, max_kv_pages_);
-    int32_t* kv_slots = base + gl.slots;
-    int32_t* kv_indptr = base + gl.kv_indptr;
-    int32_t* last_len = base + gl.last_len;
-    int32_t* start_pos = base + gl.start_pos;
-    int32_t* pages = base + gl.kv_pages;
-    std::copy(gp.pages.begin(), gp.pages.end(), pages);
-    kv_indptr[0] = 0;
-    for (int32_t si = 0; si < real_seqs; ++si) {
-      const PlannedSeq& s = plan.seqs[static_cast<size_t>(si)];
-      const int32_t begin = gp.indptr[static_cast<size_t>(si)], end = gp.indptr[static_cast<size_t>(si) + 1];
-      const int32_t first = gp.first_pos[static_cast<size_t>(si)];
-      const int32_t n_pages = end - begin;
-      DI_CHECK(begin >= 0 && end >= begin && end <= static_cast<int32_t>(gp.pages.size()) && first % ps == 0 &&
-                   first <= s.start && first + n_pages * ps >= s.kv_len() && first + (n_pages - 1) * ps < s.kv_len(),
-               "step plan: group {} pages of sequence {} do not cover positions {}..{}", g, si, s.start,
-               s.kv_len() - 1);
-      for (int32_t i = 0; i < s.num_tokens; ++i) {
-        const int32_t p = s.start + i;
-        kv_slots[s.token_begin + i] = pages[begin + (p - first) / ps] * ps + p % ps;
-      }
-      kv_indptr[si + 1] = end;
-      last_len[si] = s.kv_len() - first - (n_pages - 1) * ps;
-      start_pos[si] = first;
-    }
-    int32_t np = static_cast<int32_t>(gp.pages.size());
-    for (int32_t si = real_seqs; si < st.seqs; ++si) {
-      for (int32_t i = 0; i < pad_q; ++i) kv_slots[t + (si - real_seqs) * pad_q + i] = -1;
-      pages[np++] = kv_.padding_page();
-      kv_indptr[si + 1] = np;
-      last_len[si] = pad_q;
-      start_pos[si] = 0;
-    }
-    st.pages[static_cast<size_t>(g)] = np;
-  }
-  st.hidden_input = !plan.hidden_rows.empty();
-  stage_penalties(slot, plan, st);
-  return st;
-}
-
-int32_t ModelRunner::graph_kv_bucket(int32_t max_kv_len) const {
-  int32_t bucket = 512;
-  while (bucket < max_kv_len && bucket < limits_.max_model_len) bucket *= 4;
-  return std::min(bucket, limits_.max_model_len);
-}
-
-ForwardInputs ModelRunner::device_inputs(const Staged& st, int32_t graph_kv_len) const {
-  const bool graph = graph_kv_len > 0;
-  auto view = [&](int64_t offset_ints, int64_t count) {
-    return step_dev_.view(DType::I32, {count}, static_cast<size_t>(sampled_ints_ + offset_ints) * 4);
-  };
-  const Layout& l = st.l;
-  ForwardInputs in;
-  in.num_tokens = st.tokens;
-  in.token_ids = token_ids_dev_.view(DType::I32, {st.tokens});
-  in.positions = view(l.positions, st.tokens);
-  in.logit_rows = view(l.logit_rows, st.rows);
-  in.kv_groups.resize(static_cast<size_t>(num_groups_));
-  for (int32_t g = 0; g < num_groups_; ++g) {
-    const GroupLayout& gl = l.groups[static_cast<size_t>(g)];
-    KvGroupInputs& group = in.kv_groups[static_cast<size_t>(g)];
-    group.slot_mapping = view(gl.slots, st.tokens);
-    AttentionMetadata& a = group.attention;
-    a.num_seqs = st.seqs;
-    // A graph is replayed for any context length: its plan must hold for the longest.
-    a.max_q_len = graph ? st.graph_q : st.max_q;
-    a.max_kv_len = graph ? graph_kv_len : st.max_kv;
-    a.q_indptr = view(l.q_indptr, st.seqs + 1);
-    a.kv_indptr = view(gl.kv_indptr, st.seqs + 1);
-    a.kv_page_indices = view(gl.kv_pages, graph ? max_kv_pages_ : st.pages[static_cast<size_t>(g)]);
-    a.kv_last_page_len = view(gl.last_len, st.seqs);
-    a.kv_start_pos = view(gl.start_pos, st.seqs);
-  }
-  if (limits_.hidden_states) {
-    const int64_t hidden = model_.config().hidden_size;
-    const DType act = backend_.activation_dtype();
-    in.hidden_out = hidden_out_dev_.view(act, {st.tokens, hidden});
-    if (st.hidden_input) in.hidden_in = hidden_in_dev_.view(act, {st.tokens, hidden});
-  }
-  if (count_cells_ > 0) {
-    in.expert_counts = counts_dev_.view(DType::I32, {moe_layers_, count_cells_ / moe_layers_});
-  }
-  return in;
 }
 
 void ModelRunner::ensure_penalty_capacity(int slot, int64_t entries) {
