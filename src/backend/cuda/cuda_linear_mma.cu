@@ -45,9 +45,10 @@ using RowsMany = TileConfig<128, 128, 64, 2, 4, 3>;  // 8 warps of 64 x 32
 using GatedRows128 = Rows256;                    // 64 x 128 x 64, warps of 32 x 32
 using GatedRowsMany = TileConfig<128, 64, 32, 4, 2, 4>;
 
-// From this many rows the wgmma GEMM (where it has the mma.sync bits): the
-// products are compute-bound there, and mma.sync tops out near a third of
-// the tensor cores' wgmma rate.
+// From this many rows the wgmma GEMM (opted in, and where it has the
+// mma.sync bits): the products are compute-bound there, and the mma.sync
+// GEMM tops out near 280 TFLOP/s, a third of cuBLAS's wgmma kernels (H100,
+// bench_bi_linear). The threshold is a guess until the wgmma GEMM is timed.
 constexpr int64_t kWgmmaMinRows = 128;
 using WgmmaRows = wgmma_gemm::TileConfig<128, 2, 4>;      // 128 x 128, two warpgroups
 using WgmmaGatedRows = wgmma_gemm::TileConfig<64, 2, 4>;  // 128 x 64 of gate and of up
