@@ -1,3 +1,4 @@
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string_view>
@@ -35,6 +36,11 @@ void print_usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write to a socket whose peer is gone (a client that hung up, a
+  // data-parallel rank or KV peer that died, gloo's TCP pairs) must fail that
+  // write with EPIPE, which its caller reports, not end the process with
+  // SIGPIPE before anything is logged.
+  std::signal(SIGPIPE, SIG_IGN);
   if (argc < 2 || std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h") {
     print_usage();
     return argc < 2 ? 2 : 0;
