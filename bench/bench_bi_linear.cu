@@ -142,6 +142,8 @@ int main(int argc, char** argv) {
       candidate<128, 256, 32, 2, 4, 3>(false), candidate<64, 64, 64, 2, 2, 4>(true),
       wgmma_candidate<128, 2, 4>(),            wgmma_candidate<64, 2, 4>(),
       wgmma_candidate<128, 1, 4>(),            wgmma_candidate<64, 1, 6>(),
+      // Three stages: 97 KiB, two blocks an SM.
+      wgmma_candidate<128, 2, 3>(),            wgmma_candidate<64, 2, 3>(),
   };
 
   struct Shape {
