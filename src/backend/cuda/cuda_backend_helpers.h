@@ -1,7 +1,8 @@
 // Small helpers shared by the CUDA backend's translation units
-// (cuda_backend.cpp, cuda_backend_fp8.cpp).
+// (cuda_backend.cpp, cuda_backend_linear.cpp, cuda_backend_fp8.cpp).
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -18,6 +19,25 @@ inline void check_cuda(cudaError_t e, const char* what) {
 }
 
 inline cudaStream_t cu(CUstream_st* s) { return s; }
+
+inline void check_cublas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail("CUDA backend: {} failed: {}", what, cublasGetStatusString(s));
+}
+
+inline RowView rows_of(const Tensor& t) {
+  RowView v;
+  v.base = static_cast<char*>(t.data());
+  v.cols = t.size(-1);
+  v.nouter = t.ndim() - 1;
+  DI_CHECK(v.nouter <= 3, "CUDA backend: tensor {} has too many dimensions", t.describe());
+  v.rows = 1;
+  for (int d = 0; d < v.nouter; ++d) {
+    v.shape[d] = t.size(d);
+    v.stride[d] = t.stride_bytes(d);
+    v.rows *= v.shape[d];
+  }
+  return v;
+}
 
 inline bool aligned16(const void* p, int64_t stride) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 16 == 0;
