@@ -26,17 +26,14 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "core/fp8.h"
 #include "core/half.h"
+#include "cuda_bench.h"
 
 using namespace deepinfer;
 using namespace deepinfer::cuda;
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  fmt::print(stderr, "{}: {}\n", what, cudaGetErrorString(e));
-  std::exit(1);
-}
+using deepinfer::bench::check;
 
 struct Case {
   std::string name;

@@ -21,17 +21,14 @@
 
 #include "backend/cuda/cuda_mma_gemm.cuh"
 #include "backend/cuda/cuda_wgmma_gemm.cuh"
+#include "cuda_bench.h"
 
 using namespace deepinfer::cuda;
 namespace mg = deepinfer::cuda::mma_gemm;
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-  std::exit(1);
-}
+using deepinfer::bench::check;
 
 std::vector<__nv_bfloat16> random_bf16(size_t n, float scale, std::mt19937& gen) {
   std::uniform_real_distribution<float> d(-scale, scale);

@@ -21,39 +21,18 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_mma_gemm.cuh"
 #include "backend/cuda/cuda_wgmma_gemm.cuh"
+#include "cuda_bench.h"
 
 using namespace deepinfer::cuda;
 namespace mg = deepinfer::cuda::mma_gemm;
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-  std::exit(1);
-}
+using deepinfer::bench::check;
 
-constexpr int kLaunches = 10;
 template <typename F>
 double median_us(int reps, cudaStream_t s, F&& launch) {
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    check(cudaEventRecord(a, s), "record");
-    for (int l = 0; l < kLaunches; ++l) launch();
-    check(cudaEventRecord(b, s), "record");
-    check(cudaEventSynchronize(b), "sync");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    t.push_back(1000.0f * ms / kLaunches);
-  }
-  std::sort(t.begin(), t.end());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return t[t.size() / 2];
+  return 1000.0 * deepinfer::bench::median_launch_ms(reps, s, launch);
 }
 
 struct Candidate {

@@ -20,44 +20,12 @@
 #include <vector>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "cuda_bench.h"
 
 using namespace deepinfer::cuda;
 
-namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  fmt::print(stderr, "{}: {}\n", what, cudaGetErrorString(e));
-  std::exit(1);
-}
-
-// Milliseconds per launch: the median over `reps` samples of kLaunches
-// launches back to back (as a decode step issues them; one launch between
-// two events would add the events' own few microseconds to each).
-constexpr int kLaunches = 10;
-template <typename F>
-double median_ms(int reps, cudaStream_t s, F&& launch) {
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    check(cudaEventRecord(a, s), "record");
-    for (int l = 0; l < kLaunches; ++l) launch();
-    check(cudaEventRecord(b, s), "record");
-    check(cudaEventSynchronize(b), "sync");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    t.push_back(ms / kLaunches);
-  }
-  std::sort(t.begin(), t.end());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return t[t.size() / 2];
-}
-
-}  // namespace
+using deepinfer::bench::check;
+using deepinfer::bench::median_launch_ms;
 
 // `profile M K N STAGES CODES`: five launches of the FP8 gemv of that shape
 // and configuration, then five of the bf16 gemv, and nothing else (for a
@@ -114,7 +82,8 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&out, 64 * 128256 * 4), "malloc");
   check(cudaMemset(w, 0, max_w), "memset");
   check(cudaMemset(x, 0, 64 * 14336 * 2), "memset");
-  const double copy_ms = median_ms(reps / 5 + 3, s, [&] { cudaMemcpyAsync(copy_dst, w, max_w, cudaMemcpyDeviceToDevice, s); });
+  const double copy_ms =
+      median_launch_ms(reps / 5 + 3, s, [&] { cudaMemcpyAsync(copy_dst, w, max_w, cudaMemcpyDeviceToDevice, s); });
   const double copy_gbs = 2.0 * max_w / copy_ms / 1e6;
   fmt::print("device copy: {:.0f} GB/s (read + write)\n", copy_gbs);
 
@@ -140,7 +109,7 @@ int main(int argc, char** argv) {
       const size_t copies = std::max<size_t>(1, max_w / span);
       size_t next = 0;
       auto run = [&](GemvConfig c) {
-        return median_ms(reps, s, [&] {
+        return median_launch_ms(reps, s, [&] {
           const char* wc = w + (next++ % copies) * span;
           launch_gemv(ElemType::BF16, n, x, sh.k * 2, wc, sh.k * 2, sh.m, sh.k, nullptr, false, out, sh.m * 2, s, c);
         });
@@ -188,7 +157,7 @@ int main(int argc, char** argv) {
       const size_t copies = max_w / span;
       size_t next = 0;
       auto run = [&](GemvF8Config c, ElemType xt = ElemType::BF16) {
-        return median_ms(reps, s, [&] {
+        return median_launch_ms(reps, s, [&] {
           const char* wc = w + (next++ % copies) * span;
           launch_gemv_f8(xt, n, x, sh.k * 2, wc, row_bytes, sh.m, sh.k, nullptr, false, out, sh.m * 2, s, c);
         });
