@@ -101,6 +101,60 @@ __device__ __forceinline__ void store_pair(const GemmArgs& g, int expert, int64_
   }
 }
 
+// The cp.async copies one thread issues for every stage of a tile: its
+// 16-byte chunks of the stage's rows (BM rows of a, then BN weight rows of
+// w0 and, gated, of w1), resolved once per tile. DstOf maps (stage row,
+// chunk) to the chunk's byte offset in a stage (the mma kernel's padded
+// rows, the wgmma kernel's 128-byte swizzle).
+template <int kLoads>
+struct StageCopies {
+  const char* src[kLoads];
+  bool row_ok[kLoads];
+  uint32_t dst[kLoads];
+  int chunk_k[kLoads];
+
+  template <int BM, int BN, int kThreads, int kChunksPerRow, bool kGather, bool kDense, class DstOf>
+  __device__ __forceinline__ void resolve(const GemmArgs& g, int expert, int64_t row0, int64_t n0, int tid,
+                                          DstOf dst_of) {
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int c = tid + i * kThreads, r = c / kChunksPerRow, ch = c % kChunksPerRow;
+      chunk_k[i] = ch * 8;
+      dst[i] = dst_of(r, ch);
+      if (r < BM) {
+        int64_t a_row = row0 + r;
+        row_ok[i] = true;
+        if constexpr (kGather) {
+          const int32_t token = g.row_token[a_row];
+          row_ok[i] = token >= 0;
+          a_row = token >= 0 ? token : 0;
+        }
+        if constexpr (kDense) {
+          row_ok[i] = a_row < g.n_rows;
+          if (!row_ok[i]) a_row = 0;
+        }
+        src[i] = g.a_base + a_row * g.a_stride + ch * 16;
+      } else {
+        const int b = (r - BM) / BN;
+        const int64_t col = n0 + (r - BM) % BN;
+        const MoeWeightView& w = b == 0 ? g.w0 : g.w1;
+        row_ok[i] = col < g.n_cols;
+        src[i] = w.base + expert * w.expert_stride + (row_ok[i] ? col : 0) * w.row_stride + ch * 16;
+      }
+    }
+  }
+
+  // The copies of the k tile starting at k0 into the stage at `stage`
+  // (zeros past k and for missing rows).
+  __device__ __forceinline__ void copy(const GemmArgs& g, uint32_t stage, int64_t k0) const {
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const bool ok = row_ok[i] && k0 + chunk_k[i] < g.k;
+      cp_async16(stage + dst[i], ok ? src[i] + k0 * 2 : g.a_base, ok);
+    }
+  }
+};
+
 template <typename T, class C, GemmOut kOut, bool kGather, bool kDense>
 __global__ void __launch_bounds__(C::kThreads) mma_gemm_kernel(GemmArgs g) {
   constexpr bool kGated = kOut == GemmOut::GatedAct;
@@ -123,46 +177,11 @@ __global__ void __launch_bounds__(C::kThreads) mma_gemm_kernel(GemmArgs g) {
   const int64_t row0 = int64_t{tile} * C::kBM, n0 = int64_t{blockIdx.y} * C::kBN;
 
   // Each thread copies the same chunks of every stage: resolve their rows once.
-  const char* src[kLoads];
-  bool row_ok[kLoads];
-  uint32_t dst[kLoads];
-  int chunk_k[kLoads];
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i) {
-    const int c = tid + i * C::kThreads, r = c / kChunksPerRow, ch = c % kChunksPerRow;
-    chunk_k[i] = ch * 8;
-    dst[i] = static_cast<uint32_t>((r * C::kPitch + ch * 8) * 2);
-    if (r < C::kBM) {
-      int64_t a_row = row0 + r;
-      row_ok[i] = true;
-      if constexpr (kGather) {
-        const int32_t token = g.row_token[a_row];
-        row_ok[i] = token >= 0;
-        a_row = token >= 0 ? token : 0;
-      }
-      if constexpr (kDense) {
-        row_ok[i] = a_row < g.n_rows;
-        if (!row_ok[i]) a_row = 0;
-      }
-      src[i] = g.a_base + a_row * g.a_stride + ch * 16;
-    } else {
-      const int b = (r - C::kBM) / C::kBN;
-      const int64_t col = n0 + (r - C::kBM) % C::kBN;
-      const MoeWeightView& w = b == 0 ? g.w0 : g.w1;
-      row_ok[i] = col < g.n_cols;
-      src[i] = w.base + expert * w.expert_stride + (row_ok[i] ? col : 0) * w.row_stride + ch * 16;
-    }
-  }
+  StageCopies<kLoads> copies;
+  copies.template resolve<C::kBM, C::kBN, C::kThreads, kChunksPerRow, kGather, kDense>(
+      g, expert, row0, n0, tid, [](int r, int ch) { return static_cast<uint32_t>((r * C::kPitch + ch * 8) * 2); });
   const int k_tiles = static_cast<int>((g.k + C::kBK - 1) / C::kBK);
-  auto load = [&](int kt) {
-    const uint32_t stage = s_base + (kt % C::kStages) * kStageBytes;
-    const int64_t k0 = int64_t{kt} * C::kBK;
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const bool ok = row_ok[i] && k0 + chunk_k[i] < g.k;
-      cp_async16(stage + dst[i], ok ? src[i] + k0 * 2 : g.a_base, ok);
-    }
-  };
+  auto load = [&](int kt) { copies.copy(g, s_base + (kt % C::kStages) * kStageBytes, int64_t{kt} * C::kBK); };
 
   float acc[kB][C::kMT][C::kNT][4] = {};
 #pragma unroll

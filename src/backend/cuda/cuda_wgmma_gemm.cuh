@@ -129,37 +129,11 @@ __global__ void __launch_bounds__(C::kThreads) wgmma_gemm_kernel(GemmArgs g) {
   const int64_t row0 = int64_t{blockIdx.x} * C::kBM, n0 = int64_t{blockIdx.y} * C::kBN;
 
   // Each thread copies the same chunks of every stage: resolve their rows once.
-  const char* src[kLoads];
-  bool row_ok[kLoads];
-  uint32_t dst[kLoads];
-  int chunk_k[kLoads];
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i) {
-    const int c = tid + i * C::kThreads, r = c / kChunksPerRow, ch = c % kChunksPerRow;
-    chunk_k[i] = ch * 8;
-    dst[i] = sw128_offset(r, ch);
-    if (r < C::kBM) {
-      const int64_t a_row = row0 + r;
-      row_ok[i] = a_row < g.n_rows;
-      src[i] = g.a_base + (row_ok[i] ? a_row : 0) * g.a_stride + ch * 16;
-    } else {
-      const int b = (r - C::kBM) / C::kBN;
-      const int64_t col = n0 + (r - C::kBM) % C::kBN;
-      const MoeWeightView& w = b == 0 ? g.w0 : g.w1;
-      row_ok[i] = col < g.n_cols;
-      src[i] = w.base + (row_ok[i] ? col : 0) * w.row_stride + ch * 16;
-    }
-  }
+  mma_gemm::StageCopies<kLoads> copies;
+  copies.template resolve<C::kBM, C::kBN, C::kThreads, kChunksPerRow, false, true>(
+      g, 0, row0, n0, tid, [](int r, int ch) { return sw128_offset(r, ch); });
   const int k_tiles = static_cast<int>((g.k + C::kBK - 1) / C::kBK);
-  auto load = [&](int kt) {
-    const uint32_t stage = s_base + (kt % C::kStages) * kStageBytes;
-    const int64_t k0 = int64_t{kt} * C::kBK;
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const bool ok = row_ok[i] && k0 + chunk_k[i] < g.k;
-      cp_async16(stage + dst[i], ok ? src[i] + k0 * 2 : g.a_base, ok);
-    }
-  };
+  auto load = [&](int kt) { copies.copy(g, s_base + (kt % C::kStages) * kStageBytes, int64_t{kt} * C::kBK); };
 
   float acc[kB][C::kBN / 2];
 #pragma unroll
