@@ -344,16 +344,15 @@ if has bi; then
   # mode's throughput cost) on the 8B shape and (BI_MOE=1) a Qwen3-MoE slice.
   echo -e "\n## Batch invariance\n" >> "$REPORT"
   # With the kernels the mode changed: MoE (its GEMM is shared now) and attention.
-  timeout "${BI_OPS_TIMEOUT:-200}" "$BIN/test_ops" --gtest_brief=1 \
-    --gtest_filter="${BI_OPS_FILTER:-*BatchInvariant*:*Moe*:*Attention*}" > "$OUT/bi_ops.log" 2>&1
-  echo "test_ops BatchInvariant: exit code $?" >> "$REPORT"
-  grep -E '^\[  (PASSED|FAILED) |Failure|Expected|run [0-9]|rows from' "$OUT/bi_ops.log" | head -20 | sed 's/^/    /' >> "$REPORT"
-  # The same with the wgmma GEMM for larger batches (opt-in).
-  DEEPINFER_BI_WGMMA=1 timeout "${BI_OPS_TIMEOUT:-200}" "$BIN/test_ops" --gtest_brief=1 \
-    --gtest_filter="${BI_OPS_FILTER:-*BatchInvariant*:*Moe*:*Attention*}" > "$OUT/bi_ops_wgmma.log" 2>&1
-  echo "test_ops BatchInvariant, DEEPINFER_BI_WGMMA=1: exit code $?" >> "$REPORT"
-  grep -E '^\[  (PASSED|FAILED) |Failure|Expected|run [0-9]|rows from|wgmma|mma.sync' "$OUT/bi_ops_wgmma.log" | head -20 |
-    sed 's/^/    /' >> "$REPORT"
+  # Then again with the wgmma GEMM for larger batches (opt-in).
+  for wgmma in 0 1; do
+    log="$OUT/bi_ops$([ $wgmma = 1 ] && echo _wgmma).log"
+    DEEPINFER_BI_WGMMA=$wgmma timeout "${BI_OPS_TIMEOUT:-200}" "$BIN/test_ops" --gtest_brief=1 \
+      --gtest_filter="${BI_OPS_FILTER:-*BatchInvariant*:*Moe*:*Attention*}" > "$log" 2>&1
+    echo "test_ops BatchInvariant, DEEPINFER_BI_WGMMA=$wgmma: exit code $?" >> "$REPORT"
+    grep -E '^\[  (PASSED|FAILED) |Failure|Expected|run [0-9]|rows from|wgmma|mma.sync' "$log" | head -20 |
+      sed 's/^/    /' >> "$REPORT"
+  done
   if [ -z "${BI_SKIP_DENSE:-}" ]; then
     make_llama8b
     timeout "${BI_TIMEOUT:-400}" python3 scripts/gpu_batch_invariance.py --deepinfer "$BIN/deepinfer" \
