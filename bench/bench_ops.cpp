@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
                  2.0 * static_cast<double>(n * s.m * s.k) / us / 1e3);
     }
   }
-  fmt::print("\ngemv is used for n <= {}\n", cpu::CpuBackend::kLinearGemvMaxRows);
+  fmt::print("\ngemv is used for n <= {} ({} for the block formats where AMX tiles take the rest)\n",
+             cpu::CpuBackend::kLinearGemvMaxRows, cpu::CpuBackend::kLinearGemvMaxRowsAmx);
   return 0;
 }

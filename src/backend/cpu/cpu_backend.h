@@ -99,6 +99,17 @@ class CpuBackend final : public Backend {
   // Chosen by bench/bench_ops: with 2 threads gemv stays ahead of the tiled
   // sgemm up to n = 16 for q4_1, q8_0 and f32 weights.
   static constexpr int64_t kLinearGemvMaxRows = 16;
+  // The same limit where the AMX tile GEMM takes the larger products. Its cost
+  // is nearly flat up to one 16-row activation tile (each weight tile is
+  // expanded and scaled per 32-element group whatever the row count), while
+  // the gemv's grows by a whole decode step per row: SmolLM2 Q4_1 on 2 cores,
+  // `deepinfer bench -b 1 -p 128 --verify-curve 7`, a step of 1/2/3/6 tokens
+  // took 9/15/23/46 ms through the gemv and 9/23/18-24/20-28 ms with the
+  // tiles from 2 rows up. So from 3 rows on (a batch of 3, or one sequence
+  // verifying 2 drafts) the tiles win.
+  static constexpr int64_t kLinearGemvMaxRowsAmx = 2;
+  // The limit that applies to products with `weight`.
+  int64_t linear_gemv_max_rows(DType weight) const;
   // Always take the per-row (gemv) path so results do not depend on batch size.
   bool batch_invariant_ = false;
 

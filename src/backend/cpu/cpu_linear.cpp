@@ -1,7 +1,7 @@
 // linear on the CPU: out[n, m] = x[n, k] * W[m, k]^T (+ bias).
 //
 // Two strategies, picked by the number of activation rows n:
-//  - gemv (decode, n <= kLinearGemvMaxRows): each activation row is converted
+//  - gemv (decode: n <= 16 rows, 2 where AMX tiles take the rest): each activation row is converted
 //    once to the weight kernels' activation format, then threads split the
 //    weight rows and call `dot`, so the weights are read exactly once in their
 //    compact form: decode is bound by weight bandwidth.
@@ -39,13 +39,17 @@ int64_t tile_rows(int64_t m, int threads) {
 
 void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) {
   if (x.size(0) == 0 || weight.size(0) == 0) return;
-  if (batch_invariant_ || x.size(0) <= kLinearGemvMaxRows) {
+  if (batch_invariant_ || x.size(0) <= linear_gemv_max_rows(weight.dtype())) {
     linear_gemv(x, weight, bias, out);
   } else if (use_amx_ && amx::supports(weight.dtype())) {
     amx::linear(pool_, act_scratch_, thread_scratch_, x, weight, bias, out);
   } else {
     linear_gemm(x, weight, bias, out);
   }
+}
+
+int64_t CpuBackend::linear_gemv_max_rows(DType weight) const {
+  return use_amx_ && amx::supports(weight) ? kLinearGemvMaxRowsAmx : kLinearGemvMaxRows;
 }
 
 void CpuBackend::linear_gemv(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) {
