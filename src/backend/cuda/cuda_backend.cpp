@@ -66,6 +66,8 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
              "dequantised to bf16)");
     fp8_weights_ = true;
   }
+  const char* fp8_gemm = std::getenv("DEEPINFER_FP8_GEMM");
+  fp8_gemm_ = fp8_gemm != nullptr && std::string_view(fp8_gemm) == "1";
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -121,6 +123,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(cublas_workspace_);
   cudaFree(attention_workspace_);
   cudaFree(fp8_dequant_);
+  cudaFree(fp8_gemm_scratch_);
   cudaFree(error_word_);
   cudaFree(scratch_);
   if (stream_) cudaStreamDestroy(cu(stream_));

@@ -133,6 +133,11 @@ class CudaBackend final : public Backend {
   static constexpr int64_t kFp8DequantChunkBytes = int64_t{64} << 20;
   void* fp8_dequant_ = nullptr;  // grow-only: FP8 weight rows as bf16/f16 for cuBLAS
   size_t fp8_dequant_bytes_ = 0;
+  // DEEPINFER_FP8_GEMM=1: batches past the FP8 gemv through the FP8 x FP8
+  // tensor-core GEMM (cuda_gemm_fp8.cu; opt-in until measured on a GPU).
+  bool fp8_gemm_ = false;
+  void* fp8_gemm_scratch_ = nullptr;  // grow-only: the activations' e4m3 codes and scales
+  size_t fp8_gemm_scratch_bytes_ = 0;
   size_t max_smem_per_block_ = 0;
   CUstream_st* stream_ = nullptr;
   cublasContext* cublas_ = nullptr;

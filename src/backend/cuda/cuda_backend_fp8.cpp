@@ -1,6 +1,7 @@
 // The CUDA backend's FP8 row-block weights (DType::F8E4M3_B64): their device
 // layout (split rows, converted by copy) and the linear product on them
-// (cuda_gemv_fp8.cu, or dequantised chunks through the 16-bit path).
+// (cuda_gemv_fp8.cu; for larger batches the FP8 GEMM of cuda_gemm_fp8.cu,
+// opted in, or dequantised chunks through the 16-bit path).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -52,6 +53,23 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor
                    stream_);
     check_launch("linear(gemv fp8)");
     return;
+  }
+  if (fp8_gemm_ && !batch_invariant_ && gemm_f8_fits(k, m, static_cast<const char*>(x.data()), x.stride_bytes(0),
+                                                     static_cast<const char*>(weight.data()), weight.stride_bytes(0),
+                                                     static_cast<const char*>(out.data()), out.stride_bytes(0))) {
+    // Larger batches on FP8 tensor cores, activations quantised per 64
+    // elements. A graph being captured cannot grow the codes' buffer: such a
+    // step takes the dequantising path below.
+    const size_t need = gemm_f8_scratch_bytes(n, k);
+    if (!capturing_ || need <= fp8_gemm_scratch_bytes_) {
+      grow_buffer(fp8_gemm_scratch_, fp8_gemm_scratch_bytes_, need, "FP8 GEMM activation codes");
+      launch_gemm_f8(elem_type(x.dtype(), "linear"), n, static_cast<const char*>(x.data()), x.stride_bytes(0),
+                     static_cast<const char*>(weight.data()), weight.stride_bytes(0), m, k, bias_data,
+                     out.dtype() == DType::F32, static_cast<char*>(out.data()), out.stride_bytes(0),
+                     static_cast<char*>(fp8_gemm_scratch_), stream_);
+      check_launch("linear(gemm fp8)");
+      return;
+    }
   }
   // Larger batches: weight rows dequantised to x's type a chunk at a time
   // (at most kFp8DequantChunkBytes), then the 16-bit path (cuBLAS, or the batch-invariant

@@ -105,8 +105,9 @@ __device__ __forceinline__ void store_pair(const GemmArgs& g, int expert, int64_
 // 16-byte chunks of the stage's rows (BM rows of a, then BN weight rows of
 // w0 and, gated, of w1), resolved once per tile. DstOf maps (stage row,
 // chunk) to the chunk's byte offset in a stage (the mma kernel's padded
-// rows, the wgmma kernel's 128-byte swizzle).
-template <int kLoads>
+// rows, the wgmma kernel's 128-byte swizzle). kElemBytes: 2 for 16-bit
+// operands, 1 for FP8 codes (k and the chunks' k offsets count elements).
+template <int kLoads, int kElemBytes = 2>
 struct StageCopies {
   const char* src[kLoads];
   bool row_ok[kLoads];
@@ -119,7 +120,7 @@ struct StageCopies {
 #pragma unroll
     for (int i = 0; i < kLoads; ++i) {
       const int c = tid + i * kThreads, r = c / kChunksPerRow, ch = c % kChunksPerRow;
-      chunk_k[i] = ch * 8;
+      chunk_k[i] = ch * (16 / kElemBytes);
       dst[i] = dst_of(r, ch);
       if (r < BM) {
         int64_t a_row = row0 + r;
@@ -150,7 +151,7 @@ struct StageCopies {
 #pragma unroll
     for (int i = 0; i < kLoads; ++i) {
       const bool ok = row_ok[i] && k0 + chunk_k[i] < g.k;
-      cp_async16(stage + dst[i], ok ? src[i] + k0 * 2 : g.a_base, ok);
+      cp_async16(stage + dst[i], ok ? src[i] + k0 * kElemBytes : g.a_base, ok);
     }
   }
 };

@@ -1,0 +1,99 @@
+// FP8 row-block weights at batches past the FP8 gemv: the FP8 x FP8 GEMM
+// (cuda_gemm_fp8.cu, its activation quantiser included) against the path it
+// replaces (weights dequantised to bf16, then cuBLAS) and against cuBLAS on
+// bf16 weights, per Llama-3-8B projection shape and row count. Each launch
+// reads another copy of the weights (L2 would otherwise hold them).
+// Reported: microseconds and TFLOP/s (2 n m k per product).
+// Usage: bench_fp8_gemm [reps=20]
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "cuda_bench.h"
+
+using namespace deepinfer::cuda;
+
+namespace {
+
+using deepinfer::bench::check;
+
+template <typename F>
+double median_us(int reps, cudaStream_t s, F&& launch) {
+  return 1000.0 * deepinfer::bench::median_launch_ms(reps, s, launch);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device: nothing to measure\n");
+    return 0;
+  }
+  cudaStream_t s;
+  check(cudaStreamCreate(&s), "stream");
+  cublasHandle_t h;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 1;
+  cublasSetStream(h, s);
+  void* ws = nullptr;
+  check(cudaMalloc(&ws, 32 << 20), "malloc");
+  cublasSetWorkspace(h, ws, 32 << 20);
+
+  const size_t w_total = size_t{1} << 30;
+  const int64_t max_rows = 4096, max_k = 14336, max_m = 28672;
+  char *w8 = nullptr, *w16 = nullptr, *deq = nullptr, *x = nullptr, *out = nullptr, *scratch = nullptr;
+  check(cudaMalloc(&w8, w_total), "malloc");
+  check(cudaMalloc(&w16, w_total), "malloc");
+  check(cudaMalloc(&deq, size_t(max_m) * max_k * 2), "malloc");
+  check(cudaMalloc(&x, size_t(max_rows) * max_k * 2), "malloc");
+  check(cudaMalloc(&out, size_t(max_rows) * max_m * 2), "malloc");
+  check(cudaMalloc(&scratch, gemm_f8_scratch_bytes(max_rows, max_k)), "malloc");
+  check(cudaMemset(w8, 0, w_total), "memset");
+  check(cudaMemset(w16, 0, w_total), "memset");
+  check(cudaMemset(x, 0, size_t(max_rows) * max_k * 2), "memset");
+
+  struct Shape {
+    const char* name;
+    int64_t m, k;
+  };
+  const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate-up", 28672, 4096}, {"down", 4096, 14336}};
+  std::printf("| shape | rows | cuBLAS bf16 us | dequant + cuBLAS us | FP8 GEMM us | FP8 TFLOP/s | x cuBLAS bf16 | "
+              "x dequant |\n|---|---|---|---|---|---|---|---|\n");
+  const float alpha = 1.0f, beta = 0.0f;
+  for (const Shape& sh : shapes) {
+    const int64_t stride8 = sh.k + sh.k / 16;  // split rows: codes, then one f32 scale per 64
+    const size_t span8 = (size_t(sh.m) * stride8 + 4095) / 4096 * 4096;
+    const size_t span16 = (size_t(sh.m) * sh.k * 2 + 4095) / 4096 * 4096;
+    const size_t copies8 = std::max<size_t>(1, w_total / span8), copies16 = std::max<size_t>(1, w_total / span16);
+    for (int64_t n : {64, 128, 256, 512, 1024, 4096}) {
+      size_t next8 = 0, next16 = 0;
+      auto weights8 = [&] { return w8 + (next8++ % copies8) * span8; };
+      auto weights16 = [&] { return w16 + (next16++ % copies16) * span16; };
+      auto cublas = [&](const char* w) {
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(sh.m), static_cast<int>(n), static_cast<int>(sh.k),
+                     &alpha, w, CUDA_R_16BF, static_cast<int>(sh.k), x, CUDA_R_16BF, static_cast<int>(sh.k), &beta,
+                     out, CUDA_R_16BF, static_cast<int>(sh.m), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      };
+      const double bf16_us = median_us(reps, s, [&] { cublas(weights16()); });
+      const double deq_us = median_us(reps, s, [&] {
+        launch_dequant_f8(weights8(), stride8, sh.m, sh.k, ElemType::BF16, deq, sh.k * 2, s);
+        cublas(deq);
+      });
+      const double f8_us = median_us(reps, s, [&] {
+        launch_gemm_f8(ElemType::BF16, n, x, sh.k * 2, weights8(), stride8, sh.m, sh.k, nullptr, false, out,
+                       sh.m * 2, scratch, s);
+      });
+      check(cudaGetLastError(), "launch");
+      const double flops = 2.0 * double(n) * double(sh.m) * double(sh.k);
+      std::printf("| %s | %lld | %.1f | %.1f | %.1f | %.0f | %.2f | %.2f |\n", sh.name, static_cast<long long>(n),
+                  bf16_us, deq_us, f8_us, flops / f8_us / 1e6, bf16_us / f8_us, deq_us / f8_us);
+    }
+  }
+  check(cudaStreamSynchronize(s), "sync");
+  return 0;
+}
