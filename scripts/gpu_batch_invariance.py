@@ -101,7 +101,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--skip", default="", help="comma list of: unique,cost")
     ap.add_argument("--modes", default="on,off",
-                    help="comma list of: on, off, on-wgmma (the mode with DEEPINFER_BI_WGMMA=1)")
+                    help="comma list of: on, off, on-mma (the mode with DEEPINFER_BI_WGMMA=0: mma.sync only)")
     args = ap.parse_args()
     workdir = "/tmp/deepinfer_bi"
     os.makedirs(workdir, exist_ok=True)
@@ -112,8 +112,8 @@ def main():
         env.pop("DEEPINFER_BI_WGMMA", None)
         if mode.startswith("on"):
             env["DEEPINFER_BATCH_INVARIANT"] = "1"
-        if mode == "on-wgmma":
-            env["DEEPINFER_BI_WGMMA"] = "1"
+        if mode == "on-mma":
+            env["DEEPINFER_BI_WGMMA"] = "0"
         try:
             if "unique" not in args.skip:
                 report[f"unique_{mode}"] = uniqueness(args, env, workdir, mode)

@@ -344,8 +344,8 @@ if has bi; then
   # mode's throughput cost) on the 8B shape and (BI_MOE=1) a Qwen3-MoE slice.
   echo -e "\n## Batch invariance\n" >> "$REPORT"
   # With the kernels the mode changed: MoE (its GEMM is shared now) and attention.
-  # Then again with the wgmma GEMM for larger batches (opt-in).
-  for wgmma in 0 1; do
+  # With the wgmma GEMM for larger batches (the default), then with mma.sync only.
+  for wgmma in 1 0; do
     log="$OUT/bi_ops$([ $wgmma = 1 ] && echo _wgmma).log"
     DEEPINFER_BI_WGMMA=$wgmma timeout "${BI_OPS_TIMEOUT:-200}" "$BIN/test_ops" --gtest_brief=1 \
       --gtest_filter="${BI_OPS_FILTER:-*BatchInvariant*:*Moe*:*Attention*}" > "$log" 2>&1

@@ -104,9 +104,9 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
   // now: a step captured into a graph cannot allocate.
   if (fp8_weights_) grow_buffer(fp8_dequant_, fp8_dequant_bytes_, kFp8DequantChunkBytes, "FP8 dequantisation buffer");
   const char* wgmma = std::getenv("DEEPINFER_BI_WGMMA");
-  if (batch_invariant_ && wgmma != nullptr && std::string_view(wgmma) == "1") {
-    // Opt-in until measured on a GPU (docs/batch_invariance.md): larger
-    // batches through wgmma, only where it has mma.sync's bits here.
+  if (batch_invariant_ && (wgmma == nullptr || std::string_view(wgmma) != "0")) {
+    // Larger batches through wgmma, only where it has mma.sync's bits on this
+    // GPU (docs/batch_invariance.md); DEEPINFER_BI_WGMMA=0 keeps mma.sync.
     bi_wgmma_ = linear_mma_probe_wgmma(stream_);
     log_info("CUDA backend: batch-invariant linear of larger batches through {}",
              bi_wgmma_ ? "wgmma" : "mma.sync (wgmma's sums differ on this GPU)");

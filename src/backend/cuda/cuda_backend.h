@@ -124,7 +124,7 @@ class CudaBackend final : public Backend {
   // (no gemv, no cuBLAS), one attention kernel for every query count and no
   // split-KV, the grouped MoE GEMMs at every batch size.
   bool batch_invariant_ = false;
-  bool bi_wgmma_ = false;  // the mode's larger products through wgmma (DEEPINFER_BI_WGMMA=1 and the probe passed)
+  bool bi_wgmma_ = false;  // the mode's larger products through wgmma (the probe passed; DEEPINFER_BI_WGMMA=0: never)
   bool warned_variant_linear_ = false;
   // --quantization fp8 with DEEPINFER_CUDA_FP8=1: the FP8 gemv and the
   // dequantising prefill path (cuda_gemv_fp8.cu); opt-in until they match

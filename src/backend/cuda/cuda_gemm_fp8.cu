@@ -51,12 +51,19 @@ __global__ void quantize_rows_f8_kernel(const char* x, int64_t x_stride, int64_t
 // Two warpgroups of 64 rows x BN weight rows; k tiles of 128 codes (two scale
 // blocks) in a ring of cp.async stages, the codes in the 128-byte swizzle the
 // descriptors name, the tile's scales (2 per row of a and of w) beside them.
-template <int BN, int Stages>
+// MinBlocks: blocks an SM should hold (registers and shared memory allow
+// 2 for BN = 64), so that one block's scaling overlaps another's products.
+// Overlap: both blocks of a k tile go to the tensor cores before the first
+// is scaled (two sets of partial sums: BN = 64 only, for registers).
+template <int BN, int Stages, int MinBlocks, bool Overlap>
 struct F8Tiles {
   static constexpr int kBM = 128, kBN = BN, kBK = 128, kStages = Stages, kThreads = 256;
+  static constexpr int kMinBlocks = MinBlocks, kParts = Overlap ? 2 : 1;
+  static constexpr bool kOverlap = Overlap;
   static constexpr uint32_t kCodeBytes = (kBM + BN) * kBK;  // one stage's codes: whole swizzle atoms
   static constexpr uint32_t kScaleBytes = (kBM + BN) * 2 * sizeof(float);
   static constexpr size_t smem_bytes() { return size_t{Stages} * (kCodeBytes + kScaleBytes) + 1024; }
+  static_assert(!Overlap || BN <= 64, "two sets of partial sums fit the registers up to 64 columns");
 };
 
 // Where a's scales are ([n, k / 64] f32) and w's (after each split row's codes).
@@ -66,12 +73,12 @@ struct F8Scales {
 };
 
 template <typename T, class C, GemmOut kOut>
-__global__ void __launch_bounds__(C::kThreads) gemm_f8_kernel(GemmArgs g, F8Scales sc) {
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) gemm_f8_kernel(GemmArgs g, F8Scales sc) {
   constexpr int kRows = C::kBM + C::kBN;
   constexpr int kChunksPerRow = C::kBK / 16;
   constexpr int kLoads = kRows * kChunksPerRow / C::kThreads;
   static_assert(kRows * kChunksPerRow % C::kThreads == 0, "stage loads split evenly");
-  static_assert(kRows * 2 == 2 * C::kThreads, "one scale pair a thread per stage");
+  static_assert(kRows <= C::kThreads, "one scale pair a thread per stage");
   extern __shared__ __align__(16) char smem[];
   const uint32_t s_base = (smem_addr(smem) + 1023u) & ~1023u;
   const uint32_t s_scales = s_base + C::kStages * C::kCodeBytes;
@@ -82,13 +89,14 @@ __global__ void __launch_bounds__(C::kThreads) gemm_f8_kernel(GemmArgs g, F8Scal
   mma_gemm::StageCopies<kLoads, 1> copies;
   copies.template resolve<C::kBM, C::kBN, C::kThreads, kChunksPerRow, false, true>(
       g, 0, row0, n0, tid, [](int r, int ch) { return sw128_offset(r, ch); });
-  // This thread's scale row of every stage: a's row tid (tid < BM) or w's.
-  const float* scale_src;
-  bool scale_row_ok;
+  // This thread's scale row of every stage: a's row tid (tid < BM) or w's
+  // (threads past BM + BN have none).
+  const float* scale_src = sc.a;
+  bool scale_row_ok = false;
   if (tid < C::kBM) {
     scale_row_ok = row0 + tid < g.n_rows;
     scale_src = sc.a + (scale_row_ok ? row0 + tid : 0) * sc.blocks;
-  } else {
+  } else if (tid < kRows) {
     const int64_t col = n0 + tid - C::kBM;
     scale_row_ok = col < g.n_cols;
     scale_src = reinterpret_cast<const float*>(g.w0.base + (scale_row_ok ? col : 0) * g.w0.row_stride + g.k);
@@ -99,6 +107,7 @@ __global__ void __launch_bounds__(C::kThreads) gemm_f8_kernel(GemmArgs g, F8Scal
     copies.copy(g, s_base + slot * C::kCodeBytes, int64_t{kt} * C::kBK);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+      if (tid >= kRows) break;
       const int64_t kb = 2 * int64_t{kt} + h;
       const bool ok = scale_row_ok && kb < sc.blocks;
       const uint32_t dst = s_scales + slot * C::kScaleBytes + (tid * 2 + h) * 4;
@@ -107,9 +116,13 @@ __global__ void __launch_bounds__(C::kThreads) gemm_f8_kernel(GemmArgs g, F8Scal
     }
   };
 
-  float acc[C::kBN / 2], part[C::kBN / 2];
+  float acc[C::kBN / 2], part[C::kParts][C::kBN / 2];
 #pragma unroll
-  for (int i = 0; i < C::kBN / 2; ++i) acc[i] = part[i] = 0.0f;
+  for (int i = 0; i < C::kBN / 2; ++i) {
+    acc[i] = 0.0f;
+#pragma unroll
+    for (int p = 0; p < C::kParts; ++p) part[p][i] = 0.0f;
+  }
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
     if (s < k_tiles) load(s);
@@ -132,24 +145,44 @@ __global__ void __launch_bounds__(C::kThreads) gemm_f8_kernel(GemmArgs g, F8Scal
     const float* tile_scales = scale_ring + slot * (C::kScaleBytes / sizeof(float));
     const uint64_t desc_a = sw128_desc(stage + wg * 64 * C::kBK);
     const uint64_t desc_b = sw128_desc(stage + C::kBM * C::kBK);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (2 * int64_t{kt} + h >= sc.blocks) break;  // a last tile of one block (k % 128 == 64)
-      wgmma_gemm::wgmma_fence();
-      // Block h is bytes 64h..64h+63 of each swizzled row: k32 steps 2h, 2h + 1.
-      wgmma_gemm::wgmma_k32_e4m3<C::kBN>(part, desc_a + 4 * h, desc_b + 4 * h, 0);
-      wgmma_gemm::wgmma_k32_e4m3<C::kBN>(part, desc_a + 4 * h + 2, desc_b + 4 * h + 2, 1);
-      wgmma_gemm::wgmma_commit();
-      wgmma_gemm::wgmma_wait<0>();
+    const bool second = 2 * int64_t{kt} + 1 < sc.blocks;  // else the tile is one block (k % 128 == 64)
+    // part += block h's products scaled by activation scale x weight scale.
+    auto scale_in = [&](const float (&p)[C::kBN / 2], int h) {
       const float sa0 = tile_scales[a_row * 2 + h], sa1 = tile_scales[(a_row + 8) * 2 + h];
 #pragma unroll
       for (int j = 0; j < C::kBN / 8; ++j) {
         const int c = C::kBM + j * 8 + (lane & 3) * 2;
         const float sw0 = tile_scales[c * 2 + h], sw1 = tile_scales[(c + 1) * 2 + h];
-        acc[4 * j] = fmaf(part[4 * j], sa0 * sw0, acc[4 * j]);
-        acc[4 * j + 1] = fmaf(part[4 * j + 1], sa0 * sw1, acc[4 * j + 1]);
-        acc[4 * j + 2] = fmaf(part[4 * j + 2], sa1 * sw0, acc[4 * j + 2]);
-        acc[4 * j + 3] = fmaf(part[4 * j + 3], sa1 * sw1, acc[4 * j + 3]);
+        acc[4 * j] = fmaf(p[4 * j], sa0 * sw0, acc[4 * j]);
+        acc[4 * j + 1] = fmaf(p[4 * j + 1], sa0 * sw1, acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(p[4 * j + 2], sa1 * sw0, acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(p[4 * j + 3], sa1 * sw1, acc[4 * j + 3]);
+      }
+    };
+    // Block h is bytes 64h..64h+63 of each swizzled row: k32 steps 2h, 2h + 1.
+    auto block_products = [&](float (&p)[C::kBN / 2], int h) {
+      wgmma_gemm::wgmma_k32_e4m3<C::kBN>(p, desc_a + 4 * h, desc_b + 4 * h, 0);
+      wgmma_gemm::wgmma_k32_e4m3<C::kBN>(p, desc_a + 4 * h + 2, desc_b + 4 * h + 2, 1);
+    };
+    if constexpr (C::kOverlap) {
+      wgmma_gemm::wgmma_fence();
+      block_products(part[0], 0);
+      wgmma_gemm::wgmma_commit();
+      if (second) block_products(part[C::kParts - 1], 1);
+      wgmma_gemm::wgmma_commit();
+      wgmma_gemm::wgmma_wait<1>();
+      scale_in(part[0], 0);
+      wgmma_gemm::wgmma_wait<0>();
+      if (second) scale_in(part[C::kParts - 1], 1);
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (h == 1 && !second) break;
+        wgmma_gemm::wgmma_fence();
+        block_products(part[0], h);
+        wgmma_gemm::wgmma_commit();
+        wgmma_gemm::wgmma_wait<0>();
+        scale_in(part[0], h);
       }
     }
   }
@@ -179,14 +212,29 @@ void launch_gemm(const GemmArgs& g, const F8Scales& sc, cudaStream_t stream) {
   kernel<<<grid, C::kThreads, smem, stream>>>(g, sc);
 }
 
-using GemmTiles = F8Tiles<128, 4>;
+// bench_fp8_gemm times each configuration (DEEPINFER_FP8_GEMM_TILES picks one
+// there); the default is the fastest on an H100.
+using Tiles128 = F8Tiles<128, 4, 1, false>;
+using Tiles64x2 = F8Tiles<64, 4, 2, false>;
+using Tiles64Overlap = F8Tiles<64, 4, 1, true>;
+using Tiles64Overlapx2 = F8Tiles<64, 4, 2, true>;
+
+template <typename T, class C>
+void launch_out(const GemmArgs& g, const F8Scales& sc, bool out_f32, cudaStream_t s) {
+  if (out_f32) {
+    launch_gemm<T, C, GemmOut::F32>(g, sc, s);
+  } else {
+    launch_gemm<T, C, GemmOut::Elem>(g, sc, s);
+  }
+}
 
 template <typename T>
-void launch_typed(const GemmArgs& g, const F8Scales& sc, bool out_f32, cudaStream_t s) {
-  if (out_f32) {
-    launch_gemm<T, GemmTiles, GemmOut::F32>(g, sc, s);
-  } else {
-    launch_gemm<T, GemmTiles, GemmOut::Elem>(g, sc, s);
+void launch_typed(const GemmArgs& g, const F8Scales& sc, bool out_f32, int tiles, cudaStream_t s) {
+  switch (tiles) {
+    case 1: launch_out<T, Tiles64x2>(g, sc, out_f32, s); break;
+    case 2: launch_out<T, Tiles64Overlap>(g, sc, out_f32, s); break;
+    case 3: launch_out<T, Tiles64Overlapx2>(g, sc, out_f32, s); break;
+    default: launch_out<T, Tiles128>(g, sc, out_f32, s); break;
   }
 }
 
@@ -206,7 +254,7 @@ size_t gemm_f8_scratch_bytes(int64_t n, int64_t k) {
 
 void launch_gemm_f8(ElemType x_type, int64_t n, const char* x, int64_t x_stride, const char* w, int64_t w_stride,
                     int64_t m, int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride,
-                    char* scratch, Stream stream) {
+                    char* scratch, Stream stream, int tiles) {
   auto s = static_cast<cudaStream_t>(stream);
   auto* codes = reinterpret_cast<uint8_t*>(scratch);
   // The scales after the codes, 16-byte aligned (n * k is a multiple of 64).
@@ -232,9 +280,9 @@ void launch_gemm_f8(ElemType x_type, int64_t n, const char* x, int64_t x_stride,
   g.out_stride = out_stride;
   const F8Scales sc{scales, k / kBlock};
   if (x_type == ElemType::BF16) {
-    launch_typed<__nv_bfloat16>(g, sc, out_f32, s);
+    launch_typed<__nv_bfloat16>(g, sc, out_f32, tiles, s);
   } else {
-    launch_typed<__half>(g, sc, out_f32, s);
+    launch_typed<__half>(g, sc, out_f32, tiles, s);
   }
 }
 

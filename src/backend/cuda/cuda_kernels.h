@@ -167,12 +167,14 @@ bool launch_gemv_f8_glu(ElemType x_type, int n, const char* x, int64_t x_stride,
 // (+ f32 bias) with W in FP8 row blocks (split rows) and x (bf16/f16) rounded
 // to e4m3 with one scale per 64 elements of a row (max |x| / 448) into
 // `scratch` (gemm_f8_scratch_bytes(n, k)); f32 or x-typed out. Hopper only.
+// tiles: 0 = 128 x 128, 1 = 128 x 64 two blocks an SM, 2 = 128 x 64 with both
+// k blocks of a tile in flight, 3 = both (bench_fp8_gemm compares them).
 bool gemm_f8_fits(int64_t k, int64_t m, const char* x, int64_t x_stride, const char* w, int64_t w_stride,
                   const char* out, int64_t out_stride);
 size_t gemm_f8_scratch_bytes(int64_t n, int64_t k);
 void launch_gemm_f8(ElemType x_type, int64_t n, const char* x, int64_t x_stride, const char* w, int64_t w_stride,
                     int64_t m, int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride,
-                    char* scratch, Stream stream);
+                    char* scratch, Stream stream, int tiles = 0);
 // Rows of FP8 row blocks to bf16/f16 rows (prefill: then cuBLAS).
 void launch_dequant_f8(const char* w, int64_t w_stride, int64_t rows, int64_t k, ElemType out_type, char* out,
                        int64_t out_stride, Stream stream);

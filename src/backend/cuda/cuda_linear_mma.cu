@@ -45,13 +45,19 @@ using RowsMany = TileConfig<128, 128, 64, 2, 4, 3>;  // 8 warps of 64 x 32
 using GatedRows128 = Rows256;                    // 64 x 128 x 64, warps of 32 x 32
 using GatedRowsMany = TileConfig<128, 64, 32, 4, 2, 4>;
 
-// From this many rows the wgmma GEMM (opted in, and where it has the
-// mma.sync bits): the products are compute-bound there, and the mma.sync
-// GEMM tops out near 280 TFLOP/s, a third of cuBLAS's wgmma kernels (H100,
-// bench_bi_linear). The threshold is a guess until the wgmma GEMM is timed.
-constexpr int64_t kWgmmaMinRows = 128;
-using WgmmaRows = wgmma_gemm::TileConfig<128, 2, 4>;      // 128 x 128, two warpgroups
-using WgmmaGatedRows = wgmma_gemm::TileConfig<64, 2, 4>;  // 128 x 64 of gate and of up
+// Past 32 rows the wgmma GEMM (where it has the mma.sync bits: the start-up
+// probe): it adds each output's k16 steps in the same order with the same
+// rounding (bench_bi_bits: 0 differing outputs on every Llama-3-8B shape at
+// 200-4,096 rows, H100) and runs 1.5-3x faster there (bench_bi_linear, run 71:
+// at 256 rows a layer's four products take 303 us against 759 with mma.sync;
+// cuBLAS 205). Its tiles by row count, from the same sweep: one warpgroup of
+// 64 x 64 streams the weights for up to 128 rows (its time is flat from 1 to
+// 128), larger tiles reuse them beyond.
+constexpr int64_t kWgmmaMinRows = 33;
+using WgmmaRows128 = wgmma_gemm::TileConfig<64, 1, 6>;   // 64 x 64, six stages
+using WgmmaRows256 = wgmma_gemm::TileConfig<64, 2, 4>;   // 128 x 64
+using WgmmaRowsMany = wgmma_gemm::TileConfig<128, 2, 3>;  // 128 x 128, three stages (two blocks an SM)
+using WgmmaGatedRows = wgmma_gemm::TileConfig<64, 2, 3>;  // 128 x 64 of gate and of up
 
 template <typename T, GemmOut kOut>
 void launch_by_rows(const mma_gemm::GemmArgs& g, bool wgmma, cudaStream_t s) {
@@ -59,8 +65,12 @@ void launch_by_rows(const mma_gemm::GemmArgs& g, bool wgmma, cudaStream_t s) {
   if (wgmma && n >= kWgmmaMinRows) {
     if constexpr (kOut == GemmOut::GatedAct) {
       wgmma_gemm::launch_wgmma_gemm<T, WgmmaGatedRows, kOut>(g, s);
+    } else if (n <= 128) {
+      wgmma_gemm::launch_wgmma_gemm<T, WgmmaRows128, kOut>(g, s);
+    } else if (n <= 256) {
+      wgmma_gemm::launch_wgmma_gemm<T, WgmmaRows256, kOut>(g, s);
     } else {
-      wgmma_gemm::launch_wgmma_gemm<T, WgmmaRows, kOut>(g, s);
+      wgmma_gemm::launch_wgmma_gemm<T, WgmmaRowsMany, kOut>(g, s);
     }
     return;
   }
@@ -174,7 +184,7 @@ bool linear_mma_probe_wgmma(Stream stream) {
     g.out_stride = m * static_cast<int64_t>(sizeof(float));
     launch_dense<__nv_bfloat16, RowsMany, GemmOut::F32>(g, s);
     g.out = out + out_bytes;
-    wgmma_gemm::launch_wgmma_gemm<__nv_bfloat16, WgmmaRows, GemmOut::F32>(g, s);
+    wgmma_gemm::launch_wgmma_gemm<__nv_bfloat16, WgmmaRowsMany, GemmOut::F32>(g, s);
     std::vector<char> both(2 * out_bytes);
     if (cudaMemcpyAsync(both.data(), out, both.size(), cudaMemcpyDeviceToHost, s) == cudaSuccess &&
         cudaStreamSynchronize(s) == cudaSuccess) {
