@@ -101,7 +101,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--skip", default="", help="comma list of: unique,cost")
     ap.add_argument("--modes", default="on,off",
-                    help="comma list of: on, off, on-mma (the mode with DEEPINFER_BI_WGMMA=0: mma.sync only)")
+                    help="comma list of: on, off, on-wgmma (the mode without cuBLASLt: DEEPINFER_BI_CUBLAS=0), "
+                         "on-mma (mma.sync only: DEEPINFER_BI_CUBLAS=0 DEEPINFER_BI_WGMMA=0)")
     args = ap.parse_args()
     workdir = "/tmp/deepinfer_bi"
     os.makedirs(workdir, exist_ok=True)
@@ -110,8 +111,11 @@ def main():
         env = dict(os.environ)
         env.pop("DEEPINFER_BATCH_INVARIANT", None)
         env.pop("DEEPINFER_BI_WGMMA", None)
+        env.pop("DEEPINFER_BI_CUBLAS", None)
         if mode.startswith("on"):
             env["DEEPINFER_BATCH_INVARIANT"] = "1"
+        if mode in ("on-wgmma", "on-mma"):
+            env["DEEPINFER_BI_CUBLAS"] = "0"
         if mode == "on-mma":
             env["DEEPINFER_BI_WGMMA"] = "0"
         try:

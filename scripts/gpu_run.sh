@@ -344,14 +344,16 @@ if has bi; then
   # mode's throughput cost) on the 8B shape and (BI_MOE=1) a Qwen3-MoE slice.
   echo -e "\n## Batch invariance\n" >> "$REPORT"
   # With the kernels the mode changed: MoE (its GEMM is shared now) and attention.
-  # With the wgmma GEMM for larger batches (the default), then with mma.sync only.
-  for wgmma in 1 0; do
-    log="$OUT/bi_ops$([ $wgmma = 1 ] && echo _wgmma).log"
-    DEEPINFER_BI_WGMMA=$wgmma timeout "${BI_OPS_TIMEOUT:-200}" "$BIN/test_ops" --gtest_brief=1 \
-      --gtest_filter="${BI_OPS_FILTER:-*BatchInvariant*:*Moe*:*Attention*}" > "$log" 2>&1
-    echo "test_ops BatchInvariant, DEEPINFER_BI_WGMMA=$wgmma: exit code $?" >> "$REPORT"
-    grep -E '^\[  (PASSED|FAILED) |Failure|Expected|run [0-9]|rows from|wgmma|mma.sync' "$log" | head -20 |
-      sed 's/^/    /' >> "$REPORT"
+  # The default (larger batches through cuBLASLt without a split of k, then
+  # wgmma), then wgmma without cuBLASLt, then mma.sync only.
+  for paths in "1 1" "0 1" "0 0"; do
+    read -r cublas wgmma <<< "$paths"
+    log="$OUT/bi_ops_cublas${cublas}_wgmma${wgmma}.log"
+    DEEPINFER_BI_CUBLAS=$cublas DEEPINFER_BI_WGMMA=$wgmma timeout "${BI_OPS_TIMEOUT:-200}" "$BIN/test_ops" \
+      --gtest_brief=1 --gtest_filter="${BI_OPS_FILTER:-*BatchInvariant*:*Moe*:*Attention*}" > "$log" 2>&1
+    echo "test_ops BatchInvariant, DEEPINFER_BI_CUBLAS=$cublas DEEPINFER_BI_WGMMA=$wgmma: exit code $?" >> "$REPORT"
+    grep -E '^\[  (PASSED|FAILED) |Failure|Expected|run [0-9]|rows from|wgmma|mma.sync|cuBLASLt' "$log" | sort -u |
+      head -20 | sed 's/^/    /' >> "$REPORT"
   done
   if [ -z "${BI_SKIP_DENSE:-}" ]; then
     make_llama8b

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend_helpers.h"
+#include "backend/cuda/cuda_unsplit_gemm.h"
 #include "backend/cuda/cuda_expert_counts.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_moe.h"
@@ -110,6 +111,17 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
     bi_wgmma_ = linear_mma_probe_wgmma(stream_);
     log_info("CUDA backend: batch-invariant linear of larger batches through {}",
              bi_wgmma_ ? "wgmma" : "mma.sync (wgmma's sums differ on this GPU)");
+  }
+  const char* unsplit = std::getenv("DEEPINFER_BI_CUBLAS");
+  if (batch_invariant_ && (unsplit == nullptr || std::string_view(unsplit) != "0")) {
+    // Larger batches through cuBLASLt's kernels that do not split k, where
+    // they give the mma.sync GEMM's bits on this GPU.
+    unsplit_gemm_ = std::make_unique<UnsplitGemm>();
+    unsplit_gemm_->init(cublas_workspace_, kCublasWorkspaceBytes);
+    bi_cublas_ = probe_unsplit_gemm();
+    log_info("CUDA backend: batch-invariant linear of larger batches {}",
+             bi_cublas_ ? "through cuBLASLt without a split of k"
+                        : "not through cuBLASLt (its sums differ from the invariant GEMM's on this GPU)");
   }
   check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   log_debug("cuda: {} ({} SMs, {:.1f} GiB), compute capability {}.{}", prop.name, num_sms_,

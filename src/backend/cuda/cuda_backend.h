@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "backend/backend.h"
@@ -24,6 +25,8 @@ struct CUstream_st;
 struct cublasContext;
 
 namespace deepinfer::cuda {
+
+class UnsplitGemm;
 
 class CudaBackend final : public Backend {
  public:
@@ -125,6 +128,12 @@ class CudaBackend final : public Backend {
   // split-KV, the grouped MoE GEMMs at every batch size.
   bool batch_invariant_ = false;
   bool bi_wgmma_ = false;  // the mode's larger products through wgmma (the probe passed; DEEPINFER_BI_WGMMA=0: never)
+  // The mode's larger products through cuBLASLt without a split of k (the
+  // probe passed; DEEPINFER_BI_CUBLAS=0: never), cuda_unsplit_gemm.h.
+  bool bi_cublas_ = false;
+  std::unique_ptr<UnsplitGemm> unsplit_gemm_;
+  static constexpr int64_t kBiCublasMinRows = 33;
+  bool probe_unsplit_gemm();
   bool warned_variant_linear_ = false;
   // --quantization fp8 with DEEPINFER_CUDA_FP8=1: the FP8 gemv and the
   // dequantising prefill path (cuda_gemv_fp8.cu); opt-in until they match

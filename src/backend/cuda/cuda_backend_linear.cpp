@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_helpers.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_unsplit_gemm.h"
 #include "core/error.h"
 #include "core/logging.h"
 
@@ -80,6 +81,11 @@ void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bi
 
   const bool out_ok = out.dtype() == DType::F32 || out.dtype() == x.dtype();
   if (batch_invariant_) {
+    if (bi_cublas_ && n >= kBiCublasMinRows && bias_data == nullptr && x.dtype() == weight.dtype() && out_ok &&
+        unsplit_gemm_->run(cublas_type(x.dtype()), cublas_type(out.dtype()), n, m, k, x.data(), ld_of(x, k),
+                           weight.data(), ld_of(weight, k), out.data(), ld_of(out, m), cu(stream_))) {
+      return;
+    }
     if (x.dtype() == weight.dtype() && out_ok &&
         linear_mma_fits(static_cast<const char*>(x.data()), x.stride_bytes(0), static_cast<const char*>(weight.data()),
                         weight.stride_bytes(0), m, k, static_cast<const char*>(out.data()), out.stride_bytes(0))) {
@@ -228,6 +234,8 @@ bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activat
   // decode-sized product only; larger batches are compute-bound GEMMs.
   if (batch_invariant_) {
     if (w_gate_up.dtype() != x.dtype() || x.dtype() == DType::F32) return false;
+    // Batches the mode's linear hands to cuBLASLt: linear + activation (the same bits).
+    if (bi_cublas_ && x.size(0) >= kBiCublasMinRows) return false;
     const bool launched = launch_gated_linear_mma(
         elem_type(x.dtype(), "gated_linear"), x.size(0), static_cast<const char*>(x.data()), x.stride_bytes(0),
         static_cast<const char*>(w_gate_up.data()), w_gate_up.stride_bytes(0), out.size(1), x.size(1),
@@ -254,6 +262,18 @@ bool CudaBackend::gated_linear(const Tensor& x, const Tensor& w_gate_up, Activat
                   w_gate_up.stride_bytes(0), out.size(1), x.size(1), act == Activation::GeluTanh,
                   static_cast<char*>(out.data()), out.stride_bytes(0), stream_);
   check_launch("gated_linear");
+  return true;
+}
+
+bool CudaBackend::probe_unsplit_gemm() {
+  // Two row counts, for which cuBLASLt picks different kernels.
+  for (int64_t n : {48, 256}) {
+    const bool same = linear_mma_probe(
+        stream_, n, 136, 1040, [this](const char* x, const char* w, char* out, int64_t rows, int64_t m, int64_t k) {
+          return unsplit_gemm_->run(CUDA_R_16BF, CUDA_R_32F, rows, m, k, x, k, w, k, out, m, cu(stream_));
+        });
+    if (!same) return false;
+  }
   return true;
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace deepinfer::cuda {
 
@@ -200,11 +201,16 @@ void launch_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride
 bool launch_gated_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride, const char* w_gate_up,
                              int64_t w_stride, int64_t f, int64_t k, bool gelu, char* out, int64_t out_stride,
                              bool wgmma, Stream stream);
-// Whether this GPU's wgmma GEMM computes the same f32 sums, bit for bit, as
-// the mma.sync GEMM (both add each output's k16 products in order; whether
-// the two instructions round a k16 step alike is the hardware's): both run on
-// random operands, compared. Synchronous and allocating: call before any
-// graph capture.
+// Whether another GEMM computes the same f32 sums, bit for bit, as the
+// mma.sync GEMM on this GPU (both add each output's k16 products in order;
+// whether two instructions round a k16 step alike is the hardware's): both
+// run on random bf16 operands x [n, k] and w [m, k] into f32 out [n, m]
+// (row-major, contiguous), compared. `candidate` launches the other GEMM on
+// the stream and returns whether it could. Synchronous and allocating: call
+// before any graph capture.
+using ProbeGemm = std::function<bool(const char* x, const char* w, char* out, int64_t n, int64_t m, int64_t k)>;
+bool linear_mma_probe(Stream stream, int64_t n, int64_t m, int64_t k, const ProbeGemm& candidate);
+// The probe for the wgmma GEMM of cuda_wgmma_gemm.cuh.
 bool linear_mma_probe_wgmma(Stream stream);
 // Element-type conversion of a row view into a contiguous buffer.
 void launch_convert(ElemType from, RowView x, ElemType to, char* out, Stream stream);

@@ -152,12 +152,9 @@ bool launch_gated_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_
   return true;
 }
 
-bool linear_mma_probe_wgmma(Stream stream) {
-  // 256 rows of k = 1,040 (16 full 64-wide k tiles and a partial one) against
-  // 136 weight rows (a partial column tile), random bf16 from a fixed LCG.
-  constexpr int64_t n = 256, m = 136, k = 1040;
+bool linear_mma_probe(Stream stream, int64_t n, int64_t m, int64_t k, const ProbeGemm& candidate) {
   std::vector<__nv_bfloat16> hx(n * k), hw(m * k);
-  uint32_t state = 12345;
+  uint32_t state = 12345;  // a fixed LCG: the same operands every start
   auto next = [&state] {
     state = state * 1664525u + 1013904223u;
     return static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) / float(1 << 23);
@@ -167,7 +164,7 @@ bool linear_mma_probe_wgmma(Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   char *x = nullptr, *w = nullptr, *out = nullptr;
   bool same = false;
-  const size_t out_bytes = size_t{n} * m * sizeof(float);
+  const size_t out_bytes = size_t(n) * m * sizeof(float);
   if (cudaMalloc(&x, hx.size() * 2) == cudaSuccess && cudaMalloc(&w, hw.size() * 2) == cudaSuccess &&
       cudaMalloc(&out, 2 * out_bytes) == cudaSuccess) {
     cudaMemcpyAsync(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice, s);
@@ -183,19 +180,41 @@ bool linear_mma_probe_wgmma(Stream stream) {
     g.out = out;
     g.out_stride = m * static_cast<int64_t>(sizeof(float));
     launch_dense<__nv_bfloat16, RowsMany, GemmOut::F32>(g, s);
-    g.out = out + out_bytes;
-    wgmma_gemm::launch_wgmma_gemm<__nv_bfloat16, WgmmaRowsMany, GemmOut::F32>(g, s);
+    cudaMemsetAsync(out + out_bytes, 0xff, out_bytes, s);
     std::vector<char> both(2 * out_bytes);
-    if (cudaMemcpyAsync(both.data(), out, both.size(), cudaMemcpyDeviceToHost, s) == cudaSuccess &&
+    if (candidate(x, w, out + out_bytes, n, m, k) &&
+        cudaMemcpyAsync(both.data(), out, both.size(), cudaMemcpyDeviceToHost, s) == cudaSuccess &&
         cudaStreamSynchronize(s) == cudaSuccess) {
       same = std::memcmp(both.data(), both.data() + out_bytes, out_bytes) == 0;
     }
   }
+  cudaStreamSynchronize(s);
   cudaGetLastError();  // a failed launch or copy means "no": clear it
   cudaFree(x);
   cudaFree(w);
   cudaFree(out);
   return same;
+}
+
+bool linear_mma_probe_wgmma(Stream stream) {
+  // 256 rows of k = 1,040 (16 full 64-wide k tiles and a partial one) against
+  // 136 weight rows (a partial column tile).
+  return linear_mma_probe(stream, 256, 136, 1040,
+                          [stream](const char* x, const char* w, char* out, int64_t n, int64_t m, int64_t k) {
+                            mma_gemm::GemmArgs g;
+                            g.n_rows = n;
+                            g.a_base = x;
+                            g.a_stride = k * 2;
+                            g.w0 = MoeWeightView{w, 0, k * 2};
+                            g.w1 = g.w0;
+                            g.n_cols = m;
+                            g.k = k;
+                            g.out = out;
+                            g.out_stride = m * static_cast<int64_t>(sizeof(float));
+                            wgmma_gemm::launch_wgmma_gemm<__nv_bfloat16, WgmmaRowsMany, GemmOut::F32>(
+                                g, static_cast<cudaStream_t>(stream));
+                            return true;
+                          });
 }
 
 }  // namespace deepinfer::cuda
