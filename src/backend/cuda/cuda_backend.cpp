@@ -68,7 +68,7 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
     fp8_weights_ = true;
   }
   const char* fp8_gemm = std::getenv("DEEPINFER_FP8_GEMM");
-  fp8_gemm_ = fp8_gemm != nullptr && std::string_view(fp8_gemm) == "1";
+  fp8_gemm_ = fp8_gemm == nullptr || std::string_view(fp8_gemm) != "0";
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -104,6 +104,10 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
   // The dequantising FP8 path's chunk buffer at its largest (linear_fp8),
   // now: a step captured into a graph cannot allocate.
   if (fp8_weights_) grow_buffer(fp8_dequant_, fp8_dequant_bytes_, kFp8DequantChunkBytes, "FP8 dequantisation buffer");
+  if (fp8_weights_ && fp8_gemm_) {
+    grow_buffer(fp8_gemm_scratch_, fp8_gemm_scratch_bytes_, gemm_f8_scratch_bytes(kFp8GemmMaxRows, 32768),
+                "FP8 GEMM activation codes");
+  }
   const char* wgmma = std::getenv("DEEPINFER_BI_WGMMA");
   if (batch_invariant_ && (wgmma == nullptr || std::string_view(wgmma) != "0")) {
     // Larger batches through wgmma, only where it has mma.sync's bits on this

@@ -54,19 +54,24 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& weight, const Tensor
     check_launch("linear(gemv fp8)");
     return;
   }
-  if (fp8_gemm_ && !batch_invariant_ && gemm_f8_fits(k, m, static_cast<const char*>(x.data()), x.stride_bytes(0),
-                                                     static_cast<const char*>(weight.data()), weight.stride_bytes(0),
-                                                     static_cast<const char*>(out.data()), out.stride_bytes(0))) {
-    // Larger batches on FP8 tensor cores, activations quantised per 64
-    // elements. A graph being captured cannot grow the codes' buffer: such a
-    // step takes the dequantising path below.
+  if (fp8_gemm_ && !batch_invariant_ && n <= kFp8GemmMaxRows &&
+      gemm_f8_fits(k, m, static_cast<const char*>(x.data()), x.stride_bytes(0),
+                   static_cast<const char*>(weight.data()), weight.stride_bytes(0),
+                   static_cast<const char*>(out.data()), out.stride_bytes(0))) {
+    // Decode batches past the gemv on FP8 tensor cores, activations quantised
+    // per 64 elements. A graph being captured cannot grow the codes' buffer
+    // (sized at start-up for kFp8GemmMaxRows rows of 32,768): such a step
+    // takes the dequantising path below.
     const size_t need = gemm_f8_scratch_bytes(n, k);
     if (!capturing_ || need <= fp8_gemm_scratch_bytes_) {
       grow_buffer(fp8_gemm_scratch_, fp8_gemm_scratch_bytes_, need, "FP8 GEMM activation codes");
+      // Tiles from bench_fp8_gemm (H100, run 72): 128 x 128 for the wide
+      // gate-up rows, 128 x 64 with both k blocks in flight for the others.
+      const int tiles = m >= 16384 ? 0 : 2;
       launch_gemm_f8(elem_type(x.dtype(), "linear"), n, static_cast<const char*>(x.data()), x.stride_bytes(0),
                      static_cast<const char*>(weight.data()), weight.stride_bytes(0), m, k, bias_data,
                      out.dtype() == DType::F32, static_cast<char*>(out.data()), out.stride_bytes(0),
-                     static_cast<char*>(fp8_gemm_scratch_), stream_);
+                     static_cast<char*>(fp8_gemm_scratch_), stream_, tiles);
       check_launch("linear(gemm fp8)");
       return;
     }
