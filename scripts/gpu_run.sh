@@ -287,13 +287,13 @@ if has fp8 && [ -n "$BIN" ]; then
   fi
   make_llama8b
   # FP8_GEMV: gemv_f8 configurations to A/B ("stages,codes"; "default" = the
-  # launcher's; "nogemm": the launcher's with DEEPINFER_FP8_GEMM=0, batches
-  # past the gemv dequantised for cuBLAS). FP8_BATCHES: the decode batches.
+  # launcher's; "gemm": the launcher's with DEEPINFER_FP8_GEMM=1, batches of
+  # 65-256 rows through the FP8 GEMM). FP8_BATCHES: the decode batches.
   for round in $(seq 1 "${FP8_ROUNDS:-2}"); do
     for q in none ${FP8_GEMV:-default}; do
       qz=fp8; [ "$q" = none ] && qz=none
       extra=""
-      case "$q" in none|default) ;; nogemm) extra="DEEPINFER_FP8_GEMM=0" ;; *) extra="DEEPINFER_GEMV_F8=$q" ;; esac
+      case "$q" in none|default) ;; gemm) extra="DEEPINFER_FP8_GEMM=1" ;; *) extra="DEEPINFER_GEMV_F8=$q" ;; esac
       env DEEPINFER_CUDA_FP8=1 $extra timeout 240 \
         "$BIN/deepinfer" bench --device cuda --model /tmp/deepinfer_e2e/llama8b \
         -b "${FP8_BATCHES:-1,4,32}" -p 128 -g 256 -r 1 --json --max-model-len 512 --quantization $qz \

@@ -127,10 +127,10 @@ TEST_F(CudaBf16Test, Linear) {
   // Decode shapes cover each gemv partition: 4 warps per row, 1 ([2200, 2048])
   // and 2 (an LM-head-like 65,536 rows of 64). FP8 row-block weights
   // (cuda_gemv_fp8.cu): the tensor-core FP8 gemv up to 64 rows (1-4 token
-  // tiles per CTA, two CTAs on one weight tile at 64), the FP8 GEMM to 256
-  // rows (cuda_gemm_fp8.cu, within the e4m3 rounding of the activations),
-  // dequantised chunks through cuBLAS beyond; checked against the exact
-  // dequantised values.
+  // tiles per CTA, two CTAs on one weight tile at 64), dequantised chunks
+  // through cuBLAS beyond (or, DEEPINFER_FP8_GEMM=1, the FP8 GEMM up to 256
+  // rows, within the e4m3 rounding of its activations); checked against the
+  // exact dequantised values.
   for (const Case& c : std::vector<Case>{{1, 4096, 1024, false}, {3, 256, 300, true}, {64, 512, 128, false},
                                          {257, 1024, 96, true}, {2, 2048, 2200, true}, {1, 64, 65536, false},
                                          {11, 1024, 200, true}, {20, 192, 40, false}, {33, 640, 24, true},
@@ -158,9 +158,9 @@ TEST_F(CudaBf16Test, Linear) {
             sum += p;
             mag += std::abs(p);
           }
-          // Past the FP8 gemv's 64 rows: up to 256 rows the FP8 GEMM (activations
-          // rounded to e4m3: at most 2^-4 of each product), beyond the weights
-          // rounded to bf16 for cuBLAS.
+          // Past the FP8 gemv's 64 rows: the weights rounded to bf16 for cuBLAS,
+          // or with DEEPINFER_FP8_GEMM=1 up to 256 rows the FP8 GEMM
+          // (activations rounded to e4m3: at most 2^-4 of each product).
           const bool fp8 = w_type == DType::F8E4M3_B64;
           const bool rounded = out_type == DType::BF16 || (fp8 && c.n > 64);
           double tol = (rounded ? 4e-3 : 1e-4) * (std::abs(sum) + mag) + 1e-4;

@@ -68,7 +68,7 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
     fp8_weights_ = true;
   }
   const char* fp8_gemm = std::getenv("DEEPINFER_FP8_GEMM");
-  fp8_gemm_ = fp8_gemm == nullptr || std::string_view(fp8_gemm) != "0";
+  fp8_gemm_ = fp8_gemm != nullptr && std::string_view(fp8_gemm) == "1";
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {

@@ -212,8 +212,8 @@ void launch_gemm(const GemmArgs& g, const F8Scales& sc, cudaStream_t stream) {
   kernel<<<grid, C::kThreads, smem, stream>>>(g, sc);
 }
 
-// bench_fp8_gemm times each configuration (DEEPINFER_FP8_GEMM_TILES picks one
-// there); the default is the fastest on an H100.
+// bench_fp8_gemm times each configuration (launch_gemm_f8's `tiles`); the
+// backend picks by width from its H100 figures.
 using Tiles128 = F8Tiles<128, 4, 1, false>;
 using Tiles64x2 = F8Tiles<64, 4, 2, false>;
 using Tiles64Overlap = F8Tiles<64, 4, 1, true>;
