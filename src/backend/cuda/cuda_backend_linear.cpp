@@ -81,12 +81,14 @@ void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bi
 
   const bool out_ok = out.dtype() == DType::F32 || out.dtype() == x.dtype();
   if (batch_invariant_) {
-    if (bi_cublas_ && n >= kBiCublasMinRows && bias_data == nullptr && x.dtype() == weight.dtype() && out_ok &&
+    // The invariant GEMMs take 16-bit operands of one type.
+    const bool fits_16bit = x.dtype() == weight.dtype() && x.dtype() != DType::F32 && out_ok;
+    if (bi_cublas_ && n >= kBiCublasMinRows && bias_data == nullptr && fits_16bit &&
         unsplit_gemm_->run(cublas_type(x.dtype()), cublas_type(out.dtype()), n, m, k, x.data(), ld_of(x, k),
                            weight.data(), ld_of(weight, k), out.data(), ld_of(out, m), cu(stream_))) {
       return;
     }
-    if (x.dtype() == weight.dtype() && out_ok &&
+    if (fits_16bit &&
         linear_mma_fits(static_cast<const char*>(x.data()), x.stride_bytes(0), static_cast<const char*>(weight.data()),
                         weight.stride_bytes(0), m, k, static_cast<const char*>(out.data()), out.stride_bytes(0))) {
       launch_linear_mma(elem_type(x.dtype(), "linear"), n, static_cast<const char*>(x.data()), x.stride_bytes(0),

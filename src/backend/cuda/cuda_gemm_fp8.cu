@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) gemm_f8_kernel(Gem
     const uint64_t desc_a = sw128_desc(stage + wg * 64 * C::kBK);
     const uint64_t desc_b = sw128_desc(stage + C::kBM * C::kBK);
     const bool second = 2 * int64_t{kt} + 1 < sc.blocks;  // else the tile is one block (k % 128 == 64)
-    // part += block h's products scaled by activation scale x weight scale.
+    // acc += block h's sums on codes (p) x activation scale x weight scale.
     auto scale_in = [&](const float (&p)[C::kBN / 2], int h) {
       const float sa0 = tile_scales[a_row * 2 + h], sa1 = tile_scales[(a_row + 8) * 2 + h];
 #pragma unroll
