@@ -143,10 +143,10 @@ class CudaBackend final : public Backend {
   void* fp8_dequant_ = nullptr;  // grow-only: FP8 weight rows as bf16/f16 for cuBLAS
   size_t fp8_dequant_bytes_ = 0;
   // DEEPINFER_FP8_GEMM=1: batches past the FP8 gemv, up to kFp8GemmMaxRows,
-  // through the FP8 x FP8 tensor-core GEMM (cuda_gemm_fp8.cu): there it beat
-  // dequantising for cuBLAS by 1.05-2.4x (bench_fp8_gemm, H100); beyond, it
-  // lost (its 350 TFLOP/s against cuBLAS's bf16 rate). Opt-in until a
-  // decode run of the engine measures it end to end.
+  // through the FP8 x FP8 tensor-core GEMM (cuda_gemm_fp8.cu): at 128 and 256
+  // rows it ran at 0.96-2.3x the speed of dequantising for cuBLAS
+  // (bench_fp8_gemm, H100); beyond, it lost (its 350 TFLOP/s against cuBLAS's
+  // bf16 rate). Opt-in until a decode run of the engine measures it.
   bool fp8_gemm_ = false;
   static constexpr int64_t kFp8GemmMaxRows = 256;
   void* fp8_gemm_scratch_ = nullptr;  // grow-only: the activations' e4m3 codes and scales
