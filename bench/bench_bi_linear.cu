@@ -21,7 +21,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_mma_gemm.cuh"
 #include "backend/cuda/cuda_wgmma_gemm.cuh"
-#include "cuda_bench.h"
+#include "cuda_gemm_bench.h"
 
 using namespace deepinfer::cuda;
 namespace mg = deepinfer::cuda::mma_gemm;
@@ -29,11 +29,7 @@ namespace mg = deepinfer::cuda::mma_gemm;
 namespace {
 
 using deepinfer::bench::check;
-
-template <typename F>
-double median_us(int reps, cudaStream_t s, F&& launch) {
-  return 1000.0 * deepinfer::bench::median_launch_ms(reps, s, launch);
-}
+using deepinfer::bench::median_launch_us;
 
 struct Candidate {
   std::string name;
@@ -86,19 +82,10 @@ Candidate wgmma_candidate() {
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: nothing to measure\n");
-    return 0;
-  }
-  cudaStream_t s;
-  check(cudaStreamCreate(&s), "stream");
-  cublasHandle_t h;
-  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 1;
-  cublasSetStream(h, s);
-  void* ws = nullptr;
-  check(cudaMalloc(&ws, 32 << 20), "malloc");
-  cublasSetWorkspace(h, ws, 32 << 20);
+  deepinfer::bench::GemmBench bench;
+  if (!deepinfer::bench::open_gemm_bench(bench)) return 0;
+  cudaStream_t s = bench.stream;
+  cublasHandle_t h = bench.cublas;
 
   const size_t w_total = size_t{1} << 30;
   const int64_t max_rows = 4096, max_k = 14336, max_m = 28672;
@@ -147,7 +134,7 @@ int main(int argc, char** argv) {
       const float alpha = 1.0f, beta = 0.0f;
       // The default path: one cuBLAS product of all weight rows (gated: gate
       // and up, the activation being a separate small kernel not timed here).
-      const double cublas_us = median_us(reps, s, [&] {
+      const double cublas_us = median_launch_us(reps, s, [&] {
         cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w_rows), static_cast<int>(n),
                      static_cast<int>(sh.k), &alpha, weights(), CUDA_R_16BF, static_cast<int>(sh.k), x, CUDA_R_16BF,
                      static_cast<int>(sh.k), &beta, out, CUDA_R_16BF, static_cast<int>(w_rows), CUBLAS_COMPUTE_32F,
@@ -155,7 +142,7 @@ int main(int argc, char** argv) {
       });
       double gemv_us = 0;
       if (n <= 4) {
-        gemv_us = median_us(reps, s, [&] {
+        gemv_us = median_launch_us(reps, s, [&] {
           launch_gemv(ElemType::BF16, static_cast<int>(n), x, sh.k * 2, weights(), sh.k * 2, w_rows, sh.k, nullptr,
                       false, out, w_rows * 2, s, gemv_config(w_rows, sh.k));
         });
@@ -165,7 +152,7 @@ int main(int argc, char** argv) {
       for (size_t ci = 0; ci < cands.size(); ++ci) {
         const Candidate& c = cands[ci];
         if (sh.gated && !c.gated_ok) continue;
-        const double us = median_us(reps, s, [&] {
+        const double us = median_launch_us(reps, s, [&] {
           mg::GemmArgs g;
           g.n_rows = n;
           g.a_base = x;

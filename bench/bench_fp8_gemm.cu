@@ -14,36 +14,23 @@
 #include <cstdlib>
 
 #include "backend/cuda/cuda_kernels.h"
-#include "cuda_bench.h"
+#include "cuda_gemm_bench.h"
 
 using namespace deepinfer::cuda;
 
 namespace {
 
 using deepinfer::bench::check;
-
-template <typename F>
-double median_us(int reps, cudaStream_t s, F&& launch) {
-  return 1000.0 * deepinfer::bench::median_launch_ms(reps, s, launch);
-}
+using deepinfer::bench::median_launch_us;
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: nothing to measure\n");
-    return 0;
-  }
-  cudaStream_t s;
-  check(cudaStreamCreate(&s), "stream");
-  cublasHandle_t h;
-  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 1;
-  cublasSetStream(h, s);
-  void* ws = nullptr;
-  check(cudaMalloc(&ws, 32 << 20), "malloc");
-  cublasSetWorkspace(h, ws, 32 << 20);
+  deepinfer::bench::GemmBench bench;
+  if (!deepinfer::bench::open_gemm_bench(bench)) return 0;
+  cudaStream_t s = bench.stream;
+  cublasHandle_t h = bench.cublas;
 
   const size_t w_total = size_t{1} << 30;
   const int64_t max_rows = 4096, max_k = 14336, max_m = 28672;
@@ -80,14 +67,14 @@ int main(int argc, char** argv) {
                      &alpha, w, CUDA_R_16BF, static_cast<int>(sh.k), x, CUDA_R_16BF, static_cast<int>(sh.k), &beta,
                      out, CUDA_R_16BF, static_cast<int>(sh.m), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       };
-      const double bf16_us = median_us(reps, s, [&] { cublas(weights16()); });
-      const double deq_us = median_us(reps, s, [&] {
+      const double bf16_us = median_launch_us(reps, s, [&] { cublas(weights16()); });
+      const double deq_us = median_launch_us(reps, s, [&] {
         launch_dequant_f8(weights8(), stride8, sh.m, sh.k, ElemType::BF16, deq, sh.k * 2, s);
         cublas(deq);
       });
       double f8_us[4];
       for (int tiles = 0; tiles < 4; ++tiles) {
-        f8_us[tiles] = median_us(reps, s, [&] {
+        f8_us[tiles] = median_launch_us(reps, s, [&] {
           launch_gemm_f8(ElemType::BF16, n, x, sh.k * 2, weights8(), stride8, sh.m, sh.k, nullptr, false, out,
                          sh.m * 2, scratch, s, tiles);
         });

@@ -43,4 +43,9 @@ double median_launch_ms(int reps, cudaStream_t s, F&& launch) {
   return t[t.size() / 2];
 }
 
+template <typename F>
+double median_launch_us(int reps, cudaStream_t s, F&& launch) {
+  return 1000.0 * median_launch_ms(reps, s, launch);
+}
+
 }  // namespace deepinfer::bench

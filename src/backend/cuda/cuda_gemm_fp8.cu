@@ -266,18 +266,8 @@ void launch_gemm_f8(ElemType x_type, int64_t n, const char* x, int64_t x_stride,
   } else {
     quantize_rows_f8_kernel<__half><<<blocks, 256, 0, s>>>(x, x_stride, n, k, codes, scales);
   }
-  GemmArgs g;
-  g.n_rows = n;
-  g.a_base = reinterpret_cast<const char*>(codes);
-  g.a_stride = k;
-  g.w0 = MoeWeightView{w, 0, w_stride};
-  g.w1 = g.w0;
-  g.bias0 = reinterpret_cast<const char*>(bias);
-  g.bias_type = ElemType::F32;
-  g.n_cols = m;
-  g.k = k;
-  g.out = out;
-  g.out_stride = out_stride;
+  const GemmArgs g =
+      mma_gemm::dense_args(n, reinterpret_cast<const char*>(codes), k, w, w_stride, m, k, bias, out, out_stride);
   const F8Scales sc{scales, k / kBlock};
   if (x_type == ElemType::BF16) {
     launch_typed<__nv_bfloat16>(g, sc, out_f32, tiles, s);

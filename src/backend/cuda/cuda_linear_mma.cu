@@ -110,18 +110,7 @@ bool linear_mma_fits(const char* x, int64_t x_stride, const char* w, int64_t w_s
 void launch_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_stride, const char* w, int64_t w_stride,
                        int64_t m, int64_t k, const float* bias, bool out_f32, char* out, int64_t out_stride,
                        bool wgmma, Stream stream) {
-  mma_gemm::GemmArgs g;
-  g.n_rows = n;
-  g.a_base = x;
-  g.a_stride = x_stride;
-  g.w0 = MoeWeightView{w, 0, w_stride};
-  g.w1 = g.w0;
-  g.bias0 = reinterpret_cast<const char*>(bias);
-  g.bias_type = ElemType::F32;
-  g.n_cols = m;
-  g.k = k;
-  g.out = out;
-  g.out_stride = out_stride;
+  const mma_gemm::GemmArgs g = mma_gemm::dense_args(n, x, x_stride, w, w_stride, m, k, bias, out, out_stride);
   if (out_f32) {
     launch_typed<mma_gemm::GemmOut::F32>(type, g, wgmma, stream);
   } else {
@@ -137,16 +126,8 @@ bool launch_gated_linear_mma(ElemType type, int64_t n, const char* x, int64_t x_
   if (!linear_mma_fits(x, x_stride, w_gate_up, w_stride, f, k, out, out_stride)) {
     return false;
   }
-  mma_gemm::GemmArgs g;
-  g.n_rows = n;
-  g.a_base = x;
-  g.a_stride = x_stride;
-  g.w0 = MoeWeightView{w_gate_up, 0, w_stride};
+  mma_gemm::GemmArgs g = mma_gemm::dense_args(n, x, x_stride, w_gate_up, w_stride, f, k, nullptr, out, out_stride);
   g.w1 = MoeWeightView{w_gate_up + f * w_stride, 0, w_stride};
-  g.n_cols = f;
-  g.k = k;
-  g.out = out;
-  g.out_stride = out_stride;
   g.glu = gelu ? MoeGlu::GeluTanh : MoeGlu::Silu;
   launch_typed<mma_gemm::GemmOut::GatedAct>(type, g, wgmma, stream);
   return true;
@@ -169,17 +150,8 @@ bool linear_mma_probe(Stream stream, int64_t n, int64_t m, int64_t k, const Prob
       cudaMalloc(&out, 2 * out_bytes) == cudaSuccess) {
     cudaMemcpyAsync(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice, s);
     cudaMemcpyAsync(w, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice, s);
-    mma_gemm::GemmArgs g;
-    g.n_rows = n;
-    g.a_base = x;
-    g.a_stride = k * 2;
-    g.w0 = MoeWeightView{w, 0, k * 2};
-    g.w1 = g.w0;
-    g.n_cols = m;
-    g.k = k;
-    g.out = out;
-    g.out_stride = m * static_cast<int64_t>(sizeof(float));
-    launch_dense<__nv_bfloat16, RowsMany, GemmOut::F32>(g, s);
+    launch_dense<__nv_bfloat16, RowsMany, GemmOut::F32>(
+        mma_gemm::dense_args(n, x, k * 2, w, k * 2, m, k, nullptr, out, m * int64_t{sizeof(float)}), s);
     cudaMemsetAsync(out + out_bytes, 0xff, out_bytes, s);
     std::vector<char> both(2 * out_bytes);
     if (candidate(x, w, out + out_bytes, n, m, k) &&
@@ -201,18 +173,10 @@ bool linear_mma_probe_wgmma(Stream stream) {
   // 136 weight rows (a partial column tile).
   return linear_mma_probe(stream, 256, 136, 1040,
                           [stream](const char* x, const char* w, char* out, int64_t n, int64_t m, int64_t k) {
-                            mma_gemm::GemmArgs g;
-                            g.n_rows = n;
-                            g.a_base = x;
-                            g.a_stride = k * 2;
-                            g.w0 = MoeWeightView{w, 0, k * 2};
-                            g.w1 = g.w0;
-                            g.n_cols = m;
-                            g.k = k;
-                            g.out = out;
-                            g.out_stride = m * static_cast<int64_t>(sizeof(float));
                             wgmma_gemm::launch_wgmma_gemm<__nv_bfloat16, WgmmaRowsMany, GemmOut::F32>(
-                                g, static_cast<cudaStream_t>(stream));
+                                mma_gemm::dense_args(n, x, k * 2, w, k * 2, m, k, nullptr, out,
+                                                     m * int64_t{sizeof(float)}),
+                                static_cast<cudaStream_t>(stream));
                             return true;
                           });
 }

@@ -67,6 +67,25 @@ struct GemmArgs {
   MoeGlu glu = MoeGlu::Silu;
 };
 
+// A dense product's arguments: out[n, m] = a[n, k] w[m, k]^T (+ an f32 bias,
+// or none), rows a_stride, w_stride and out_stride bytes apart.
+inline GemmArgs dense_args(int64_t n, const char* a, int64_t a_stride, const char* w, int64_t w_stride, int64_t m,
+                           int64_t k, const float* bias, char* out, int64_t out_stride) {
+  GemmArgs g;
+  g.n_rows = n;
+  g.a_base = a;
+  g.a_stride = a_stride;
+  g.w0 = MoeWeightView{w, 0, w_stride};
+  g.w1 = g.w0;
+  g.bias0 = reinterpret_cast<const char*>(bias);
+  g.bias_type = ElemType::F32;
+  g.n_cols = m;
+  g.k = k;
+  g.out = out;
+  g.out_stride = out_stride;
+  return g;
+}
+
 // Writes two adjacent outputs of a row: v[b][j] is the sum of column col + j
 // for w0 (b = 0) and w1 (b = 1, gated). The dense gated product rounds gate
 // and up to T before the activation, as a linear followed by

@@ -69,90 +69,66 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 template <int N, typename T>
 __device__ __forceinline__ void wgmma_k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b);
 
-// One specialisation per (N, element type); the macros keep the long
-// operand lists written once per N.
-#define DEEPINFER_WGMMA_K16_N64(T, PTX_TYPE)                                                                              \
-  template <>                                                                                                             \
-  __device__ __forceinline__ void wgmma_k16<64, T>(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {                    \
-    asm volatile(                                                                                                         \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                                      \
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX_TYPE "." PTX_TYPE " {"                                          \
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                          \
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"  \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),                 \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),           \
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),         \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])          \
-        : "l"(desc_a), "l"(desc_b), "r"(1));                                                                              \
-  }
+// The asm of one m64 x N wgmma on shared-memory descriptors desc_a and desc_b
+// into the N / 2 f32 registers a thread holds in `d`: INSTR the instruction
+// (shape and types), TAIL its immediate operands after scale-d, SCALE_D an
+// int (0: d = A B, else d += A B). The operand lists are written once per N.
+#define DEEPINFER_WGMMA_D32_REGS                                            \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define DEEPINFER_WGMMA_D32_OUT                                                                                \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define DEEPINFER_WGMMA_ASM_N64(INSTR, TAIL, SCALE_D)                                                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" INSTR " {" DEEPINFER_WGMMA_D32_REGS        \
+               "}, %32, %33, p, " TAIL ";\n}\n"                                                         \
+               : DEEPINFER_WGMMA_D32_OUT                                                                \
+               : "l"(desc_a), "l"(desc_b), "r"(SCALE_D))
+#define DEEPINFER_WGMMA_ASM_N128(INSTR, TAIL, SCALE_D)                                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" INSTR " {" DEEPINFER_WGMMA_D32_REGS ", "      \
+               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "         \
+               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"           \
+               "}, %64, %65, p, " TAIL ";\n}\n"                                                            \
+               : DEEPINFER_WGMMA_D32_OUT, "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), \
+                 "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), \
+                 "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), \
+                 "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), \
+                 "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])               \
+               : "l"(desc_a), "l"(desc_b), "r"(SCALE_D))
 
-#define DEEPINFER_WGMMA_K16_N128(T, PTX_TYPE)                                                                             \
-  template <>                                                                                                             \
-  __device__ __forceinline__ void wgmma_k16<128, T>(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {                   \
-    asm volatile(                                                                                                         \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                                      \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX_TYPE "." PTX_TYPE " {"                                         \
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                          \
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                                \
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                                \
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"  \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),                 \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),           \
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),         \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),         \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),         \
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),         \
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),         \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])          \
-        : "l"(desc_a), "l"(desc_b), "r"(1));                                                                              \
+// One specialisation per (N, 16-bit element type), accumulating; no
+// transposes (both operands K-major).
+#define DEEPINFER_WGMMA_K16(N, T, PTX_TYPE)                                                                      \
+  template <>                                                                                                    \
+  __device__ __forceinline__ void wgmma_k16<N, T>(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {         \
+    DEEPINFER_WGMMA_ASM_N##N("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_TYPE "." PTX_TYPE, "1, 1, 0, 0", \
+                             1);                                                                                 \
   }
-
-DEEPINFER_WGMMA_K16_N64(__nv_bfloat16, "bf16")
-DEEPINFER_WGMMA_K16_N64(__half, "f16")
-DEEPINFER_WGMMA_K16_N128(__nv_bfloat16, "bf16")
-DEEPINFER_WGMMA_K16_N128(__half, "f16")
-#undef DEEPINFER_WGMMA_K16_N64
-#undef DEEPINFER_WGMMA_K16_N128
+DEEPINFER_WGMMA_K16(64, __nv_bfloat16, "bf16")
+DEEPINFER_WGMMA_K16(64, __half, "f16")
+DEEPINFER_WGMMA_K16(128, __nv_bfloat16, "bf16")
+DEEPINFER_WGMMA_K16(128, __half, "f16")
+#undef DEEPINFER_WGMMA_K16
 
 // d (m64 x N) = (accumulate ? d : 0) + A (64 x 32) * B (32 x N), e4m3 codes
 // K-major in shared memory (the only layout wgmma takes for 8-bit types); a
 // k32 step spans the same 32 bytes of a swizzled row as a 16-bit k16 step.
 template <int N>
 __device__ __forceinline__ void wgmma_k32_e4m3(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate);
-
 template <>
 __device__ __forceinline__ void wgmma_k32_e4m3<64>(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  DEEPINFER_WGMMA_ASM_N64("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3", "1, 1", accumulate);
 }
-
 template <>
 __device__ __forceinline__ void wgmma_k32_e4m3<128>(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
-        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
-        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  DEEPINFER_WGMMA_ASM_N128("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "1, 1", accumulate);
 }
+#undef DEEPINFER_WGMMA_ASM_N64
+#undef DEEPINFER_WGMMA_ASM_N128
+#undef DEEPINFER_WGMMA_D32_REGS
+#undef DEEPINFER_WGMMA_D32_OUT
 
 template <typename T, class C, GemmOut kOut>
 __global__ void __launch_bounds__(C::kThreads) wgmma_gemm_kernel(GemmArgs g) {
