@@ -32,7 +32,7 @@ def run(cmd, env, timeout):
     return r, time.time() - t0
 
 
-def uniqueness(args, env, workdir, tag):
+def uniqueness(args, env, workdir, tag, extra):
     rng = random.Random(7)
     target = [rng.randrange(3, args.vocab) for _ in range(args.target_len)]
     rows = []
@@ -52,7 +52,7 @@ def uniqueness(args, env, workdir, tag):
         for _, r in rows:
             f.write(json.dumps(r) + "\n")
     cmd = [args.deepinfer, "generate", "--device", "cuda", "--model", args.model, "--input", path, "--output", out,
-           "--max-num-seqs", "256", "--max-num-batched-tokens", str(args.budget), "--max-model-len", "4096"]
+           "--max-num-seqs", "256", "--max-num-batched-tokens", str(args.budget), "--max-model-len", "4096"] + extra
     r, wall = run(cmd, env, args.timeout)
     outs = [json.loads(line) for line in open(out)]
     assert len(outs) == len(rows)
@@ -67,15 +67,15 @@ def uniqueness(args, env, workdir, tag):
             "copies_with_prefix_hits": cached}
 
 
-def cost(args, env):
+def cost(args, env, extra):
     cmd = [args.deepinfer, "bench", "--device", "cuda", "--model", args.model, "-b", args.batches, "-p",
-           str(args.bench_prompt), "-g", str(args.bench_gen), "-r", "1", "--json", "--max-num-batched-tokens", "8192",
-           "--max-model-len", str(args.bench_prompt + args.bench_gen + 16)]
+           str(args.bench_prompt), "-g", str(args.bench_gen), "-r", str(args.cost_repeats), "--json",
+           "--max-num-batched-tokens", "8192", "--max-model-len", str(args.bench_prompt + args.bench_gen + 16)] + extra
     r, _ = run(cmd, env, args.timeout)
     decode = {f"b{p['batch']}": p["decode_tok_s"] for p in json.loads(r.stdout)}
     cmd = [args.deepinfer, "bench", "--device", "cuda", "--model", args.model, "-b", "1", "-p", str(args.prefill_len),
            "-g", "1", "-r", "3", "--json", "--max-num-batched-tokens", str(args.prefill_len), "--max-model-len",
-           str(args.prefill_len + 16)]
+           str(args.prefill_len + 16)] + extra
     r, _ = run(cmd, env, args.timeout)
     decode["prefill_tok_s"] = json.loads(r.stdout)[0]["prefill_tok_s"]
     return decode
@@ -100,39 +100,56 @@ def main():
     ap.add_argument("--prefill-len", type=int, default=4096)
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--skip", default="", help="comma list of: unique,cost")
+    ap.add_argument("--cost-repeats", type=int, default=1, help="deepinfer bench -r for the decode cost (median)")
     ap.add_argument("--modes", default="on,off",
                     help="comma list of: on, off, on-wgmma (the mode without cuBLASLt: DEEPINFER_BI_CUBLAS=0), "
-                         "on-mma (mma.sync only: DEEPINFER_BI_CUBLAS=0 DEEPINFER_BI_WGMMA=0)")
+                         "on-mma (mma.sync only: DEEPINFER_BI_CUBLAS=0 DEEPINFER_BI_WGMMA=0), "
+                         "on-noseg (attention without key segments, so without split-KV: "
+                         "DEEPINFER_BI_ATTENTION_SEGMENT=0); any mode + '-fp8kv' (on-fp8kv, off-fp8kv) runs "
+                         "with an FP8 KV cache, its cost against off-fp8kv; a mode + ':unique' or ':cost' "
+                         "runs only that part")
     args = ap.parse_args()
     workdir = "/tmp/deepinfer_bi"
     os.makedirs(workdir, exist_ok=True)
     report = {"label": args.label, "model": args.model}
-    for mode in args.modes.split(","):
+    modes = []
+    for item in args.modes.split(","):
+        mode, _, only = item.partition(":")
+        modes.append(mode)
         env = dict(os.environ)
         env.pop("DEEPINFER_BATCH_INVARIANT", None)
         env.pop("DEEPINFER_BI_WGMMA", None)
         env.pop("DEEPINFER_BI_CUBLAS", None)
+        env.pop("DEEPINFER_BI_ATTENTION_SEGMENT", None)
+        extra = []
+        base = mode
+        if mode.endswith("-fp8kv"):
+            extra = ["--kv-cache-dtype", "fp8"]
+            base = mode[:-len("-fp8kv")]
         if mode.startswith("on"):
             env["DEEPINFER_BATCH_INVARIANT"] = "1"
-        if mode in ("on-wgmma", "on-mma"):
+        if base in ("on-wgmma", "on-mma"):
             env["DEEPINFER_BI_CUBLAS"] = "0"
-        if mode == "on-mma":
+        if base == "on-mma":
             env["DEEPINFER_BI_WGMMA"] = "0"
+        if base == "on-noseg":
+            env["DEEPINFER_BI_ATTENTION_SEGMENT"] = "0"
         try:
-            if "unique" not in args.skip:
-                report[f"unique_{mode}"] = uniqueness(args, env, workdir, mode)
-            if "cost" not in args.skip:
-                report[f"cost_{mode}"] = cost(args, env)
+            if "unique" not in args.skip and only in ("", "unique"):
+                report[f"unique_{mode}"] = uniqueness(args, env, workdir, mode, extra)
+            if "cost" not in args.skip and only in ("", "cost"):
+                report[f"cost_{mode}"] = cost(args, env, extra)
         except Exception as e:  # keep what was measured
             report[f"error_{mode}"] = str(e)[-2000:]
         print(json.dumps(report), flush=True)
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)
-    for mode in args.modes.split(","):
-        if mode.startswith("on") and f"cost_{mode}" in report and "cost_off" in report:
+    for mode in modes:
+        ref = "cost_off-fp8kv" if mode.endswith("-fp8kv") else "cost_off"
+        if mode.startswith("on") and f"cost_{mode}" in report and ref in report:
             suffix = "" if mode == "on" else "_" + mode.replace("-", "_")
-            report["cost_ratio" + suffix] = {k: report[f"cost_{mode}"][k] / report["cost_off"][k]
-                                             for k in report[f"cost_{mode}"] if report["cost_off"].get(k)}
+            report["cost_ratio" + suffix] = {k: report[f"cost_{mode}"][k] / report[ref][k]
+                                             for k in report[f"cost_{mode}"] if report[ref].get(k)}
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
     print(json.dumps(report, indent=1))

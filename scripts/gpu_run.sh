@@ -346,7 +346,8 @@ if has bi; then
   # Batch invariance (DEEPINFER_BATCH_INVARIANT=1): the op tests' bitwise
   # checks, then scripts/gpu_batch_invariance.py (distinct outputs of one
   # prompt among 1,000 copies in batches of every shape, mode on and off; the
-  # mode's throughput cost) on the 8B shape and (BI_MOE=1) a Qwen3-MoE slice.
+  # mode's throughput cost) on the 8B shape and (BI_MOE=1) a Qwen3-MoE slice
+  # (BI_ARGS, BI_MOE_ARGS: gpu_batch_invariance.py options, BI_ARGS for both by default).
   echo -e "\n## Batch invariance\n" >> "$REPORT"
   # With the kernels the mode changed: MoE (its GEMM is shared now) and attention.
   # The default (larger batches through cuBLASLt without a split of k, then
@@ -372,7 +373,7 @@ if has bi; then
       --out /tmp/deepinfer_bi/qwen3moe >> "$OUT/bi_stdout.log" 2>&1
     timeout "${BI_TIMEOUT:-400}" python3 scripts/gpu_batch_invariance.py --deepinfer "$BIN/deepinfer" \
       --model /tmp/deepinfer_bi/qwen3moe --out "$OUT/bi_qwen3moe.json" --label qwen3moe --prefill-len 4000 \
-      ${BI_ARGS:-} >> "$OUT/bi_stdout.log" 2>&1
+      ${BI_MOE_ARGS:-${BI_ARGS:-}} >> "$OUT/bi_stdout.log" 2>&1
     echo "qwen3moe: exit code $?" >> "$REPORT"
     sed 's/^/    /' "$OUT/bi_qwen3moe.json" >> "$REPORT" 2>/dev/null || tail -20 "$OUT/bi_stdout.log" >> "$REPORT"
   fi

@@ -14,6 +14,13 @@
 namespace deepinfer::testing {
 namespace {
 
+// A cache layout the attention test runs: head size, the cache's dtype, sinks.
+struct AttentionCacheCase {
+  int64_t d;
+  bool fp8_cache;
+  bool sinks;
+};
+
 class BatchInvariantTest : public ::testing::TestWithParam<BackendCase> {
  protected:
   void SetUp() override {
@@ -28,6 +35,8 @@ class BatchInvariantTest : public ::testing::TestWithParam<BackendCase> {
   DeviceTensor upload_act(std::initializer_list<int64_t> shape, const std::vector<float>& v) {
     return act_dtype() == DType::BF16 ? upload_bf16(backend(), shape, v) : upload_f32(backend(), shape, v);
   }
+  // The attention rows' check for one cache layout (AnAttentionRowIsTheSameBitsInEveryBatch).
+  void check_attention_row(const AttentionCacheCase& cc);
 
  private:
   std::unique_ptr<Backend> backend_;
@@ -143,15 +152,27 @@ struct AttentionRun {
 };
 
 TEST_P(BatchInvariantTest, AnAttentionRowIsTheSameBitsInEveryBatch) {
+  // bf16 (f32 on the CPU) at 128-wide heads; an FP8 cache at 64-wide heads with attention sinks.
+  for (const AttentionCacheCase cc : {AttentionCacheCase{128, false, false}, AttentionCacheCase{64, true, true}}) {
+    SCOPED_TRACE(fmt::format("head size {}, fp8 cache {}, sinks {}", cc.d, cc.fp8_cache, cc.sinks));
+    check_attention_row(cc);
+    if (HasFatalFailure()) return;
+  }
+}
+
+void BatchInvariantTest::check_attention_row(const AttentionCacheCase& cc) {
   Rng rng(12);
-  const int64_t hkv = 2, group = 4, hq = hkv * group, d = 128, ps = 16;
+  const int64_t hkv = 2, group = 4, hq = hkv * group, d = cc.d, ps = 16;
   const int target_len = 2000;  // long enough that a lone decode would split its keys
   const int64_t target_pages = (target_len + ps - 1) / ps;
   const int64_t other_pages = 96;  // room for the other sequences of a run (up to 1536 keys)
   const int64_t num_pages = target_pages + other_pages;
   const size_t cache_elems = static_cast<size_t>(num_pages * ps * hkv * d);
   const std::vector<float> kc = rng.floats(cache_elems), vc = rng.floats(cache_elems);
-  DeviceTensor dk = upload_act({num_pages, ps, hkv, d}, kc), dv = upload_act({num_pages, ps, hkv, d}, vc);
+  DeviceTensor dk = cc.fp8_cache ? upload_fp8(backend(), {num_pages, ps, hkv, d}, kc) : upload_act({num_pages, ps, hkv, d}, kc);
+  DeviceTensor dv = cc.fp8_cache ? upload_fp8(backend(), {num_pages, ps, hkv, d}, vc) : upload_act({num_pages, ps, hkv, d}, vc);
+  const std::vector<float> sinks = rng.floats(static_cast<size_t>(hq), -1.0f, 2.0f);
+  DeviceTensor dsinks = upload_f32(backend(), {hq}, sinks);
   const std::vector<float> target_q = rng.floats(static_cast<size_t>(hq * d));
 
   const std::vector<AttentionRun> runs = {
@@ -203,6 +224,7 @@ TEST_P(BatchInvariantTest, AnAttentionRowIsTheSameBitsInEveryBatch) {
       AttentionParams params;
       params.scale = 1.0f / std::sqrt(static_cast<float>(d));
       params.sliding_window = window;
+      if (cc.sinks) params.sinks = dsinks.t;
       ops::attention(backend(), dq.t, KvCacheLayer{dk.t, dv.t}, meta, params, dout.t);
       const std::vector<float> out = download_any(backend(), dout.t.narrow(0, target_row, 1));
       if (r == 0) {
@@ -220,7 +242,9 @@ TEST_P(BatchInvariantTest, AnAttentionRowIsTheSameBitsInEveryBatch) {
           logits[static_cast<size_t>(j)] = dot * params.scale;
           mx = std::max(mx, logits[static_cast<size_t>(j)]);
         }
-        double denom = 0;
+        const double sink = cc.sinks ? static_cast<double>(sinks[0]) : -INFINITY;
+        mx = std::max(mx, sink);
+        double denom = cc.sinks ? std::exp(sink - mx) : 0.0;
         for (double l : logits) denom += std::exp(l - mx);
         for (int64_t e = 0; e < d; e += 9) {
           double o = 0;

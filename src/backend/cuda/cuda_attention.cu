@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cfloat>
 
+#include "backend/cuda/cuda_attention_segments.cuh"
 #include "backend/cuda/cuda_attention_seq.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
@@ -30,6 +31,9 @@ namespace {
 constexpr int kBlockN = 32;
 // Most key splits a launch may have (the combine kernel keeps one scale per split).
 constexpr int kMaxSplits = 64;
+// Most key segments a batch-invariant launch splits into (its combine keeps
+// no per-split state; the workspace bounds it too).
+constexpr int kMaxSegments = 512;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
@@ -475,6 +479,35 @@ __global__ void combine_kernel(AttentionLaunch a) {
   }
 }
 
+// The batch-invariant split-KV merge (a.segment_keys > 0), one block per
+// (token, head): each thread folds its two dims' segment partials in segment
+// order with the tensor-core kernel's own fold, so a split row gets the bits
+// the kernel computes for it unsplit.
+template <typename T>
+__global__ void combine_segments_kernel(AttentionLaunch a) {
+  wait_for_prior_kernel();
+  release_next_kernel();
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int heads_q = static_cast<int>(a.q.heads), dim = static_cast<int>(a.v.dim);
+  const int64_t t = blockIdx.x / heads_q;
+  const int h = blockIdx.x % heads_q;
+  const int64_t split_stride = a.q.n * heads_q * int64_t(dim + 2);
+  const float* part = a.partial + (t * heads_q + h) * (dim + 2);
+  const float sink = a.sinks ? a.sinks[h] * kLog2e : -INFINITY;
+  char* out = a.out.base + t * a.out.stride0 + h * a.out.stride1;
+  for (int d = 2 * static_cast<int>(threadIdx.x); d < dim; d += 2 * static_cast<int>(blockDim.x)) {
+    float m = -INFINITY, l = 0.0f, o0 = 0.0f, o1 = 0.0f;
+    for (int sp = 0; sp < a.num_splits; ++sp) {
+      const float* p = part + sp * split_stride;
+      const SegmentFold w = fold_segment_stats(m, l, p[dim], p[dim + 1]);
+      o0 = fold_segment_value(o0, p[d], w);
+      o1 = fold_segment_value(o1, p[d + 1], w);
+    }
+    const float scale = segment_output_scale(m, l, sink);
+    *reinterpret_cast<uint32_t*>(out + d * int64_t(sizeof(T))) = pack2<T>(__fmul_rn(o0, scale), __fmul_rn(o1, scale));
+  }
+}
+
 template <typename T>
 bool vector_loads_ok(const AttentionLaunch& a) {
   auto aligned = [](int64_t x) { return x % 16 == 0; };
@@ -575,7 +608,22 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
   // batch); each split keeps at least two key tiles.
   const int64_t blocks = int64_t{a.num_seqs} * a.k.heads * (a.group / a.head_tile) * a.q_blocks;
   a.num_splits = 1;
-  if (hints.max_kv_len >= 2 * min_keys_per_split && blocks < hints.num_sms && !hints.batch_invariant) {
+  const int64_t per_split = n * a.q.heads * (a.v.dim + 2) * static_cast<int64_t>(sizeof(float));
+  a.segment_keys = 0;
+  if (hints.batch_invariant) {
+    // Segments fold the same way split or not, so splitting may follow the
+    // batch here too: one segment a block when the sequences alone leave SMs
+    // idle and the longest one's segments fit the combine and the workspace.
+    if (a.kernel != AttentionKernel::MmaPrefill || dim > kAttentionMaxSegmentedDim || hints.segment_keys <= 0) return;
+    a.segment_keys = hints.segment_keys;
+    const int64_t segments = (int64_t{hints.max_kv_len} + a.segment_keys - 1) / a.segment_keys;
+    if (blocks < hints.num_sms && segments >= 2 && segments <= kMaxSegments &&
+        segments * a.num_seqs <= 65535 && segments * per_split <= static_cast<int64_t>(hints.workspace_bytes)) {
+      a.num_splits = static_cast<int>(segments);
+    }
+    return;
+  }
+  if (hints.max_kv_len >= 2 * min_keys_per_split && blocks < hints.num_sms) {
     // The tensor-core kernels hold one or two blocks per SM: round down so
     // the splits fill whole waves of 2 * num_sms blocks (a partial second
     // wave would double the time).
@@ -584,7 +632,6 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
                    : a.kernel == AttentionKernel::MmaLatent ? int64_t{hints.num_sms} / blocks
                                                             : 2 * int64_t{hints.num_sms} / blocks;
     want = std::min<int64_t>({want, hints.max_kv_len / min_keys_per_split, kMaxSplits, 65535 / std::max(a.num_seqs, 1)});
-    const int64_t per_split = n * a.q.heads * (a.v.dim + 2) * static_cast<int64_t>(sizeof(float));
     want = std::min<int64_t>(want, static_cast<int64_t>(hints.workspace_bytes) / std::max<int64_t>(per_split, 1));
     a.num_splits = static_cast<int>(std::max<int64_t>(want, 1));
   }
@@ -608,7 +655,12 @@ void launch_attention(const AttentionLaunch& a, Stream stream) {
   } else {
     launch_attention_mma(a, stream);
   }
-  if (a.num_splits > 1) {
+  if (a.num_splits > 1 && a.segment_keys > 0) {
+    // Only the tensor-core kernel segments (bf16/f16 rows).
+    const auto blocks = static_cast<unsigned>(a.q.n * a.q.heads);
+    if (a.type == ElemType::BF16) launch_chained(combine_segments_kernel<__nv_bfloat16>, blocks, 64, 0, s, a);
+    else if (a.type == ElemType::F16) launch_chained(combine_segments_kernel<__half>, blocks, 64, 0, s, a);
+  } else if (a.num_splits > 1) {
     DI_DISPATCH_ELEM(a.type, T,
                      launch_chained(combine_kernel<T>, static_cast<unsigned>(a.q.n * a.q.heads), 128, 0, s, a));
   }

@@ -22,6 +22,10 @@
 // Both end by staging (m, l, O) in shared memory and merging per row there,
 // which also yields the split-KV partials [num_splits, n, heads_q, dim + 2]
 // that combine_kernel in cuda_attention.cu reduces.
+// The batch-invariant mode runs the prefill shape with key segments instead
+// (kSegmented, cuda_attention_segments.cuh): each warp folds its rows'
+// segments in registers and writes outputs, or one segment's partial, from
+// there.
 //
 // An FP8 (e4m3) cache arrives through the same cp.async ring at half the
 // bytes and the products run in f16 whatever the activations' type (every
@@ -44,6 +48,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_attention_segments.cuh"
 #include "backend/cuda/cuda_attention_seq.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 
@@ -53,8 +58,11 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+// Segments need a second f32 accumulator per row: up to 128-wide heads (64
+// more registers a thread); plan_attention keeps larger heads unsegmented.
+constexpr int kMaxSegmentedDim = kAttentionMaxSegmentedDim;
 
-template <int D, bool kDecode, bool kFp8 = false>
+template <int D, bool kDecode, bool kFp8 = false, bool kSegmented = false>
 struct MmaConfig {
   static constexpr int kRowWarps = kDecode ? 1 : (D <= 128 ? 8 : 4);
   static constexpr int kKeyWarps = kDecode ? 4 : 1;
@@ -68,8 +76,8 @@ struct MmaConfig {
   static constexpr bool kThirdBlock = kDecode && D <= 128;
   static constexpr int kStages = kThirdBlock ? 2 : (D <= 128 ? 3 : 2);
   // Q fragments stay in registers unless the f32 accumulator of a 256-wide
-  // head already takes most of them.
-  static constexpr bool kQInRegs = D <= 128;
+  // head, or the second one of segments, already takes most of them.
+  static constexpr bool kQInRegs = D <= 128 && !kSegmented;
   static constexpr int kMinBlocks = kThirdBlock ? 3 : ((kDecode && D <= 128) || (!kDecode && D > 128) ? 2 : 1);
   // f32 staging row stride: the +8 puts rows g and g + 4 of a fragment on different banks.
   static constexpr int kLdo = D + 8;
@@ -87,6 +95,10 @@ struct MmaConfig {
                 "tile loads split evenly");
   static_assert((kRows * D / 8) % kThreads == 0, "Q loads split evenly");
 };
+
+static_assert(MmaConfig<64, false>::kBlockN == kAttentionSegmentTile &&
+                  MmaConfig<kMaxSegmentedDim, false>::kBlockN == kAttentionSegmentTile,
+              "segments start on the segmented kernel's key tiles");
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of D-wide rows.
 // XOR with the row's low bits: the 8 rows one ldmatrix matrix reads sit in
@@ -167,9 +179,46 @@ __device__ __forceinline__ void fp8x4_to_f16_fragments(uint32_t bytes, uint32_t&
   b1 = static_cast<uint32_t>(hi.x) | (static_cast<uint32_t>(hi.y) << 16);
 }
 
+// Segmented epilogue, per warp: its rows flat0 and flat0 + 8 (of warp_rows
+// from the warp's first) as outputs, or as the block's one segment's partial
+// under split-KV, straight from the fold's registers.
+template <typename T, int D>
+__device__ __forceinline__ void write_segmented_rows(const AttentionLaunch& a, const float (&o)[D / 8][4],
+                                                     const float (&m)[2], const float (&l)[2], int flat0,
+                                                     int warp_rows, int gq, int cq, int q_begin, int g, int split) {
+  const int heads_q = static_cast<int>(a.q.heads);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (gq + 8 * i >= warp_rows) continue;
+    const int flat = flat0 + 8 * i;
+    const int t = q_begin + flat / a.group, h = g * a.group + flat % a.group;
+    if (a.num_splits == 1) {
+      const float scale = segment_output_scale(m[i], l[i], a.sinks ? a.sinks[h] * kLog2e : -INFINITY);
+      char* out = a.out.base + t * a.out.stride0 + h * a.out.stride1;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        *reinterpret_cast<uint32_t*>(out + (dt * 8 + 2 * cq) * 2) =
+            pack2<T>(__fmul_rn(o[dt][2 * i], scale), __fmul_rn(o[dt][2 * i + 1], scale));
+      }
+    } else {
+      float* part = a.partial + ((int64_t(split) * a.q.n + t) * heads_q + h) * (D + 2);
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        *reinterpret_cast<float2*>(part + dt * 8 + 2 * cq) = make_float2(o[dt][2 * i], o[dt][2 * i + 1]);
+      }
+      if (cq == 0) {
+        part[D] = m[i];  // log2 units: combine_segments_kernel folds them as the kernel does
+        part[D + 1] = l[i];
+      }
+    }
+  }
+}
+
 // T: q/out elements (bf16/f16); KvT: cache elements (T, or FP8 e4m3).
-template <typename T, typename KvT, int D, bool kDecode, typename C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>>>
+template <typename T, typename KvT, int D, bool kDecode, bool kSegmented,
+          typename C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>, kSegmented>>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kernel(AttentionLaunch a) {
+  static_assert(!kSegmented || !kDecode, "segments fold per warp: every warp must see all keys of a tile");
   wait_for_prior_kernel();
   release_next_kernel();
   constexpr bool kFp8 = !std::is_same_v<KvT, T>;
@@ -211,7 +260,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
   int k_begin = a.window > 0 ? max(0, base + t_lo - a.window + 1) / C::kBlockN * C::kBlockN : 0;
   int k_end = base + t_hi + 1;
   if (a.num_splits > 1) {
-    const int chunk = ((kv_len + a.num_splits - 1) / a.num_splits + C::kBlockN - 1) / C::kBlockN * C::kBlockN;
+    // Segments: one per block, at fixed keys; the plan covers the longest sequence.
+    const int chunk = kSegmented ? a.segment_keys
+                                 : ((kv_len + a.num_splits - 1) / a.num_splits + C::kBlockN - 1) / C::kBlockN *
+                                       C::kBlockN;
+    if (kSegmented && split == 0 && qb == 0 && g == 0 && tid == 0 && kv_len > a.num_splits * chunk) {
+      atomicOr(a.err, kErrAttentionLayout);
+    }
     k_begin = max(k_begin, split * chunk);
     k_end = min(k_end, (split + 1) * chunk);
   }
@@ -315,6 +370,32 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
+  // Segmented: the rows' folded segments so far; (o, m_row, l_row) hold the current one.
+  float o_fold[kSegmented ? D / 8 : 1][4];
+  float m_fold[2] = {-INFINITY, -INFINITY}, l_fold[2] = {0.0f, 0.0f};
+  auto fold_segment = [&]() {
+    if constexpr (kSegmented) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float l_seg = l_row[i];
+        l_seg += __shfl_xor_sync(0xffffffffu, l_seg, 1);
+        l_seg += __shfl_xor_sync(0xffffffffu, l_seg, 2);
+        const SegmentFold w = fold_segment_stats(m_fold[i], l_fold[i], m_row[i], l_seg);
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+          o_fold[dt][2 * i] = fold_segment_value(o_fold[dt][2 * i], o[dt][2 * i], w);
+          o_fold[dt][2 * i + 1] = fold_segment_value(o_fold[dt][2 * i + 1], o[dt][2 * i + 1], w);
+          o[dt][2 * i] = o[dt][2 * i + 1] = 0.0f;
+        }
+        m_row[i] = -INFINITY;
+        l_row[i] = 0.0f;
+      }
+    }
+  };
+  if constexpr (kSegmented) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) o_fold[i][0] = o_fold[i][1] = o_fold[i][2] = o_fold[i][3] = 0.0f;
+  }
 
   fetch_pages(0);
 #pragma unroll
@@ -350,6 +431,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
       }
     }
 
+    // A segment ends where this tile starts (every warp, skipping or not).
+    if (kSegmented && it > 0 && (k_begin + it * C::kBlockN) % a.segment_keys == 0) fold_segment();
     const int wk0 = k_begin + it * C::kBlockN + kw * C::kWarpN;  // first key of this warp's slice
     const bool skip = warp_rows <= 0 || wk0 >= k_end || wk0 > wpos_hi ||
                       (a.window > 0 && wk0 + C::kWarpN - 1 < wpos_lo - a.window + 1);
@@ -469,6 +552,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
     }
   }
   cp_async_wait<0>();
+  if constexpr (kSegmented) {
+    fold_segment();
+    write_segmented_rows<T, D>(a, o_fold, m_fold, l_fold, r0 + wrow0 + gq, warp_rows, gq, cq, q_begin, g, split);
+    return;
+  }
   __syncthreads();  // the ring is now reused as the merge area
 
 #pragma unroll
@@ -543,10 +631,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
   }
 }
 
-template <typename T, typename KvT, int D, bool kDecode>
+template <typename T, typename KvT, int D, bool kDecode, bool kSegmented = false>
 void launch_config(const AttentionLaunch& a, cudaStream_t stream) {
-  using C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>>;
-  auto* kernel = attention_mma_kernel<T, KvT, D, kDecode>;
+  using C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>, kSegmented>;
+  auto* kernel = attention_mma_kernel<T, KvT, D, kDecode, kSegmented>;
   // The opt-in shared memory size is a per-device function attribute: set it
   // once per device (outside any graph capture, at the first call).
   static std::atomic<uint64_t> devices_done{0};
@@ -562,16 +650,22 @@ void launch_config(const AttentionLaunch& a, cudaStream_t stream) {
   launch_chained(kernel, grid, C::kThreads, C::kSmemBytes, stream, a);
 }
 
+template <typename T, typename KvT, int D>
+void launch_cache(const AttentionLaunch& a, cudaStream_t stream) {
+  if (a.kernel == AttentionKernel::MmaDecode) {
+    launch_config<T, KvT, D, true>(a, stream);
+  } else if constexpr (D <= kMaxSegmentedDim) {
+    if (a.segment_keys > 0) launch_config<T, KvT, D, false, true>(a, stream);
+    else launch_config<T, KvT, D, false>(a, stream);
+  } else {
+    launch_config<T, KvT, D, false>(a, stream);
+  }
+}
+
 template <typename T, int D>
 void launch_dim(const AttentionLaunch& a, cudaStream_t stream) {
-  const bool decode = a.kernel == AttentionKernel::MmaDecode;
-  if (a.k.fp8) {
-    if (decode) launch_config<T, __nv_fp8_e4m3, D, true>(a, stream);
-    else launch_config<T, __nv_fp8_e4m3, D, false>(a, stream);
-  } else {
-    if (decode) launch_config<T, T, D, true>(a, stream);
-    else launch_config<T, T, D, false>(a, stream);
-  }
+  if (a.k.fp8) launch_cache<T, __nv_fp8_e4m3, D>(a, stream);
+  else launch_cache<T, T, D>(a, stream);
 }
 
 template <typename T>

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -126,6 +127,19 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
     log_info("CUDA backend: batch-invariant linear of larger batches {}",
              bi_cublas_ ? "through cuBLASLt without a split of k"
                         : "not through cuBLASLt (its sums differ from the invariant GEMM's on this GPU)");
+  }
+  if (batch_invariant_) bi_segment_keys_ = kAttentionSegmentKeys;
+  if (const char* segment = std::getenv("DEEPINFER_BI_ATTENTION_SEGMENT"); batch_invariant_ && segment != nullptr) {
+    // The mode's attention key segment (0: none, so no split-KV). A bad value
+    // is an error, not a silent default: it decides the outputs' bits.
+    const std::string_view text(segment);
+    int keys = -1;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), keys);
+    DI_CHECK(ec == std::errc() && end == text.data() + text.size() && keys >= 0 && keys <= (1 << 20) &&
+                 keys % kAttentionSegmentTile == 0,
+             "DEEPINFER_BI_ATTENTION_SEGMENT={}: want 0 or a multiple of {} keys up to 1048576", text,
+             kAttentionSegmentTile);
+    bi_segment_keys_ = keys;
   }
   check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   log_debug("cuda: {} ({} SMs, {:.1f} GiB), compute capability {}.{}", prop.name, num_sms_,
@@ -414,6 +428,7 @@ void CudaBackend::attention(const Tensor& q, const KvCacheLayer& cache, const At
   hints.workspace_bytes = kAttentionWorkspaceBytes;
   hints.max_smem_bytes = max_smem_per_block_;
   hints.batch_invariant = batch_invariant_;
+  hints.segment_keys = bi_segment_keys_;
   plan_attention(a, hints);
   DI_CHECK(int64_t{a.num_seqs} * a.num_splits <= 65535, "attention: {} sequences exceed the CUDA grid limit",
            a.num_seqs);

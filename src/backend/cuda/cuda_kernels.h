@@ -251,6 +251,10 @@ struct AttentionLaunch {
   int head_tile = 1;
   int q_blocks = 1;     // blocks along the query axis per sequence
   int num_splits = 1;   // KV splits per (sequence, head); >1 needs the workspace
+  // Batch-invariant key segments (cuda_attention_segments.cuh): > 0 cuts every
+  // row's keys at multiples of this many (a multiple of the prefill kernel's
+  // 64-key tile) and folds them in order; a split then takes one segment.
+  int segment_keys = 0;
   float* partial = nullptr;  // [num_splits, n, heads_q, v dim + 2] when num_splits > 1
   uint32_t* err = nullptr;
 };
@@ -262,15 +266,24 @@ struct AttentionHints {
   bool allow_mma = true;       // false keeps the SIMT kernel (benchmarks compare the two)
   // A row's result independent of the batch (DEEPINFER_BATCH_INVARIANT=1):
   // the tensor-core prefill kernel for every query count (the decode kernel
-  // splits a tile's keys across warps: another order of summation), and no
-  // split-KV (whose split count follows the batch).
+  // splits a tile's keys across warps: another order of summation), and
+  // split-KV only along the fixed key segments below.
   bool batch_invariant = false;
+  // The mode's key segment (AttentionLaunch::segment_keys; 0: none, so no
+  // split-KV either). Fixed for the process: it is part of the arithmetic.
+  int segment_keys = 0;
   size_t max_smem_bytes = 232448;  // per block (sm_90 opt-in limit); the SIMT tiles shrink to fit
 };
 void plan_attention(AttentionLaunch& a, const AttentionHints& hints);
 // Shared memory bytes one attention block needs for the planned kernel.
 size_t attention_smem_bytes(const AttentionLaunch& a);
 void launch_attention(const AttentionLaunch& a, Stream stream);
+
+// Key segments of the batch-invariant mode: the default length, the tile it
+// must be a multiple of, and the widest head the segmented kernel takes.
+inline constexpr int kAttentionSegmentKeys = 128;
+inline constexpr int kAttentionSegmentTile = 64;
+inline constexpr int kAttentionMaxSegmentedDim = 128;
 
 // The tensor-core kernels (cuda_attention_mma.cu). launch_attention_mma runs
 // the main kernel only; launch_attention adds the split-KV combine.
