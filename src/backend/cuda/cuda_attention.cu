@@ -31,9 +31,9 @@ namespace {
 constexpr int kBlockN = 32;
 // Most key splits a launch may have (the combine kernel keeps one scale per split).
 constexpr int kMaxSplits = 64;
-// Most key segments a batch-invariant launch splits into (its combine keeps
-// no per-split state; the workspace bounds it too).
-constexpr int kMaxSegments = 512;
+// Most key segments a batch-invariant launch writes partials of (its combine
+// keeps no per-segment state; the workspace bounds them too).
+constexpr int kMaxSegments = 1024;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
@@ -479,10 +479,10 @@ __global__ void combine_kernel(AttentionLaunch a) {
   }
 }
 
-// The batch-invariant split-KV merge (a.segment_keys > 0), one block per
-// (token, head): each thread folds its two dims' segment partials in segment
-// order with the tensor-core kernel's own fold, so a split row gets the bits
-// the kernel computes for it unsplit.
+// The batch-invariant merge of segment partials (a.segment_partials), one
+// block per (token, head): each thread folds its two dims' partials in
+// segment order with the tensor-core kernel's own fold, so a row gets the
+// bits the kernel's in-register fold gives it.
 template <typename T>
 __global__ void combine_segments_kernel(AttentionLaunch a) {
   wait_for_prior_kernel();
@@ -497,7 +497,7 @@ __global__ void combine_segments_kernel(AttentionLaunch a) {
   char* out = a.out.base + t * a.out.stride0 + h * a.out.stride1;
   for (int d = 2 * static_cast<int>(threadIdx.x); d < dim; d += 2 * static_cast<int>(blockDim.x)) {
     float m = -INFINITY, l = 0.0f, o0 = 0.0f, o1 = 0.0f;
-    for (int sp = 0; sp < a.num_splits; ++sp) {
+    for (int sp = 0; sp < a.num_segments; ++sp) {
       const float* p = part + sp * split_stride;
       const SegmentFold w = fold_segment_stats(m, l, p[dim], p[dim + 1]);
       o0 = fold_segment_value(o0, p[d], w);
@@ -610,16 +610,25 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
   a.num_splits = 1;
   const int64_t per_split = n * a.q.heads * (a.v.dim + 2) * static_cast<int64_t>(sizeof(float));
   a.segment_keys = 0;
+  a.segment_partials = false;
+  a.num_segments = 0;
   if (hints.batch_invariant) {
-    // Segments fold the same way split or not, so splitting may follow the
-    // batch here too: one segment a block when the sequences alone leave SMs
-    // idle and the longest one's segments fit the combine and the workspace.
+    // Segments fold the same way in the kernel or from partials, so how may
+    // follow the batch: decode-shaped launches (a block's rows are one
+    // sequence's few tokens) write each segment's partial, small beside the
+    // keys read, and split whole segments over blocks when the sequences
+    // alone would leave SMs idle; prompts fold in the kernel, unsplit.
     if (a.kernel != AttentionKernel::MmaPrefill || dim > kAttentionMaxSegmentedDim || hints.segment_keys <= 0) return;
     a.segment_keys = hints.segment_keys;
     const int64_t segments = (int64_t{hints.max_kv_len} + a.segment_keys - 1) / a.segment_keys;
-    if (blocks < hints.num_sms && segments >= 2 && segments <= kMaxSegments &&
-        segments * a.num_seqs <= 65535 && segments * per_split <= static_cast<int64_t>(hints.workspace_bytes)) {
-      a.num_splits = static_cast<int>(segments);
+    const bool decode_shaped = int64_t{max_q} * a.group <= attention_mma_rows(AttentionKernel::MmaDecode, dim);
+    if (decode_shaped && segments <= kMaxSegments &&
+        segments * per_split <= static_cast<int64_t>(hints.workspace_bytes)) {
+      a.segment_partials = true;
+      a.num_segments = static_cast<int>(std::max<int64_t>(segments, 1));
+      const int64_t want = blocks < hints.num_sms ? 2 * int64_t{hints.num_sms} / blocks : 1;
+      a.num_splits = static_cast<int>(std::clamp<int64_t>(
+          std::min<int64_t>(want, 65535 / std::max(a.num_seqs, 1)), 1, a.num_segments));
     }
     return;
   }
@@ -655,7 +664,7 @@ void launch_attention(const AttentionLaunch& a, Stream stream) {
   } else {
     launch_attention_mma(a, stream);
   }
-  if (a.num_splits > 1 && a.segment_keys > 0) {
+  if (a.segment_partials) {
     // Only the tensor-core kernel segments (bf16/f16 rows).
     const auto blocks = static_cast<unsigned>(a.q.n * a.q.heads);
     if (a.type == ElemType::BF16) launch_chained(combine_segments_kernel<__nv_bfloat16>, blocks, 64, 0, s, a);

@@ -23,9 +23,10 @@
 // which also yields the split-KV partials [num_splits, n, heads_q, dim + 2]
 // that combine_kernel in cuda_attention.cu reduces.
 // The batch-invariant mode runs the prefill shape with key segments instead
-// (kSegmented, cuda_attention_segments.cuh): each warp folds its rows'
-// segments in registers and writes outputs, or one segment's partial, from
-// there.
+// (cuda_attention_segments.cuh), in one of two ways: each warp folds its
+// rows' segments into an accumulator in shared memory and writes outputs
+// (Seg::Fold), or writes every segment's partial for combine_segments_kernel
+// to fold (Seg::Partials: decode-shaped launches, whose partials are small).
 //
 // An FP8 (e4m3) cache arrives through the same cp.async ring at half the
 // bytes and the products run in f16 whatever the activations' type (every
@@ -58,11 +59,12 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-// Segments need a second f32 accumulator per row: up to 128-wide heads (64
-// more registers a thread); plan_attention keeps larger heads unsegmented.
 constexpr int kMaxSegmentedDim = kAttentionMaxSegmentedDim;
 
-template <int D, bool kDecode, bool kFp8 = false, bool kSegmented = false>
+// How a launch treats key segments (AttentionLaunch::segment_keys).
+enum class Seg { None, Fold, Partials };
+
+template <int D, bool kDecode, bool kFp8 = false, Seg kSeg = Seg::None>
 struct MmaConfig {
   static constexpr int kRowWarps = kDecode ? 1 : (D <= 128 ? 8 : 4);
   static constexpr int kKeyWarps = kDecode ? 4 : 1;
@@ -76,8 +78,8 @@ struct MmaConfig {
   static constexpr bool kThirdBlock = kDecode && D <= 128;
   static constexpr int kStages = kThirdBlock ? 2 : (D <= 128 ? 3 : 2);
   // Q fragments stay in registers unless the f32 accumulator of a 256-wide
-  // head, or the second one of segments, already takes most of them.
-  static constexpr bool kQInRegs = D <= 128 && !kSegmented;
+  // head already takes most of them.
+  static constexpr bool kQInRegs = D <= 128;
   static constexpr int kMinBlocks = kThirdBlock ? 3 : ((kDecode && D <= 128) || (!kDecode && D > 128) ? 2 : 1);
   // f32 staging row stride: the +8 puts rows g and g + 4 of a fragment on different banks.
   static constexpr int kLdo = D + 8;
@@ -89,7 +91,11 @@ struct MmaConfig {
   static constexpr size_t kRingBytes = size_t(kStages) * 2 * kStageBytes + (kFp8 ? kTileBytes : 0);
   static constexpr size_t kMergeBytes = size_t(kKeyWarps) * kRows * kLdo * 4;
   static constexpr size_t kLoopBytes = kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes;
-  static constexpr size_t kSmemBytes = kQBytes + kLoopBytes + 2 * size_t(kKeyWarps) * kRows * 4;
+  static constexpr size_t kStatBytes = 2 * size_t(kKeyWarps) * kRows * 4;
+  // Seg::Fold: the folded segments' f32 output, thread-private slots (a
+  // second register accumulator would spill: the kernel is at 255).
+  static constexpr size_t kFoldBytes = kSeg == Seg::Fold ? size_t(kRows) * D * 4 : 0;
+  static constexpr size_t kSmemBytes = kQBytes + kLoopBytes + kStatBytes + kFoldBytes;
   static_assert(kWarpN % 16 == 0, "a warp's keys form whole k-steps of the PV product");
   static_assert(kThreads % (D * kCacheBytes / 16) == 0 && (kBlockN * D * kCacheBytes / 16) % kThreads == 0,
                 "tile loads split evenly");
@@ -179,46 +185,36 @@ __device__ __forceinline__ void fp8x4_to_f16_fragments(uint32_t bytes, uint32_t&
   b1 = static_cast<uint32_t>(hi.x) | (static_cast<uint32_t>(hi.y) << 16);
 }
 
-// Segmented epilogue, per warp: its rows flat0 and flat0 + 8 (of warp_rows
-// from the warp's first) as outputs, or as the block's one segment's partial
-// under split-KV, straight from the fold's registers.
-template <typename T, int D>
-__device__ __forceinline__ void write_segmented_rows(const AttentionLaunch& a, const float (&o)[D / 8][4],
-                                                     const float (&m)[2], const float (&l)[2], int flat0,
-                                                     int warp_rows, int gq, int cq, int q_begin, int g, int split) {
+// Seg::Partials: one segment's state of a warp's rows flat0 and flat0 + 8
+// (of warp_rows from the warp's first), unnormalised, for the combine.
+template <int D>
+__device__ __forceinline__ void write_segment_partial(const AttentionLaunch& a, int seg, const float (&o)[D / 8][4],
+                                                      const float (&m)[2], const float (&l)[2], int flat0,
+                                                      int warp_rows, int gq, int cq, int q_begin, int g) {
   const int heads_q = static_cast<int>(a.q.heads);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     if (gq + 8 * i >= warp_rows) continue;
     const int flat = flat0 + 8 * i;
     const int t = q_begin + flat / a.group, h = g * a.group + flat % a.group;
-    if (a.num_splits == 1) {
-      const float scale = segment_output_scale(m[i], l[i], a.sinks ? a.sinks[h] * kLog2e : -INFINITY);
-      char* out = a.out.base + t * a.out.stride0 + h * a.out.stride1;
+    float* part = a.partial + ((int64_t(seg) * a.q.n + t) * heads_q + h) * (D + 2);
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        *reinterpret_cast<uint32_t*>(out + (dt * 8 + 2 * cq) * 2) =
-            pack2<T>(__fmul_rn(o[dt][2 * i], scale), __fmul_rn(o[dt][2 * i + 1], scale));
-      }
-    } else {
-      float* part = a.partial + ((int64_t(split) * a.q.n + t) * heads_q + h) * (D + 2);
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        *reinterpret_cast<float2*>(part + dt * 8 + 2 * cq) = make_float2(o[dt][2 * i], o[dt][2 * i + 1]);
-      }
-      if (cq == 0) {
-        part[D] = m[i];  // log2 units: combine_segments_kernel folds them as the kernel does
-        part[D + 1] = l[i];
-      }
+    for (int dt = 0; dt < D / 8; ++dt) {
+      *reinterpret_cast<float2*>(part + dt * 8 + 2 * cq) = make_float2(o[dt][2 * i], o[dt][2 * i + 1]);
+    }
+    if (cq == 0) {
+      part[D] = m[i];  // log2 units: combine_segments_kernel folds them as Seg::Fold does
+      part[D + 1] = l[i];
     }
   }
 }
 
 // T: q/out elements (bf16/f16); KvT: cache elements (T, or FP8 e4m3).
-template <typename T, typename KvT, int D, bool kDecode, bool kSegmented,
-          typename C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>, kSegmented>>
+template <typename T, typename KvT, int D, bool kDecode, Seg kSeg,
+          typename C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>, kSeg>>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kernel(AttentionLaunch a) {
-  static_assert(!kSegmented || !kDecode, "segments fold per warp: every warp must see all keys of a tile");
+  static_assert(kSeg == Seg::None || !kDecode, "segments are per warp: every warp must see all keys of a tile");
+  constexpr bool kSegmented = kSeg != Seg::None;
   wait_for_prior_kernel();
   release_next_kernel();
   constexpr bool kFp8 = !std::is_same_v<KvT, T>;
@@ -231,6 +227,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
   float* stage_o = reinterpret_cast<float*>(smem + C::kQBytes);
   float* m_s = reinterpret_cast<float*>(smem + C::kQBytes + C::kLoopBytes);
   float* l_s = m_s + C::kKeyWarps * C::kRows;
+  float* fold_s = l_s + C::kKeyWarps * C::kRows;  // Seg::Fold: kThreads * D / 2 floats
   const uint32_t q_base = smem_addr(smem);
   const uint32_t ring_base = q_base + static_cast<uint32_t>(C::kQBytes);
   // FP8: the widened V tile, after the ring.
@@ -259,14 +256,18 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
   // chunked prefill and prefix hits give the bits of a whole prompt.
   int k_begin = a.window > 0 ? max(0, base + t_lo - a.window + 1) / C::kBlockN * C::kBlockN : 0;
   int k_end = base + t_hi + 1;
-  if (a.num_splits > 1) {
-    // Segments: one per block, at fixed keys; the plan covers the longest sequence.
-    const int chunk = kSegmented ? a.segment_keys
-                                 : ((kv_len + a.num_splits - 1) / a.num_splits + C::kBlockN - 1) / C::kBlockN *
-                                       C::kBlockN;
-    if (kSegmented && split == 0 && qb == 0 && g == 0 && tid == 0 && kv_len > a.num_splits * chunk) {
+  // Seg::Partials: a split takes whole segments, and the layout's segments
+  // must cover the sequence (the plan takes the longest).
+  const int seg_per_split = (a.num_segments + a.num_splits - 1) / a.num_splits;
+  const int seg_lo = split * seg_per_split, seg_hi = min(a.num_segments, seg_lo + seg_per_split);
+  if constexpr (kSeg == Seg::Partials) {
+    if (split == 0 && qb == 0 && g == 0 && tid == 0 && kv_len > a.num_segments * a.segment_keys) {
       atomicOr(a.err, kErrAttentionLayout);
     }
+    k_begin = max(k_begin, seg_lo * a.segment_keys);
+    k_end = min(k_end, seg_hi * a.segment_keys);
+  } else if (a.num_splits > 1) {
+    const int chunk = ((kv_len + a.num_splits - 1) / a.num_splits + C::kBlockN - 1) / C::kBlockN * C::kBlockN;
     k_begin = max(k_begin, split * chunk);
     k_end = min(k_end, (split + 1) * chunk);
   }
@@ -370,31 +371,59 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
-  // Segmented: the rows' folded segments so far; (o, m_row, l_row) hold the current one.
-  float o_fold[kSegmented ? D / 8 : 1][4];
+  // Segments: (o, m_row, l_row) hold the current segment. Seg::Fold folds
+  // it into (fold_s, m_fold, l_fold) at its end; Seg::Partials writes it out.
   float m_fold[2] = {-INFINITY, -INFINITY}, l_fold[2] = {0.0f, 0.0f};
-  auto fold_segment = [&]() {
+  auto fold_slot = [&](int dt, int e) { return fold_s + (dt * 4 + e) * C::kThreads + tid; };
+  auto end_segment = [&](int seg) {
     if constexpr (kSegmented) {
+      float l_seg[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        float l_seg = l_row[i];
-        l_seg += __shfl_xor_sync(0xffffffffu, l_seg, 1);
-        l_seg += __shfl_xor_sync(0xffffffffu, l_seg, 2);
-        const SegmentFold w = fold_segment_stats(m_fold[i], l_fold[i], m_row[i], l_seg);
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) {
-          o_fold[dt][2 * i] = fold_segment_value(o_fold[dt][2 * i], o[dt][2 * i], w);
-          o_fold[dt][2 * i + 1] = fold_segment_value(o_fold[dt][2 * i + 1], o[dt][2 * i + 1], w);
-          o[dt][2 * i] = o[dt][2 * i + 1] = 0.0f;
-        }
-        m_row[i] = -INFINITY;
-        l_row[i] = 0.0f;
+        l_seg[i] = l_row[i];
+        l_seg[i] += __shfl_xor_sync(0xffffffffu, l_seg[i], 1);
+        l_seg[i] += __shfl_xor_sync(0xffffffffu, l_seg[i], 2);
       }
+      if constexpr (kSeg == Seg::Partials) {
+        write_segment_partial<D>(a, seg, o, m_row, l_seg, r0 + wrow0 + gq, warp_rows, gq, cq, q_begin, g);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const SegmentFold w = fold_segment_stats(m_fold[i], l_fold[i], m_row[i], l_seg[i]);
+#pragma unroll
+          for (int dt = 0; dt < D / 8; ++dt) {
+            float* f0 = fold_slot(dt, 2 * i);
+            float* f1 = fold_slot(dt, 2 * i + 1);
+            *f0 = fold_segment_value(*f0, o[dt][2 * i], w);
+            *f1 = fold_segment_value(*f1, o[dt][2 * i + 1], w);
+          }
+        }
+      }
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+      m_row[0] = m_row[1] = -INFINITY;
+      l_row[0] = l_row[1] = 0.0f;
     }
   };
-  if constexpr (kSegmented) {
+  if constexpr (kSeg == Seg::Fold) {
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i) o_fold[i][0] = o_fold[i][1] = o_fold[i][2] = o_fold[i][3] = 0.0f;
+    for (int dt = 0; dt < D / 8; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) *fold_slot(dt, e) = 0.0f;
+    }
+  }
+  if constexpr (kSeg == Seg::Partials) {
+    // This split's segments without a tile here are empty for every row (m =
+    // -inf is all the combine reads of them).
+    const int first = n_tiles > 0 ? k_begin / a.segment_keys : seg_hi;
+    const int last = n_tiles > 0 ? (k_end - 1) / a.segment_keys : seg_hi - 1;
+    const int heads_q = static_cast<int>(a.q.heads);
+    for (int i = tid; i < (seg_hi - seg_lo) * valid_rows; i += C::kThreads) {
+      const int seg = seg_lo + i / valid_rows, flat = r0 + i % valid_rows;
+      if (seg >= first && seg <= last) continue;
+      const int t = q_begin + flat / a.group, h = g * a.group + flat % a.group;
+      a.partial[((int64_t(seg) * a.q.n + t) * heads_q + h) * (D + 2) + D] = -INFINITY;
+    }
   }
 
   fetch_pages(0);
@@ -432,7 +461,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
     }
 
     // A segment ends where this tile starts (every warp, skipping or not).
-    if (kSegmented && it > 0 && (k_begin + it * C::kBlockN) % a.segment_keys == 0) fold_segment();
+    if (kSegmented && it > 0 && (k_begin + it * C::kBlockN) % a.segment_keys == 0) {
+      end_segment((k_begin + it * C::kBlockN) / a.segment_keys - 1);
+    }
     const int wk0 = k_begin + it * C::kBlockN + kw * C::kWarpN;  // first key of this warp's slice
     const bool skip = warp_rows <= 0 || wk0 >= k_end || wk0 > wpos_hi ||
                       (a.window > 0 && wk0 + C::kWarpN - 1 < wpos_lo - a.window + 1);
@@ -552,9 +583,27 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
     }
   }
   cp_async_wait<0>();
-  if constexpr (kSegmented) {
-    fold_segment();
-    write_segmented_rows<T, D>(a, o_fold, m_fold, l_fold, r0 + wrow0 + gq, warp_rows, gq, cq, q_begin, g, split);
+  if constexpr (kSeg == Seg::Partials) {
+    if (n_tiles > 0) end_segment((k_end - 1) / a.segment_keys);
+    return;
+  }
+  if constexpr (kSeg == Seg::Fold) {
+    end_segment(0);
+    const int heads_q = static_cast<int>(a.q.heads);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (gq + 8 * i >= warp_rows) continue;
+      const int flat = r0 + wrow0 + gq + 8 * i;
+      const int t = q_begin + flat / a.group, h = g * a.group + flat % a.group;
+      (void)heads_q;
+      const float scale = segment_output_scale(m_fold[i], l_fold[i], a.sinks ? a.sinks[h] * kLog2e : -INFINITY);
+      char* out = a.out.base + t * a.out.stride0 + h * a.out.stride1;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        *reinterpret_cast<uint32_t*>(out + (dt * 8 + 2 * cq) * 2) =
+            pack2<T>(__fmul_rn(*fold_slot(dt, 2 * i), scale), __fmul_rn(*fold_slot(dt, 2 * i + 1), scale));
+      }
+    }
     return;
   }
   __syncthreads();  // the ring is now reused as the merge area
@@ -631,10 +680,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
   }
 }
 
-template <typename T, typename KvT, int D, bool kDecode, bool kSegmented = false>
+template <typename T, typename KvT, int D, bool kDecode, Seg kSeg = Seg::None>
 void launch_config(const AttentionLaunch& a, cudaStream_t stream) {
-  using C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>, kSegmented>;
-  auto* kernel = attention_mma_kernel<T, KvT, D, kDecode, kSegmented>;
+  using C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>, kSeg>;
+  auto* kernel = attention_mma_kernel<T, KvT, D, kDecode, kSeg>;
   // The opt-in shared memory size is a per-device function attribute: set it
   // once per device (outside any graph capture, at the first call).
   static std::atomic<uint64_t> devices_done{0};
@@ -655,7 +704,8 @@ void launch_cache(const AttentionLaunch& a, cudaStream_t stream) {
   if (a.kernel == AttentionKernel::MmaDecode) {
     launch_config<T, KvT, D, true>(a, stream);
   } else if constexpr (D <= kMaxSegmentedDim) {
-    if (a.segment_keys > 0) launch_config<T, KvT, D, false, true>(a, stream);
+    if (a.segment_keys > 0 && a.segment_partials) launch_config<T, KvT, D, false, Seg::Partials>(a, stream);
+    else if (a.segment_keys > 0) launch_config<T, KvT, D, false, Seg::Fold>(a, stream);
     else launch_config<T, KvT, D, false>(a, stream);
   } else {
     launch_config<T, KvT, D, false>(a, stream);
@@ -679,14 +729,15 @@ void launch_typed(const AttentionLaunch& a, cudaStream_t stream) {
 }
 
 template <int D, bool kFp8>
-size_t smem_for(AttentionKernel kernel) {
-  return kernel == AttentionKernel::MmaDecode ? MmaConfig<D, true, kFp8>::kSmemBytes
-                                              : MmaConfig<D, false, kFp8>::kSmemBytes;
+size_t smem_for(const AttentionLaunch& a) {
+  if (a.kernel == AttentionKernel::MmaDecode) return MmaConfig<D, true, kFp8>::kSmemBytes;
+  if (a.segment_keys > 0 && !a.segment_partials) return MmaConfig<D, false, kFp8, Seg::Fold>::kSmemBytes;
+  return MmaConfig<D, false, kFp8>::kSmemBytes;
 }
 
 template <int D>
 size_t smem_for(const AttentionLaunch& a) {
-  return a.k.fp8 ? smem_for<D, true>(a.kernel) : smem_for<D, false>(a.kernel);
+  return a.k.fp8 ? smem_for<D, true>(a) : smem_for<D, false>(a);
 }
 
 }  // namespace

@@ -110,6 +110,7 @@ class CudaBackend final : public Backend {
   // Split-KV partials of one attention call must fit here; the plan caps the
   // number of splits accordingly.
   static constexpr size_t kAttentionWorkspaceBytes = size_t{64} << 20;
+  static constexpr size_t kAttentionWorkspaceBytesInvariant = size_t{256} << 20;
   static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
  private:
@@ -159,6 +160,7 @@ class CudaBackend final : public Backend {
   cublasContext* cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   float* attention_workspace_ = nullptr;
+  size_t attention_workspace_bytes_ = 0;
   uint32_t* error_word_ = nullptr;  // device
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;

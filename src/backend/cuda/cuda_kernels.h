@@ -253,8 +253,12 @@ struct AttentionLaunch {
   int num_splits = 1;   // KV splits per (sequence, head); >1 needs the workspace
   // Batch-invariant key segments (cuda_attention_segments.cuh): > 0 cuts every
   // row's keys at multiples of this many (a multiple of the prefill kernel's
-  // 64-key tile) and folds them in order; a split then takes one segment.
+  // 64-key tile) and folds them in order, in the kernel, or (segment_partials)
+  // in the combine from num_segments partials [num_segments, n, heads_q, dim + 2]
+  // that splits of whole segments write.
   int segment_keys = 0;
+  bool segment_partials = false;
+  int num_segments = 0;
   float* partial = nullptr;  // [num_splits, n, heads_q, v dim + 2] when num_splits > 1
   uint32_t* err = nullptr;
 };
@@ -281,7 +285,7 @@ void launch_attention(const AttentionLaunch& a, Stream stream);
 
 // Key segments of the batch-invariant mode: the default length, the tile it
 // must be a multiple of, and the widest head the segmented kernel takes.
-inline constexpr int kAttentionSegmentKeys = 128;
+inline constexpr int kAttentionSegmentKeys = 256;
 inline constexpr int kAttentionSegmentTile = 64;
 inline constexpr int kAttentionMaxSegmentedDim = 128;
 
