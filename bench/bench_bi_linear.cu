@@ -106,6 +106,11 @@ int main(int argc, char** argv) {
       candidate<64, 128, 64, 2, 4, 3>(true),   candidate<128, 64, 32, 4, 2, 4>(true),
       candidate<128, 128, 64, 2, 4, 3>(false), candidate<16, 64, 128, 1, 4, 4>(true),
       candidate<128, 256, 32, 2, 4, 3>(false), candidate<64, 64, 64, 2, 2, 4>(true),
+      // Few rows: more weight bytes in flight per SM (narrower column tiles
+      // for more blocks, deeper rings, longer k stages).
+      candidate<16, 16, 128, 1, 1, 4>(true),   candidate<16, 16, 128, 1, 1, 8>(true),
+      candidate<16, 32, 128, 1, 2, 8>(true),   candidate<16, 32, 256, 1, 2, 4>(true),
+      candidate<16, 16, 256, 1, 1, 4>(true),
       wgmma_candidate<128, 2, 4>(),            wgmma_candidate<64, 2, 4>(),
       wgmma_candidate<128, 1, 4>(),            wgmma_candidate<64, 1, 6>(),
       // Three stages: 97 KiB, two blocks an SM.
