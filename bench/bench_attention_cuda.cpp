@@ -243,20 +243,20 @@ void bench_case(const Case& c, int num_sms, int reps, std::mt19937& gen) {
   f.v = CacheView{reinterpret_cast<char*>(v8), num_pages, c.page_size, c.heads_kv, d, c.page_size * row / 2, row / 2, d,
                   true};
   Result fp8_r = run(f, c, true, num_sms, workspace_bytes, reps);
-  // The batch-invariant plan (DEEPINFER_BATCH_INVARIANT=1): one key order
-  // whatever the batch (the prefill kernel for every query count, keys in
-  // fixed segments folded in order). Decode-shaped launches write segment
-  // partials for a combine; with no workspace the same launch folds in the
-  // kernel, which must give the same bits. Without segments
-  // (DEEPINFER_BI_ATTENTION_SEGMENT=0) nothing splits.
+  // The batch-invariant plans (DEEPINFER_BATCH_INVARIANT=1): one key order
+  // whatever the batch (the prefill kernel for every query count). With key
+  // segments (DEEPINFER_BI_ATTENTION_SEGMENT=256) decode-shaped launches write
+  // segment partials for a combine, and may split; with no workspace the same
+  // launch folds in the kernel, which must give the same bits. Without
+  // segments (the mode's default) nothing splits.
   const Result bi_r = run(a, c, true, num_sms, workspace_bytes, reps, true, kAttentionSegmentKeys);
   const Result bi_fold = run(a, c, true, num_sms, 0, reps, true, kAttentionSegmentKeys);
   const Result bi_noseg = run(a, c, true, num_sms, workspace_bytes, reps, true, 0);
   size_t differ = 0;
   for (size_t i = 0; i < bi_r.out.size(); ++i) differ += bi_r.out[i] != bi_fold.out[i];
-  fmt::print("  batch-invariant: {:9.3f} ms  {}  [{}] err={}; {:.2f}x the default plan's time; folded in the "
-             "kernel {:.3f} ms [{}] err={}, {} of {} outputs differ; without segments {:.3f} ms "
-             "({:.2f}x the default) [{}]\n",
+  fmt::print("  batch-invariant, segments: {:9.3f} ms  {}  [{}] err={}; {:.2f}x the default plan's time; folded "
+             "in the kernel {:.3f} ms [{}] err={}, {} of {} outputs differ; without segments (the mode's default) "
+             "{:.3f} ms ({:.2f}x the default) [{}]\n",
              bi_r.ms, figure(bi_r.ms), bi_r.plan, bi_r.err, bi_r.ms / new_r.ms, bi_fold.ms, bi_fold.plan,
              bi_fold.err, differ, bi_r.out.size(), bi_noseg.ms, bi_noseg.ms / new_r.ms, bi_noseg.plan);
   const std::string fp8_figure = prefill ? figure(fp8_r.ms)

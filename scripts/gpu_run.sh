@@ -351,13 +351,16 @@ if has bi; then
   echo -e "\n## Batch invariance\n" >> "$REPORT"
   # With the kernels the mode changed: MoE (its GEMM is shared now) and attention.
   # The default (larger batches through cuBLASLt without a split of k, then
-  # wgmma), then wgmma without cuBLASLt, then mma.sync only.
-  for paths in "1 1" "0 1" "0 0"; do
-    read -r cublas wgmma <<< "$paths"
-    log="$OUT/bi_ops_cublas${cublas}_wgmma${wgmma}.log"
-    DEEPINFER_BI_CUBLAS=$cublas DEEPINFER_BI_WGMMA=$wgmma timeout "${BI_OPS_TIMEOUT:-200}" "$BIN/test_ops" \
+  # wgmma), then wgmma without cuBLASLt, then mma.sync only, then the default
+  # with attention in 256-key segments (DEEPINFER_BI_ATTENTION_SEGMENT).
+  for paths in "1 1 0" "0 1 0" "0 0 0" "1 1 256"; do
+    read -r cublas wgmma segment <<< "$paths"
+    log="$OUT/bi_ops_cublas${cublas}_wgmma${wgmma}_segment${segment}.log"
+    DEEPINFER_BI_CUBLAS=$cublas DEEPINFER_BI_WGMMA=$wgmma DEEPINFER_BI_ATTENTION_SEGMENT=$segment \
+      timeout "${BI_OPS_TIMEOUT:-200}" "$BIN/test_ops" \
       --gtest_brief=1 --gtest_filter="${BI_OPS_FILTER:-*BatchInvariant*:*Moe*:*Attention*}" > "$log" 2>&1
-    echo "test_ops BatchInvariant, DEEPINFER_BI_CUBLAS=$cublas DEEPINFER_BI_WGMMA=$wgmma: exit code $?" >> "$REPORT"
+    echo "test_ops BatchInvariant, DEEPINFER_BI_CUBLAS=$cublas DEEPINFER_BI_WGMMA=$wgmma" \
+      "DEEPINFER_BI_ATTENTION_SEGMENT=$segment: exit code $?" >> "$REPORT"
     grep -E '^\[  (PASSED|FAILED) |Failure|Expected|run [0-9]|rows from|wgmma|mma.sync|cuBLASLt' "$log" | sort -u |
       head -20 | sed 's/^/    /' >> "$REPORT"
   done

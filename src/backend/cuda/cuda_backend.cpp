@@ -58,8 +58,30 @@ CacheView cache_of(const Tensor& t) {
 
 }  // namespace
 
+namespace {
+
+// The batch-invariant mode's attention key segment: DEEPINFER_BI_ATTENTION_SEGMENT
+// keys (docs/batch_invariance.md), 0 (none: no split-KV) when unset. A bad
+// value is an error, not a silent default: it decides the outputs' bits.
+int bi_attention_segment_from_env() {
+  const char* segment = std::getenv("DEEPINFER_BI_ATTENTION_SEGMENT");
+  if (segment == nullptr) return 0;
+  const std::string_view text(segment);
+  int keys = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), keys);
+  DI_CHECK(ec == std::errc() && end == text.data() + text.size() && keys >= 0 && keys <= (1 << 20) &&
+               keys % kAttentionSegmentTile == 0,
+           "DEEPINFER_BI_ATTENTION_SEGMENT={}: want 0 or a multiple of {} keys up to 1048576 (e.g. {})", text,
+           kAttentionSegmentTile, kAttentionSegmentKeys);
+  return keys;
+}
+
+}  // namespace
+
 CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
-    : device_(device_index), batch_invariant_(options.batch_invariant) {
+    : device_(device_index),
+      batch_invariant_(options.batch_invariant),
+      bi_segment_keys_(options.batch_invariant ? bi_attention_segment_from_env() : 0) {
   if (options.fp8_weights) {
     const char* opt_in = std::getenv("DEEPINFER_CUDA_FP8");
     DI_CHECK(opt_in != nullptr && std::string_view(opt_in) == "1",
@@ -96,10 +118,10 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
   // Plain f32 products stay f32: no TF32 shortcuts, so f32 op tests match the CPU.
   check_cublas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   void* ws = nullptr;
-  // The batch-invariant mode keeps every key segment's partial of a decode
-  // step (batch 256 at 8k context: 136 MB in 256-key segments); a step whose
+  // Attention in key segments keeps every segment's partial of a decode step
+  // (batch 256 at 8k context: 136 MB in 256-key segments); a step whose
   // partials do not fit folds in the kernel instead (the same bits, slower).
-  attention_workspace_bytes_ = batch_invariant_ ? kAttentionWorkspaceBytesInvariant : kAttentionWorkspaceBytes;
+  attention_workspace_bytes_ = bi_segment_keys_ > 0 ? kAttentionWorkspaceBytesInvariant : kAttentionWorkspaceBytes;
   check_cuda(cudaMalloc(&ws, attention_workspace_bytes_), "cudaMalloc(attention workspace)");
   attention_workspace_ = static_cast<float*>(ws);
   void* err = nullptr;
@@ -131,19 +153,6 @@ CudaBackend::CudaBackend(const BackendOptions& options, int device_index)
     log_info("CUDA backend: batch-invariant linear of larger batches {}",
              bi_cublas_ ? "through cuBLASLt without a split of k"
                         : "not through cuBLASLt (its sums differ from the invariant GEMM's on this GPU)");
-  }
-  if (batch_invariant_) bi_segment_keys_ = kAttentionSegmentKeys;
-  if (const char* segment = std::getenv("DEEPINFER_BI_ATTENTION_SEGMENT"); batch_invariant_ && segment != nullptr) {
-    // The mode's attention key segment (0: none, so no split-KV). A bad value
-    // is an error, not a silent default: it decides the outputs' bits.
-    const std::string_view text(segment);
-    int keys = -1;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), keys);
-    DI_CHECK(ec == std::errc() && end == text.data() + text.size() && keys >= 0 && keys <= (1 << 20) &&
-                 keys % kAttentionSegmentTile == 0,
-             "DEEPINFER_BI_ATTENTION_SEGMENT={}: want 0 or a multiple of {} keys up to 1048576", text,
-             kAttentionSegmentTile);
-    bi_segment_keys_ = keys;
   }
   check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   log_debug("cuda: {} ({} SMs, {:.1f} GiB), compute capability {}.{}", prop.name, num_sms_,

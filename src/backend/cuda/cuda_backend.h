@@ -132,8 +132,8 @@ class CudaBackend final : public Backend {
   // The mode's larger products through cuBLASLt without a split of k (the
   // probe passed; DEEPINFER_BI_CUBLAS=0: never), cuda_unsplit_gemm.h.
   bool bi_cublas_ = false;
-  // The mode's attention key segment (kAttentionSegmentKeys unless
-  // DEEPINFER_BI_ATTENTION_SEGMENT says otherwise; 0: none).
+  // The mode's attention key segment (DEEPINFER_BI_ATTENTION_SEGMENT; 0, the
+  // default: none, so no split-KV).
   int bi_segment_keys_ = 0;
   std::unique_ptr<UnsplitGemm> unsplit_gemm_;
   static constexpr int64_t kBiCublasMinRows = 33;

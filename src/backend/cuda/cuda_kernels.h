@@ -283,8 +283,9 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints);
 size_t attention_smem_bytes(const AttentionLaunch& a);
 void launch_attention(const AttentionLaunch& a, Stream stream);
 
-// Key segments of the batch-invariant mode: the default length, the tile it
-// must be a multiple of, and the widest head the segmented kernel takes.
+// Key segments of the batch-invariant mode (opt-in): the suggested length,
+// the tile it must be a multiple of, and the widest head the segmented
+// kernel takes.
 inline constexpr int kAttentionSegmentKeys = 256;
 inline constexpr int kAttentionSegmentTile = 64;
 inline constexpr int kAttentionMaxSegmentedDim = 128;
