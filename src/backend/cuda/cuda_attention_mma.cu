@@ -588,14 +588,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
     return;
   }
   if constexpr (kSeg == Seg::Fold) {
-    end_segment(0);
-    const int heads_q = static_cast<int>(a.q.heads);
+    end_segment(0);  // the last segment (Fold reads no index)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       if (gq + 8 * i >= warp_rows) continue;
       const int flat = r0 + wrow0 + gq + 8 * i;
       const int t = q_begin + flat / a.group, h = g * a.group + flat % a.group;
-      (void)heads_q;
       const float scale = segment_output_scale(m_fold[i], l_fold[i], a.sinks ? a.sinks[h] * kLog2e : -INFINITY);
       char* out = a.out.base + t * a.out.stride0 + h * a.out.stride1;
 #pragma unroll
