@@ -185,19 +185,25 @@ __device__ __forceinline__ void fp8x4_to_f16_fragments(uint32_t bytes, uint32_t&
   b1 = static_cast<uint32_t>(hi.x) | (static_cast<uint32_t>(hi.y) << 16);
 }
 
+// Row (t, h) of partial `index` (a split, or a segment under Seg::Partials)
+// in the workspace [index, n, heads_q, D + 2].
+template <int D>
+__device__ __forceinline__ float* partial_row(const AttentionLaunch& a, int index, int t, int h) {
+  return a.partial + ((int64_t(index) * a.q.n + t) * a.q.heads + h) * (D + 2);
+}
+
 // Seg::Partials: one segment's state of a warp's rows flat0 and flat0 + 8
 // (of warp_rows from the warp's first), unnormalised, for the combine.
 template <int D>
 __device__ __forceinline__ void write_segment_partial(const AttentionLaunch& a, int seg, const float (&o)[D / 8][4],
                                                       const float (&m)[2], const float (&l)[2], int flat0,
                                                       int warp_rows, int gq, int cq, int q_begin, int g) {
-  const int heads_q = static_cast<int>(a.q.heads);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     if (gq + 8 * i >= warp_rows) continue;
     const int flat = flat0 + 8 * i;
     const int t = q_begin + flat / a.group, h = g * a.group + flat % a.group;
-    float* part = a.partial + ((int64_t(seg) * a.q.n + t) * heads_q + h) * (D + 2);
+    float* part = partial_row<D>(a, seg, t, h);
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
       *reinterpret_cast<float2*>(part + dt * 8 + 2 * cq) = make_float2(o[dt][2 * i], o[dt][2 * i + 1]);
@@ -417,12 +423,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
     // -inf is all the combine reads of them).
     const int first = n_tiles > 0 ? k_begin / a.segment_keys : seg_hi;
     const int last = n_tiles > 0 ? (k_end - 1) / a.segment_keys : seg_hi - 1;
-    const int heads_q = static_cast<int>(a.q.heads);
     for (int i = tid; i < (seg_hi - seg_lo) * valid_rows; i += C::kThreads) {
       const int seg = seg_lo + i / valid_rows, flat = r0 + i % valid_rows;
       if (seg >= first && seg <= last) continue;
       const int t = q_begin + flat / a.group, h = g * a.group + flat % a.group;
-      a.partial[((int64_t(seg) * a.q.n + t) * heads_q + h) * (D + 2) + D] = -INFINITY;
+      partial_row<D>(a, seg, t, h)[D] = -INFINITY;
     }
   }
 
@@ -626,7 +631,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
   }
   __syncthreads();
 
-  const int heads_q = static_cast<int>(a.q.heads);
   if (tid < valid_rows) {
     // Per row: the merged max, each key slice's weight (kept in m_s) and the
     // sum, with the sink folded in when this block writes the final output.
@@ -650,7 +654,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
 #pragma unroll
     for (int w = 0; w < C::kKeyWarps; ++w) m_s[w * C::kRows + r] = weight[w] * inv;
     if (a.num_splits > 1) {
-      float* part = a.partial + ((int64_t(split) * a.q.n + t) * heads_q + h) * (D + 2);
+      float* part = partial_row<D>(a, split, t, h);
       part[D] = m * kLn2;  // the combine kernel works in natural-log units
       part[D + 1] = l;
     }
@@ -672,7 +676,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
     if (a.num_splits == 1) {
       *reinterpret_cast<uint32_t*>(a.out.base + t * a.out.stride0 + h * a.out.stride1 + d * 2) = pack2<T>(acc.x, acc.y);
     } else {
-      float* part = a.partial + ((int64_t(split) * a.q.n + t) * heads_q + h) * (D + 2);
+      float* part = partial_row<D>(a, split, t, h);
       *reinterpret_cast<float2*>(part + d) = acc;
     }
   }
@@ -697,17 +701,26 @@ void launch_config(const AttentionLaunch& a, cudaStream_t stream) {
   launch_chained(kernel, grid, C::kThreads, C::kSmemBytes, stream, a);
 }
 
+// The prefill kernel's segment mode for a planned launch.
+Seg segment_mode(const AttentionLaunch& a) {
+  if (a.segment_keys <= 0) return Seg::None;
+  return a.segment_partials ? Seg::Partials : Seg::Fold;
+}
+
 template <typename T, typename KvT, int D>
 void launch_cache(const AttentionLaunch& a, cudaStream_t stream) {
   if (a.kernel == AttentionKernel::MmaDecode) {
     launch_config<T, KvT, D, true>(a, stream);
-  } else if constexpr (D <= kMaxSegmentedDim) {
-    if (a.segment_keys > 0 && a.segment_partials) launch_config<T, KvT, D, false, Seg::Partials>(a, stream);
-    else if (a.segment_keys > 0) launch_config<T, KvT, D, false, Seg::Fold>(a, stream);
-    else launch_config<T, KvT, D, false>(a, stream);
-  } else {
-    launch_config<T, KvT, D, false>(a, stream);
+    return;
   }
+  if constexpr (D <= kMaxSegmentedDim) {
+    switch (segment_mode(a)) {
+      case Seg::Partials: launch_config<T, KvT, D, false, Seg::Partials>(a, stream); return;
+      case Seg::Fold: launch_config<T, KvT, D, false, Seg::Fold>(a, stream); return;
+      case Seg::None: break;
+    }
+  }
+  launch_config<T, KvT, D, false>(a, stream);
 }
 
 template <typename T, int D>
@@ -729,7 +742,9 @@ void launch_typed(const AttentionLaunch& a, cudaStream_t stream) {
 template <int D, bool kFp8>
 size_t smem_for(const AttentionLaunch& a) {
   if (a.kernel == AttentionKernel::MmaDecode) return MmaConfig<D, true, kFp8>::kSmemBytes;
-  if (a.segment_keys > 0 && !a.segment_partials) return MmaConfig<D, false, kFp8, Seg::Fold>::kSmemBytes;
+  if constexpr (D <= kMaxSegmentedDim) {
+    if (segment_mode(a) == Seg::Fold) return MmaConfig<D, false, kFp8, Seg::Fold>::kSmemBytes;
+  }
   return MmaConfig<D, false, kFp8>::kSmemBytes;
 }
 
