@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_mma_gemm.cuh"
+#include "backend/cuda/cuda_mma_rows.cuh"
 #include "backend/cuda/cuda_wgmma_gemm.cuh"
 #include "cuda_gemm_bench.h"
 
@@ -78,6 +79,36 @@ Candidate wgmma_candidate() {
   return c;
 }
 
+// The few-row kernel (cuda_mma_rows.cuh): kWarps warps a block, kU chunks
+// in flight (kUGated for the gated product's two weight rows).
+template <int kWarps, int kU, int kUGated>
+Candidate rows_candidate() {
+  Candidate c;
+  char name[64];
+  std::snprintf(name, sizeof name, "rows w%d u%d/%d", kWarps, kU, kUGated);
+  c.name = name;
+  c.gated_ok = true;
+  c.launch = [](const mg::GemmArgs& g, bool gated, cudaStream_t s) {
+    if (gated) {
+      mma_rows::launch_dense<__nv_bfloat16, mg::GemmOut::GatedAct, kWarps, kUGated>(g, s);
+    } else {
+      mma_rows::launch_dense<__nv_bfloat16, mg::GemmOut::Elem, kWarps, kU>(g, s);
+    }
+  };
+  return c;
+}
+
+// Deterministic pseudo-random bf16 in [-scale, scale).
+__global__ void fill_random(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    p[i] = __float2bfloat16(scale * (static_cast<float>(h >> 8) / float(1 << 23) - 1.0f));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -111,11 +142,61 @@ int main(int argc, char** argv) {
       candidate<16, 16, 128, 1, 1, 4>(true),   candidate<16, 16, 128, 1, 1, 8>(true),
       candidate<16, 32, 128, 1, 2, 8>(true),   candidate<16, 32, 256, 1, 2, 4>(true),
       candidate<16, 16, 256, 1, 1, 4>(true),
+      // Weights straight into mma fragments (the selection below 17 rows is the first).
+      rows_candidate<4, 4, 2>(),               rows_candidate<2, 4, 2>(),
+      rows_candidate<4, 8, 4>(),               rows_candidate<8, 4, 2>(),
+      rows_candidate<2, 8, 4>(),               rows_candidate<4, 2, 1>(),
       wgmma_candidate<128, 2, 4>(),            wgmma_candidate<64, 2, 4>(),
       wgmma_candidate<128, 1, 4>(),            wgmma_candidate<64, 1, 6>(),
       // Three stages: 97 KiB, two blocks an SM.
       wgmma_candidate<128, 2, 3>(),            wgmma_candidate<64, 2, 3>(),
   };
+
+  // Bits first: each rows candidate against the 16 x 32 x 128 GEMM on random
+  // operands (k = 4104 and 14344 leave a partial last chunk).
+  {
+    const int64_t k_cases[] = {4096, 4104, 14336, 14344};
+    fill_random<<<1024, 256, 0, s>>>(reinterpret_cast<__nv_bfloat16*>(w), w_total / 2, 7u, 0.05f);
+    fill_random<<<1024, 256, 0, s>>>(reinterpret_cast<__nv_bfloat16*>(x), size_t(max_rows) * max_k, 9u, 1.0f);
+    char* ref = out + (size_t{1} << 26);  // past the rows compared: the reference
+    const int64_t m = 4096;
+    for (const bool gated : {false, true}) {
+      for (const int64_t k : k_cases) {
+        for (const int64_t n : {1, 5, 8, 9, 16}) {
+          mg::GemmArgs g;
+          g.n_rows = n;
+          g.a_base = x;
+          g.a_stride = k * 2;
+          g.w0 = MoeWeightView{w, 0, k * 2};
+          g.w1 = gated ? MoeWeightView{w + m * k * 2, 0, k * 2} : g.w0;
+          g.n_cols = m;
+          g.k = k;
+          g.out_stride = m * 2;
+          g.out = ref;
+          cands[0].launch(g, gated, s);
+          for (size_t ci = 0; ci < cands.size(); ++ci) {
+            if (cands[ci].name.rfind("rows", 0) != 0) continue;
+            check(cudaMemsetAsync(out, 0xff, size_t(n) * m * 2, s), "memset");
+            g.out = out;
+            cands[ci].launch(g, gated, s);
+            std::vector<uint16_t> a(size_t(n) * m), b(size_t(n) * m);
+            check(cudaMemcpy(a.data(), out, a.size() * 2, cudaMemcpyDeviceToHost), "download");
+            check(cudaMemcpy(b.data(), ref, b.size() * 2, cudaMemcpyDeviceToHost), "download");
+            size_t d = 0;
+            for (size_t i = 0; i < a.size(); ++i) d += a[i] != b[i];
+            std::printf("bits: %s %s k=%lld n=%lld: %zu of %zu differ from 16x32x128\n", cands[ci].name.c_str(),
+                        gated ? "gated" : "plain", static_cast<long long>(k), static_cast<long long>(n), d,
+                        a.size());
+          }
+        }
+      }
+    }
+    check(cudaMemset(w, 0, w_total), "memset");
+    check(cudaMemset(x, 0, size_t(max_rows) * max_k * 2), "memset");
+  }
+
+  size_t rows_first = 0;
+  while (rows_first < cands.size() && cands[rows_first].name.rfind("rows", 0) != 0) ++rows_first;
 
   struct Shape {
     const char* name;
@@ -157,6 +238,7 @@ int main(int argc, char** argv) {
       for (size_t ci = 0; ci < cands.size(); ++ci) {
         const Candidate& c = cands[ci];
         if (sh.gated && !c.gated_ok) continue;
+        if (n > 16 && c.name.rfind("rows", 0) == 0) continue;  // no weight reuse across row tiles
         const double us = median_launch_us(reps, s, [&] {
           mg::GemmArgs g;
           g.n_rows = n;
@@ -173,7 +255,9 @@ int main(int argc, char** argv) {
         });
         check(cudaGetLastError(), c.name.c_str());
         // What cuda_linear_mma.cu picks for this row count today.
-        const size_t current = n <= 16 ? 0 : n <= 64 ? 1 : (sh.gated || n <= 256) ? 2 : 3;  // the selection before the sweep
+        // cuda_linear_mma.cu's pick below 17 rows (the first rows candidate);
+        // beyond, the tiles it picked before the wgmma GEMM took over.
+        const size_t current = n <= 16 ? rows_first : n <= 64 ? 1 : (sh.gated || n <= 256) ? 2 : 3;
         if (ci == current) current_us = us;
         if (us < best_us) {
           best_us = us;

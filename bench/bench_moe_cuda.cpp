@@ -8,7 +8,9 @@
 // plus bytes written per second: the HBM traffic a pure stream reaches); prefill (4096 tokens) in TFLOP/s (2 * tokens * top_k * 3 *
 // hidden * ffn). Four layers' weights are cycled so that the 50 MB L2 does
 // not serve them.
-// Usage: bench_moe_cuda [reps=200]
+// With "bi", the batch-invariant mode's kernels (DEEPINFER_BATCH_INVARIANT=1:
+// cuda_moe_rows.cu up to 64 slots, the grouped GEMMs beyond).
+// Usage: bench_moe_cuda [reps=200] [bi]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -128,9 +131,12 @@ void run_case(Backend& b, std::vector<Layer>& layers, int64_t n, int reps, doubl
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 200;
+  const bool invariant = argc > 2 && std::string(argv[2]) == "bi";
   std::unique_ptr<Backend> b;
   try {
-    b = create_backend(DeviceType::CUDA);
+    BackendOptions options;
+    options.batch_invariant = invariant;
+    b = create_backend(DeviceType::CUDA, options);
   } catch (const Error& e) {
     fmt::print("bench_moe_cuda: no CUDA backend ({}); nothing to measure\n", e.what());
     return 0;
@@ -147,9 +153,9 @@ int main(int argc, char** argv) {
     l.w.down = l.down.view(DType::BF16, {kExperts, kHidden, kFfn});
   }
   const double copy_bw = copy_bandwidth(*b);
-  fmt::print("MoE layer, hidden {} experts {} top {} ffn {}, bf16, route + experts per step (CUDA graph); "
+  fmt::print("MoE layer, hidden {} experts {} top {} ffn {}, bf16, route + experts per step (CUDA graph){}; "
              "device copy {:.2f} TB/s (read + write)\n",
-             kHidden, kExperts, kTopK, kFfn, copy_bw / 1e12);
+             kHidden, kExperts, kTopK, kFfn, invariant ? ", batch-invariant mode" : "", copy_bw / 1e12);
   for (int64_t n : {1, 2, 4, 8, 16, 256}) run_case(*b, layers, n, reps, copy_bw, gen);
   run_case(*b, layers, 4096, std::max(4, reps / 20), copy_bw, gen);
   return 0;

@@ -497,12 +497,16 @@ if has kernels; then
   # kernels, incl. MLA's latent cache, and the batch-invariant plan), the MoE
   # layer kernels, and the batch-invariant linear's tile configurations
   # against cuBLAS (KERNEL_BENCHES picks among them).
-  for b in ${KERNEL_BENCHES:-bench_attention_cuda bench_moe_cuda bench_bi_linear}; do
+  # An entry "bench:arg" passes arg after the repetitions (bench_moe_cuda:bi).
+  for entry in ${KERNEL_BENCHES:-bench_attention_cuda bench_moe_cuda bench_moe_cuda:bi bench_bi_linear}; do
+    b=${entry%%:*}
+    arg=${entry#"$b"}
+    arg=${arg#:}
     [ -x "$BIN/$b" ] || continue
-    echo -e "\n## Kernels: $b\n" >> "$REPORT"
-    timeout 240 "$BIN/$b" "${KERNEL_REPS:-20}" > "$OUT/$b.txt" 2>&1
+    echo -e "\n## Kernels: $entry\n" >> "$REPORT"
+    timeout 240 "$BIN/$b" "${KERNEL_REPS:-20}" $arg > "$OUT/$b${arg:+_$arg}.txt" 2>&1
     echo "exit code $?" >> "$REPORT"
-    sed 's/^/    /' "$OUT/$b.txt" >> "$REPORT"
+    sed 's/^/    /' "$OUT/$b${arg:+_$arg}.txt" >> "$REPORT"
   done
 fi
 if has moe; then

@@ -144,6 +144,86 @@ TEST_P(BatchInvariantTest, ANormalisedRowIsTheSameBitsInEveryBatch) {
   }
 }
 
+// A token's MoE output row is the same bits in every batch: CUDA takes its
+// decode path (cuda_moe_rows.cu) up to 64 (token, choice) slots and the
+// grouped GEMMs with 16-, 32- and 64-row tiles beyond; hidden and ffn leave a
+// partial last k16 step and partial column tiles. Accumulating onto the
+// output, as a shared expert's sum is. Token 0's row is also checked against
+// a double-precision reference.
+TEST_P(BatchInvariantTest, AnExpertRowIsTheSameBitsInEveryBatch) {
+  Rng rng(23);
+  const int64_t tokens = 80, hidden = 264, ffn = 200, n_experts = 12;
+  const int top_k = 4;
+  const HostWeights gate = random_weights(rng, DType::BF16, n_experts * ffn, hidden);
+  const HostWeights up = random_weights(rng, DType::BF16, n_experts * ffn, hidden);
+  const HostWeights down = random_weights(rng, DType::BF16, n_experts * hidden, ffn);
+  DeviceTensor dgate = upload(backend(), DType::BF16, {n_experts, ffn, hidden}, gate.bytes.data());
+  DeviceTensor dup = upload(backend(), DType::BF16, {n_experts, ffn, hidden}, up.bytes.data());
+  DeviceTensor ddown = upload(backend(), DType::BF16, {n_experts, hidden, ffn}, down.bytes.data());
+  MoeExpertWeights w;
+  w.gate = dgate.t;
+  w.up = dup.t;
+  w.down = ddown.t;
+  const std::vector<float> x = rng.floats(static_cast<size_t>(tokens * hidden));
+  const std::vector<float> base = rng.floats(x.size());
+  const std::vector<int32_t> ids = draw_expert_ids(rng, tokens, n_experts, top_k);
+  const std::vector<float> route = rng.floats(ids.size(), 0.0f, 1.0f);
+  // Tokens [at, at + n) as one batch: their output rows.
+  auto run = [&](int64_t at, int64_t n) {
+    DeviceTensor dx = upload_act({n, hidden}, std::vector<float>(x.begin() + at * hidden, x.begin() + (at + n) * hidden));
+    DeviceTensor out = upload_act({n, hidden}, std::vector<float>(base.begin() + at * hidden,
+                                                                  base.begin() + (at + n) * hidden));
+    std::vector<int32_t> part_ids(ids.begin() + at * top_k, ids.begin() + (at + n) * top_k);
+    DeviceTensor did = upload(backend(), DType::I32, {n, top_k}, part_ids.data());
+    DeviceTensor droute = upload_f32(backend(), {n, top_k}, std::vector<float>(route.begin() + at * top_k,
+                                                                               route.begin() + (at + n) * top_k));
+    Buffer ws_buf(backend(), ops::moe_workspace_bytes(backend(), n, top_k, w));
+    Tensor ws = ws_buf.view(DType::U8, {static_cast<int64_t>(ws_buf.size())});
+    ops::moe_experts(backend(), dx.t, did.t, droute.t, w, Activation::Silu, true, ws, out.t);
+    return download_any(backend(), out.t);
+  };
+  const std::vector<float> all = run(0, tokens);
+  {
+    // Token 0 in double precision, from the inputs as the device holds them.
+    DeviceTensor dx = upload_act({1, hidden}, std::vector<float>(x.begin(), x.begin() + hidden));
+    DeviceTensor dbase = upload_act({1, hidden}, std::vector<float>(base.begin(), base.begin() + hidden));
+    const std::vector<float> x0 = download_any(backend(), dx.t), b0 = download_any(backend(), dbase.t);
+    std::vector<double> want(b0.begin(), b0.end());
+    for (int j = 0; j < top_k; ++j) {
+      const int64_t e = ids[static_cast<size_t>(j)];
+      std::vector<double> h(static_cast<size_t>(ffn));
+      for (int64_t f = 0; f < ffn; ++f) {
+        double g = 0, u = 0;
+        for (int64_t i = 0; i < hidden; ++i) {
+          g += x0[static_cast<size_t>(i)] * gate.values[static_cast<size_t>((e * ffn + f) * hidden + i)];
+          u += x0[static_cast<size_t>(i)] * up.values[static_cast<size_t>((e * ffn + f) * hidden + i)];
+        }
+        h[static_cast<size_t>(f)] = g / (1.0 + std::exp(-g)) * u;
+      }
+      for (int64_t i = 0; i < hidden; ++i) {
+        double y = 0;
+        for (int64_t f = 0; f < ffn; ++f) {
+          y += h[static_cast<size_t>(f)] * down.values[static_cast<size_t>((e * hidden + i) * ffn + f)];
+        }
+        want[static_cast<size_t>(i)] += route[static_cast<size_t>(j)] * y;
+      }
+    }
+    for (int64_t i = 0; i < hidden; ++i) {
+      ASSERT_NEAR(all[static_cast<size_t>(i)], want[static_cast<size_t>(i)], 2e-2 * std::abs(want[static_cast<size_t>(i)]) + 2e-2)
+          << "element " << i;
+    }
+  }
+  for (const int64_t n : {1, 3, 16, 17, 40}) {
+    for (const int64_t at : {int64_t{0}, tokens - n}) {
+      const std::vector<float> got = run(at, n);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i], all[static_cast<size_t>(at * hidden) + i])
+            << n << " tokens from " << at << ": token " << i / hidden << " element " << i % hidden;
+      }
+    }
+  }
+}
+
 // One attention call over sequences given as (queries, keys); sequence
 // `target` is always the same cache pages and its last query row the same q.
 struct AttentionRun {
