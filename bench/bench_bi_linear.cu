@@ -7,7 +7,7 @@
 // count, the fastest, to set against cuBLAS. Each launch reads another copy
 // of the weights (a 4096 x 4096 matrix would otherwise sit in L2).
 // Reported: microseconds, TFLOP/s and GB/s of weights read.
-// Usage: bench_bi_linear [reps=20]
+// Usage: bench_bi_linear [reps=20] [row counts, comma-separated; default 1,8,16,32,64,128,256,512,4096]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -113,6 +113,20 @@ __global__ void fill_random(__nv_bfloat16* p, size_t n, uint32_t seed, float sca
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
+  std::vector<int64_t> row_counts = {1, 8, 16, 32, 64, 128, 256, 512, 4096};
+  if (argc > 2) {
+    row_counts.clear();
+    for (const char* p = argv[2]; *p != '\0';) {
+      char* end = nullptr;
+      const long long v = std::strtoll(p, &end, 10);
+      if (end == p || v < 1 || v > 4096) {
+        std::fprintf(stderr, "bench_bi_linear: bad row count list '%s' (1..4096, comma-separated)\n", argv[2]);
+        return 2;
+      }
+      row_counts.push_back(v);
+      p = *end == ',' ? end + 1 : end;
+    }
+  }
   deepinfer::bench::GemmBench bench;
   if (!deepinfer::bench::open_gemm_bench(bench)) return 0;
   cudaStream_t s = bench.stream;
@@ -143,9 +157,9 @@ int main(int argc, char** argv) {
       candidate<16, 32, 128, 1, 2, 8>(true),   candidate<16, 32, 256, 1, 2, 4>(true),
       candidate<16, 16, 256, 1, 1, 4>(true),
       // Weights straight into mma fragments (the selection below 17 rows is the first).
-      rows_candidate<4, 4, 2>(),               rows_candidate<2, 4, 2>(),
-      rows_candidate<4, 8, 4>(),               rows_candidate<8, 4, 2>(),
-      rows_candidate<2, 8, 4>(),               rows_candidate<4, 2, 1>(),
+      rows_candidate<2, 8, 4>(),               rows_candidate<4, 8, 4>(),
+      rows_candidate<1, 8, 4>(),               rows_candidate<8, 8, 4>(),
+      rows_candidate<2, 4, 2>(),
       wgmma_candidate<128, 2, 4>(),            wgmma_candidate<64, 2, 4>(),
       wgmma_candidate<128, 1, 4>(),            wgmma_candidate<64, 1, 6>(),
       // Three stages: 97 KiB, two blocks an SM.
@@ -214,7 +228,7 @@ int main(int argc, char** argv) {
     const double w_bytes = double(w_rows) * sh.k * 2;
     const size_t span = (static_cast<size_t>(w_bytes) + 4095) / 4096 * 4096;
     const size_t copies = std::max<size_t>(1, w_total / span);
-    for (int64_t n : {1, 8, 16, 32, 64, 128, 256, 512, 4096}) {
+    for (const int64_t n : row_counts) {
       size_t next = 0;
       auto weights = [&] { return w + (next++ % copies) * span; };
       const float alpha = 1.0f, beta = 0.0f;

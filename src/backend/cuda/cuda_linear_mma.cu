@@ -64,7 +64,7 @@ using WgmmaGatedRows = wgmma_gemm::TileConfig<64, 2, 3>;  // 128 x 64 of gate an
 // output columns of one 16-row tile; kU: 32-element chunks in flight per lane
 // and product beyond the ones in use.
 constexpr int64_t kRowsKernelMaxRows = 16;
-constexpr int kRowsWarps = 4, kRowsUnroll = 4, kRowsGatedUnroll = 2;
+constexpr int kRowsWarps = 2, kRowsUnroll = 8, kRowsGatedUnroll = 4;
 
 template <typename T, GemmOut kOut>
 void launch_by_rows(const mma_gemm::GemmArgs& g, bool wgmma, cudaStream_t s) {

@@ -12,9 +12,8 @@
 // contiguous bytes of one weight row, so a quad of lanes covers 32 elements
 // (two k16 steps) of its row, and a transpose of 32-bit words inside the quad
 // (four shuffles) leaves every lane the words the m16n8k16 fragment layout
-// gives it. The activation rows go through the same transpose. Same operands,
-// same mma, same order: the same bits as the GEMM at every row count, so the
-// mode can use whichever is faster for a batch.
+// gives it. Same operands, same mma, same order: the same bits as the GEMM
+// at every row count, so the mode can use whichever is faster for a batch.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -81,12 +80,20 @@ struct ChainOperands {
 // lane has a row in 8..15 (warp-uniform; otherwise those rows are zeros and
 // are not loaded). kWait: weights are read-only, so the first chunks of them
 // load before waiting for the kernel that writes the activations (launch_chained).
+//
+// The activation rows are few and served by L1/L2, so each lane loads its
+// fragment words of them directly (four 4-byte loads a row and chunk, no
+// shuffles). A stage's weight transposes all come before its mma chain: the
+// chain (two dependent mma a chunk) is what bounds a warp, and shuffles
+// interleaved with it would add their latency to every link.
 template <typename T, int kB, int kU, bool kHi, bool kWait>
 __device__ __forceinline__ void mma_chain(const ChainOperands<kB>& op, int64_t k, int lane, float (&acc)[kB][4]) {
   struct Stage {
-    uint4 w[kB][kU], lo[kB][kU], hi[kB][kU];
+    uint4 w[kB][kU];
+    uint32_t lo[kB][kU][4], hi[kB][kU][4];
   };
-  const int seg = (lane & 3) * 8;  // this lane's 8 elements of each 32-element chunk
+  const int seg = (lane & 3) * 8;    // this lane's 8 weight elements of each 32-element chunk
+  const int word = (lane & 3) * 2;   // its fragment word's element in each 8-element segment
   const uint4 zero = make_uint4(0, 0, 0, 0);
   auto load_w = [&](Stage& s, int64_t k0) {
 #pragma unroll
@@ -96,40 +103,47 @@ __device__ __forceinline__ void mma_chain(const ChainOperands<kB>& op, int64_t k
       for (int b = 0; b < kB; ++b) s.w[b][u] = op.w[b] != nullptr && at < k ? load_stream(op.w[b] + at * 2) : zero;
     }
   };
+  // Word j of a row's chunk: elements 8j + 2t, + 1 (segment j's word t).
+  auto load_row = [&](const char* row, int64_t k0, uint32_t (&dst)[4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t at = k0 + 8 * j;
+      dst[j] = row != nullptr && at < k ? __ldg(reinterpret_cast<const uint32_t*>(row + (at + word) * 2)) : 0u;
+    }
+  };
   auto load_a = [&](Stage& s, int64_t k0) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      const int64_t at = k0 + u * kChunk + seg;
 #pragma unroll
       for (int b = 0; b < kB; ++b) {
-        s.lo[b][u] = op.a_lo[b] != nullptr && at < k ? __ldg(reinterpret_cast<const uint4*>(op.a_lo[b] + at * 2)) : zero;
-        if constexpr (kHi) {
-          s.hi[b][u] =
-              op.a_hi[b] != nullptr && at < k ? __ldg(reinterpret_cast<const uint4*>(op.a_hi[b] + at * 2)) : zero;
-        }
+        load_row(op.a_lo[b], k0 + u * kChunk, s.lo[b][u]);
+        if constexpr (kHi) load_row(op.a_hi[b], k0 + u * kChunk, s.hi[b][u]);
       }
     }
   };
   auto compute = [&](const Stage& s) {
+    uint32_t w[kB][kU][4];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
 #pragma unroll
       for (int b = 0; b < kB; ++b) {
-        uint32_t w[4], lo[4], hi[4] = {0, 0, 0, 0};
-        words_of(s.w[b][u], w);
-        words_of(s.lo[b][u], lo);
-        quad_transpose(w, lane);
-        quad_transpose(lo, lane);
-        if constexpr (kHi) {
-          words_of(s.hi[b][u], hi);
-          quad_transpose(hi, lane);
-        }
+        words_of(s.w[b][u], w[b][u]);
+        quad_transpose(w[b][u], lane);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+#pragma unroll
+      for (int b = 0; b < kB; ++b) {
         // A: rows lane / 4 and + 8 at k 2t and 2t + 8 of each step; B: the
-        // weight row's same k (t = lane % 4). Word s of a lane is segment s.
+        // weight row's same k (t = lane % 4). Word j is segment j's.
+        const uint32_t* lo = s.lo[b][u];
+        const uint32_t hi[4] = {kHi ? s.hi[b][u][0] : 0u, kHi ? s.hi[b][u][1] : 0u, kHi ? s.hi[b][u][2] : 0u,
+                                kHi ? s.hi[b][u][3] : 0u};
         const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
         const uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
-        mma16816<T>(acc[b], a0, w[0], w[1]);
-        mma16816<T>(acc[b], a1, w[2], w[3]);
+        mma16816<T>(acc[b], a0, w[b][u][0], w[b][u][1]);
+        mma16816<T>(acc[b], a1, w[b][u][2], w[b][u][3]);
       }
     }
   };

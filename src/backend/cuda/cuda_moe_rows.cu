@@ -31,7 +31,7 @@ using mma_gemm::GemmArgs;
 using mma_gemm::GemmOut;
 
 constexpr int kWarps = 4;  // per block
-constexpr int kUpUnroll = 2, kDownUnroll = 4;
+constexpr int kUpUnroll = 4, kDownUnroll = 8;
 constexpr size_t kAlign = 256;
 
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
