@@ -20,12 +20,13 @@
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_mma_gemm.cuh"
-#include "backend/cuda/cuda_mma_rows.cuh"
 #include "backend/cuda/cuda_wgmma_gemm.cuh"
+#include "bi_rows_kernel.cuh"
 #include "cuda_gemm_bench.h"
 
 using namespace deepinfer::cuda;
 namespace mg = deepinfer::cuda::mma_gemm;
+namespace mma_rows = deepinfer::bench::mma_rows;
 
 namespace {
 
@@ -79,7 +80,7 @@ Candidate wgmma_candidate() {
   return c;
 }
 
-// The few-row kernel (cuda_mma_rows.cuh): kWarps warps a block, kU chunks
+// The few-row kernel (bi_rows_kernel.cuh): kWarps warps a block, kU chunks
 // in flight (kUGated for the gated product's two weight rows).
 template <int kWarps, int kU, int kUGated>
 Candidate rows_candidate() {
@@ -156,7 +157,7 @@ int main(int argc, char** argv) {
       candidate<16, 16, 128, 1, 1, 4>(true),   candidate<16, 16, 128, 1, 1, 8>(true),
       candidate<16, 32, 128, 1, 2, 8>(true),   candidate<16, 32, 256, 1, 2, 4>(true),
       candidate<16, 16, 256, 1, 1, 4>(true),
-      // Weights straight into mma fragments (the selection below 17 rows is the first).
+      // Weights straight into mma fragments, no shared memory (bi_rows_kernel.cuh).
       rows_candidate<2, 8, 4>(),               rows_candidate<4, 8, 4>(),
       rows_candidate<1, 8, 4>(),               rows_candidate<8, 8, 4>(),
       rows_candidate<2, 4, 2>(),
@@ -208,9 +209,6 @@ int main(int argc, char** argv) {
     check(cudaMemset(w, 0, w_total), "memset");
     check(cudaMemset(x, 0, size_t(max_rows) * max_k * 2), "memset");
   }
-
-  size_t rows_first = 0;
-  while (rows_first < cands.size() && cands[rows_first].name.rfind("rows", 0) != 0) ++rows_first;
 
   struct Shape {
     const char* name;
@@ -269,9 +267,8 @@ int main(int argc, char** argv) {
         });
         check(cudaGetLastError(), c.name.c_str());
         // What cuda_linear_mma.cu picks for this row count today.
-        // cuda_linear_mma.cu's pick below 17 rows (the first rows candidate);
-        // beyond, the tiles it picked before the wgmma GEMM took over.
-        const size_t current = n <= 16 ? rows_first : n <= 64 ? 1 : (sh.gated || n <= 256) ? 2 : 3;
+        // cuda_linear_mma.cu's tiles before the sweep (16 x 32 x 128 up to 16 rows).
+        const size_t current = n <= 16 ? 0 : n <= 64 ? 1 : (sh.gated || n <= 256) ? 2 : 3;
         if (ci == current) current_us = us;
         if (us < best_us) {
           best_us = us;

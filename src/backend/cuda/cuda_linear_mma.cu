@@ -8,7 +8,6 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_mma_gemm.cuh"
-#include "backend/cuda/cuda_mma_rows.cuh"
 #include "backend/cuda/cuda_wgmma_gemm.cuh"
 
 #include <cstring>
@@ -36,6 +35,7 @@ void launch_dense(const mma_gemm::GemmArgs& g, cudaStream_t s) {
 // (bench/bench_bi_linear.cu, H100, docs/benchmarks.md): few rows want narrow
 // column tiles (many blocks streaming the weights), many rows want large
 // tiles (more math per staged byte).
+using Rows16 = mma_gemm::DecodeTiles;           // 16 x 32 x 128
 using Rows32 = mma_gemm::MidTiles;              // 32 x 32 x 128
 using Rows64 = TileConfig<32, 64, 128, 2, 2, 3>;
 using Rows128 = TileConfig<64, 64, 64, 2, 2, 4>;
@@ -59,13 +59,6 @@ using WgmmaRows256 = wgmma_gemm::TileConfig<64, 2, 4>;   // 128 x 64
 using WgmmaRowsMany = wgmma_gemm::TileConfig<128, 2, 3>;  // 128 x 128, three stages (two blocks an SM)
 using WgmmaGatedRows = wgmma_gemm::TileConfig<64, 2, 3>;  // 128 x 64 of gate and of up
 
-// Up to 16 rows: cuda_mma_rows.cuh's kernel, weights straight into mma
-// fragments (the GEMM's bits). A block of kWarps warps takes 8 x kWarps
-// output columns of one 16-row tile; kU: 32-element chunks in flight per lane
-// and product beyond the ones in use.
-constexpr int64_t kRowsKernelMaxRows = 16;
-constexpr int kRowsWarps = 2, kRowsUnroll = 8, kRowsGatedUnroll = 4;
-
 template <typename T, GemmOut kOut>
 void launch_by_rows(const mma_gemm::GemmArgs& g, bool wgmma, cudaStream_t s) {
   const int64_t n = g.n_rows;
@@ -81,16 +74,13 @@ void launch_by_rows(const mma_gemm::GemmArgs& g, bool wgmma, cudaStream_t s) {
     }
     return;
   }
-  if (n <= kRowsKernelMaxRows) {
-    mma_rows::launch_dense<T, kOut, kRowsWarps, kOut == GemmOut::GatedAct ? kRowsGatedUnroll : kRowsUnroll>(g, s);
-    return;
-  }
   if constexpr (kOut == GemmOut::GatedAct) {
     if (n <= 32) launch_dense<T, Rows32, kOut>(g, s);
     else if (n <= 128) launch_dense<T, GatedRows128, kOut>(g, s);
     else launch_dense<T, GatedRowsMany, kOut>(g, s);
   } else {
-    if (n <= 32) launch_dense<T, Rows32, kOut>(g, s);
+    if (n <= 16) launch_dense<T, Rows16, kOut>(g, s);
+    else if (n <= 32) launch_dense<T, Rows32, kOut>(g, s);
     else if (n <= 64) launch_dense<T, Rows64, kOut>(g, s);
     else if (n <= 128) launch_dense<T, Rows128, kOut>(g, s);
     else if (n <= 256) launch_dense<T, Rows256, kOut>(g, s);

@@ -97,6 +97,8 @@ struct MoeLayout {
 
 __global__ void moe_index_kernel(RowView ids, int64_t n, int top_k, int n_experts, int bm, int64_t max_tiles,
                                  int32_t* tile_expert, int32_t* row_token, int32_t* slot_row, uint32_t* err) {
+  wait_for_prior_kernel();
+  release_next_kernel();
   extern __shared__ int32_t counts[];  // [E] counts, then [E] cursors, then the padded total
   int32_t* cursor = counts + n_experts;
   int32_t* total = cursor + n_experts;
@@ -176,8 +178,6 @@ void launch_simt(const GemmArgs& g, int bm, int64_t max_tiles, cudaStream_t stre
 
 // ---------------------------------------------------------------- combine
 
-// slot_row: the row of y holding each (token, choice) slot's result (null:
-// slot order, the batch-invariant decode path's layout).
 template <typename T>
 __global__ void moe_combine_kernel(RowView out, RowView weights, const int32_t* slot_row, const float* y,
                                    int64_t hidden, int top_k, bool accumulate) {
@@ -186,13 +186,10 @@ __global__ void moe_combine_kernel(RowView out, RowView weights, const int32_t* 
   const int64_t t = blockIdx.x;
   T* o = row_as<T>(out, t);
   const float* w = row_as<const float>(weights, t);
+  const int32_t* rows = slot_row + t * top_k;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
-    // Explicit fmaf: every path that combines must round identically.
     float acc = accumulate ? to_f(o[i]) : 0.0f;
-    for (int j = 0; j < top_k; ++j) {
-      const int64_t row = slot_row != nullptr ? slot_row[t * top_k + j] : t * top_k + j;
-      acc = fmaf(w[j], y[row * hidden + i], acc);
-    }
+    for (int j = 0; j < top_k; ++j) acc += w[j] * y[rows[j] * hidden + i];
     o[i] = from_f<T>(acc);
   }
 }
@@ -204,18 +201,13 @@ bool aligned16(const void* p, int64_t stride) {
 }  // namespace
 
 size_t moe_experts_workspace_bytes(int64_t n, int top_k, int n_experts, int64_t hidden, int64_t ffn) {
-  return std::max({MoeLayout(n, top_k, n_experts, hidden, ffn).total, moe_decode_workspace_bytes(n, top_k, ffn),
-                   moe_rows_workspace_bytes(n, top_k, hidden, ffn)});
+  return std::max(MoeLayout(n, top_k, n_experts, hidden, ffn).total, moe_decode_workspace_bytes(n, top_k, ffn));
 }
 
 void launch_moe_experts(const MoeExpertsLaunch& m, Stream stream) {
   if (m.n == 0) return;
-  if (moe_decode_applies(m)) {
-    if (m.batch_invariant) {
-      launch_moe_experts_rows(m, stream);
-    } else {
-      launch_moe_experts_decode(m, stream);
-    }
+  if (!m.batch_invariant && moe_decode_applies(m)) {
+    launch_moe_experts_decode(m, stream);
     return;
   }
   auto s = static_cast<cudaStream_t>(stream);
@@ -226,8 +218,8 @@ void launch_moe_experts(const MoeExpertsLaunch& m, Stream stream) {
   char* act = m.workspace + lay.act;
   auto* y = reinterpret_cast<float*>(m.workspace + lay.y);
 
-  moe_index_kernel<<<1, 1024, (2 * m.n_experts + 1) * sizeof(int32_t), s>>>(
-      m.ids, m.n, m.top_k, m.n_experts, lay.bm, lay.max_tiles, tile_expert, row_token, slot_row, m.err);
+  launch_chained(moe_index_kernel, 1, 1024, (2 * m.n_experts + 1) * sizeof(int32_t), s, m.ids, m.n, m.top_k,
+                 m.n_experts, lay.bm, lay.max_tiles, tile_expert, row_token, slot_row, m.err);
 
   const int64_t x_stride = m.x.nouter == 0 ? 0 : m.x.stride[0];
   const bool mma = m.x_type == m.w_type && m.w_type != ElemType::F32 && m.hidden % 8 == 0 && m.ffn % 8 == 0 &&
@@ -280,11 +272,6 @@ void launch_moe_experts(const MoeExpertsLaunch& m, Stream stream) {
       launch_simt<float, TW, false, false>(down, lay.bm, lay.max_tiles, s);
     }));
   }
-  launch_moe_combine(m, slot_row, y, stream);
-}
-
-void launch_moe_combine(const MoeExpertsLaunch& m, const int32_t* slot_row, const float* y, Stream stream) {
-  auto s = static_cast<cudaStream_t>(stream);
   DI_DISPATCH_ELEM(m.x_type, T,
                    launch_chained(moe_combine_kernel<T>, static_cast<unsigned>(m.n), 256, 0, s, m.out, m.weights,
                                   slot_row, y, m.hidden, m.top_k, m.accumulate));

@@ -58,10 +58,9 @@ struct MoeExpertsLaunch {
   bool accumulate = false;
   char* workspace = nullptr;  // moe_experts_workspace_bytes(...) bytes, 256-byte aligned
   uint32_t* err = nullptr;
-  // DEEPINFER_BATCH_INVARIANT=1: the grouped GEMMs' arithmetic at every batch
-  // size (a row's result there does not depend on the batch): the grouped
-  // GEMMs themselves, or for decode-sized batches cuda_moe_rows.cu's kernels
-  // with their bits, never the gemv decode path (whose arithmetic differs).
+  // DEEPINFER_BATCH_INVARIANT=1: the grouped GEMMs at every batch size (a
+  // row's result there does not depend on the batch; the decode path's
+  // arithmetic differs from theirs).
   bool batch_invariant = false;
 };
 // Depends on shapes only, so a workspace sized once serves every call (and
@@ -81,17 +80,5 @@ constexpr int64_t kMoeDecodeMaxSlots = 64;
 bool moe_decode_applies(const MoeExpertsLaunch& m);
 size_t moe_decode_workspace_bytes(int64_t n, int top_k, int64_t ffn);
 void launch_moe_experts_decode(const MoeExpertsLaunch& m, Stream stream);
-
-// The batch-invariant decode path (cuda_moe_rows.cu), for the same batches as
-// the gemv path (moe_decode_applies): each slot's gate/up and down products
-// on tensor cores with the weights loaded straight into mma fragments
-// (cuda_mma_rows.cuh), the same bits as the grouped GEMMs, then the combine.
-size_t moe_rows_workspace_bytes(int64_t n, int top_k, int64_t hidden, int64_t ffn);
-void launch_moe_experts_rows(const MoeExpertsLaunch& m, Stream stream);
-
-// Each token's sum of its slots' f32 results y weighted by the route weights,
-// in slot order (onto the output when accumulating), rounded to the output
-// dtype. slot_row: the row of y for each slot, or null for slot order.
-void launch_moe_combine(const MoeExpertsLaunch& m, const int32_t* slot_row, const float* y, Stream stream);
 
 }  // namespace deepinfer::cuda

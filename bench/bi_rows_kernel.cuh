@@ -1,19 +1,23 @@
-// Products of a few activation rows (at most 16) on tensor cores with the
-// weights loaded from global memory straight into mma fragments: the
-// batch-invariant mode's kernels for decode-sized batches (the dense linear
-// below, the MoE experts in cuda_moe_rows.cu).
+// An experiment kept for bench_bi_linear: products of a few activation rows
+// (at most 16) on tensor cores with the weights loaded from global memory
+// straight into mma fragments, never staged in shared memory, with the bits
+// of the batch-invariant GEMM (cuda_mma_gemm.cuh).
 //
-// Why: the mode's bits are those of cuda_mma_gemm.cuh's mma.sync chain, each
-// output adding its k16 steps in order from k = 0 into one f32 accumulator.
-// At one row that GEMM stages every weight byte through shared memory and
-// streams ~15% slower than the default path's gemv (bench_bi_linear, run 74:
-// 177 against 153 us a Llama-3-8B layer). Here a warp owns 8 weight rows (8
-// output columns) over all of k and never stages: each lane loads 16
-// contiguous bytes of one weight row, so a quad of lanes covers 32 elements
-// (two k16 steps) of its row, and a transpose of 32-bit words inside the quad
-// (four shuffles) leaves every lane the words the m16n8k16 fragment layout
-// gives it. Same operands, same mma, same order: the same bits as the GEMM
-// at every row count, so the mode can use whichever is faster for a batch.
+// The idea: the mode's bits are those of the mma.sync chain, each output
+// adding its k16 steps in order from k = 0 into one f32 accumulator; at one
+// row the GEMM stages every weight byte through shared memory and streams
+// ~15% slower than the default path's gemv. Here a warp owns 8 weight rows
+// (8 output columns) over all of k: each lane loads 16 contiguous bytes of one
+// weight row, a quad of lanes covers 32 elements (two k16 steps), and a
+// transpose of 32-bit words inside the quad (four shuffles) leaves every lane
+// the words the m16n8k16 fragment layout gives it.
+//
+// What it measured (H100, runs 75-76, docs/benchmarks.md): the same bits as
+// the GEMM on every shape, but slower (Llama-3-8B o projection at one row:
+// 21 us against 16.4), because a warp may not split k (that would change the
+// bits), so only n / 8 warps stream and each holds too few bytes in flight
+// in registers; the GEMM's shared-memory ring holds ~57 KiB an SM. So the
+// mode does not use it.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,7 +29,9 @@
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_mma_gemm.cuh"
 
-namespace deepinfer::cuda::mma_rows {
+namespace deepinfer::bench::mma_rows {
+
+using namespace deepinfer::cuda;
 
 // Elements of a row one quad of lanes loads at a time: two k16 steps.
 constexpr int kChunk = 32;
@@ -218,4 +224,4 @@ void launch_dense(const GemmArgs& g, cudaStream_t s) {
   }
 }
 
-}  // namespace deepinfer::cuda::mma_rows
+}  // namespace deepinfer::bench::mma_rows
