@@ -126,17 +126,12 @@ __device__ __forceinline__ void store_pair(const GemmArgs& g, int expert, int64_
 // chunk) to the chunk's byte offset in a stage (the mma kernel's padded
 // rows, the wgmma kernel's 128-byte swizzle). kElemBytes: 2 for 16-bit
 // operands, 1 for FP8 codes (k and the chunks' k offsets count elements).
-// Which of a stage's copies to issue: all, or only the weight rows' or the
-// activation rows' (a chained dense product loads weights before it waits).
-enum class StagePart : uint8_t { All, Weights, Activations };
-
 template <int kLoads, int kElemBytes = 2>
 struct StageCopies {
   const char* src[kLoads];
   bool row_ok[kLoads];
   uint32_t dst[kLoads];
   int chunk_k[kLoads];
-  bool act_row[kLoads];  // copy i is of an activation row (else of a weight row)
 
   template <int BM, int BN, int kThreads, int kChunksPerRow, bool kGather, bool kDense, class DstOf>
   __device__ __forceinline__ void resolve(const GemmArgs& g, int expert, int64_t row0, int64_t n0, int tid,
@@ -146,7 +141,6 @@ struct StageCopies {
       const int c = tid + i * kThreads, r = c / kChunksPerRow, ch = c % kChunksPerRow;
       chunk_k[i] = ch * (16 / kElemBytes);
       dst[i] = dst_of(r, ch);
-      act_row[i] = r < BM;
       if (r < BM) {
         int64_t a_row = row0 + r;
         row_ok[i] = true;
@@ -172,12 +166,9 @@ struct StageCopies {
 
   // The copies of the k tile starting at k0 into the stage at `stage`
   // (zeros past k and for missing rows).
-  template <StagePart kPart = StagePart::All>
   __device__ __forceinline__ void copy(const GemmArgs& g, uint32_t stage, int64_t k0) const {
 #pragma unroll
     for (int i = 0; i < kLoads; ++i) {
-      if (kPart == StagePart::Weights && act_row[i]) continue;
-      if (kPart == StagePart::Activations && !act_row[i]) continue;
       const bool ok = row_ok[i] && k0 + chunk_k[i] < g.k;
       cp_async16(stage + dst[i], ok ? src[i] + k0 * kElemBytes : g.a_base, ok);
     }
@@ -190,9 +181,6 @@ __global__ void __launch_bounds__(C::kThreads) mma_gemm_kernel(GemmArgs g) {
   const int tile = blockIdx.x;
   int expert = 0;
   if constexpr (!kDense) {
-    // Launched chained: the tile table is the index kernel's output.
-    wait_for_prior_kernel();
-    release_next_kernel();
     expert = g.tile_expert[tile];
     if (expert < 0) return;
   }
@@ -216,31 +204,10 @@ __global__ void __launch_bounds__(C::kThreads) mma_gemm_kernel(GemmArgs g) {
   auto load = [&](int kt) { copies.copy(g, s_base + (kt % C::kStages) * kStageBytes, int64_t{kt} * C::kBK); };
 
   float acc[kB][C::kMT][C::kNT][4] = {};
-  if constexpr (kDense) {
-    // Weights are read-only: the first stages' weight rows load before the
-    // wait for the kernel that writes the activations (launch_chained), so
-    // the pipeline fills behind that kernel's tail, as the gemv's does.
 #pragma unroll
-    for (int s = 0; s < C::kStages - 1; ++s) {
-      if (s < k_tiles) {
-        copies.template copy<StagePart::Weights>(g, s_base + s * kStageBytes, int64_t{s} * C::kBK);
-      }
-    }
-    wait_for_prior_kernel();
-    release_next_kernel();
-#pragma unroll
-    for (int s = 0; s < C::kStages - 1; ++s) {
-      if (s < k_tiles) {
-        copies.template copy<StagePart::Activations>(g, s_base + s * kStageBytes, int64_t{s} * C::kBK);
-      }
-      cp_async_commit();  // the first group also holds every stage's weight rows
-    }
-  } else {
-#pragma unroll
-    for (int s = 0; s < C::kStages - 1; ++s) {
-      if (s < k_tiles) load(s);
-      cp_async_commit();
-    }
+  for (int s = 0; s < C::kStages - 1; ++s) {
+    if (s < k_tiles) load(s);
+    cp_async_commit();
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
     cp_async_wait<C::kStages - 2>();
@@ -304,7 +271,7 @@ void launch_mma_gemm(const GemmArgs& g, int64_t tiles, cudaStream_t stream) {
   auto kernel = mma_gemm_kernel<T, C, kOut, kGather, kDense>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((g.n_cols + C::kBN - 1) / C::kBN));
-  launch_chained(kernel, grid, C::kThreads, smem, stream, g);
+  kernel<<<grid, C::kThreads, smem, stream>>>(g);
 }
 
 }  // namespace deepinfer::cuda::mma_gemm

@@ -97,8 +97,6 @@ struct MoeLayout {
 
 __global__ void moe_index_kernel(RowView ids, int64_t n, int top_k, int n_experts, int bm, int64_t max_tiles,
                                  int32_t* tile_expert, int32_t* row_token, int32_t* slot_row, uint32_t* err) {
-  wait_for_prior_kernel();
-  release_next_kernel();
   extern __shared__ int32_t counts[];  // [E] counts, then [E] cursors, then the padded total
   int32_t* cursor = counts + n_experts;
   int32_t* total = cursor + n_experts;
@@ -181,8 +179,6 @@ void launch_simt(const GemmArgs& g, int bm, int64_t max_tiles, cudaStream_t stre
 template <typename T>
 __global__ void moe_combine_kernel(RowView out, RowView weights, const int32_t* slot_row, const float* y,
                                    int64_t hidden, int top_k, bool accumulate) {
-  wait_for_prior_kernel();
-  release_next_kernel();
   const int64_t t = blockIdx.x;
   T* o = row_as<T>(out, t);
   const float* w = row_as<const float>(weights, t);
@@ -218,8 +214,8 @@ void launch_moe_experts(const MoeExpertsLaunch& m, Stream stream) {
   char* act = m.workspace + lay.act;
   auto* y = reinterpret_cast<float*>(m.workspace + lay.y);
 
-  launch_chained(moe_index_kernel, 1, 1024, (2 * m.n_experts + 1) * sizeof(int32_t), s, m.ids, m.n, m.top_k,
-                 m.n_experts, lay.bm, lay.max_tiles, tile_expert, row_token, slot_row, m.err);
+  moe_index_kernel<<<1, 1024, (2 * m.n_experts + 1) * sizeof(int32_t), s>>>(
+      m.ids, m.n, m.top_k, m.n_experts, lay.bm, lay.max_tiles, tile_expert, row_token, slot_row, m.err);
 
   const int64_t x_stride = m.x.nouter == 0 ? 0 : m.x.stride[0];
   const bool mma = m.x_type == m.w_type && m.w_type != ElemType::F32 && m.hidden % 8 == 0 && m.ffn % 8 == 0 &&
@@ -273,8 +269,8 @@ void launch_moe_experts(const MoeExpertsLaunch& m, Stream stream) {
     }));
   }
   DI_DISPATCH_ELEM(m.x_type, T,
-                   launch_chained(moe_combine_kernel<T>, static_cast<unsigned>(m.n), 256, 0, s, m.out, m.weights,
-                                  slot_row, y, m.hidden, m.top_k, m.accumulate));
+                   (moe_combine_kernel<T><<<static_cast<unsigned>(m.n), 256, 0, s>>>(
+                       m.out, m.weights, slot_row, y, m.hidden, m.top_k, m.accumulate)));
 }
 
 }  // namespace deepinfer::cuda
