@@ -53,13 +53,6 @@ void launch_expert_gemms(const GemmArgs& up, const GemmArgs& down, int64_t max_t
   mma_gemm::launch_mma_gemm<T, C, GemmOut::F32, false, false>(down, max_tiles, s);
 }
 
-// At most kMoeDecodeMaxSlots slots (the batch-invariant mode's decode; the
-// default takes the gemv path there) every row tile holds one or two real
-// rows and few experts are chosen: one-warp blocks of 16 weight columns give
-// the grid twice the blocks of DecodeTiles' 32, so the chosen experts'
-// weights spread over every SM (bench_moe_bi_tiles).
-using FewSlotTiles = mma_gemm::TileConfig<16, 16, 128, 1, 1, 4>;
-
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 // Row tile: small for decode-like batches (few rows per expert), larger for
@@ -259,9 +252,7 @@ void launch_moe_experts(const MoeExpertsLaunch& m, Stream stream) {
     up.out_stride = down.a_stride = m.ffn * 2;
     DI_DISPATCH_ELEM(m.w_type, T, {
       if constexpr (!std::is_same_v<T, float>) {
-        if (lay.bm == DecodeTiles::kBM && lay.rows <= kMoeDecodeMaxSlots) {
-          launch_expert_gemms<T, FewSlotTiles>(up, down, lay.max_tiles, s);
-        } else if (lay.bm == DecodeTiles::kBM) {
+        if (lay.bm == DecodeTiles::kBM) {
           launch_expert_gemms<T, DecodeTiles>(up, down, lay.max_tiles, s);
         } else if (lay.bm == MidTiles::kBM) {
           launch_expert_gemms<T, MidTiles>(up, down, lay.max_tiles, s);
