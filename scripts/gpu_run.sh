@@ -495,10 +495,11 @@ fi
 if has kernels; then
   # Kernel micro-benchmarks, when staged: attention (SIMT vs tensor-core
   # kernels, incl. MLA's latent cache, and the batch-invariant plan), the MoE
-  # layer kernels, and the batch-invariant linear's tile configurations
+  # layer kernels (the batch-invariant mode's grouped GEMM tiles too), and the
+  # batch-invariant linear's tile configurations
   # against cuBLAS (KERNEL_BENCHES picks among them).
   # An entry "bench:arg" passes arg after the repetitions (bench_moe_cuda:bi).
-  for entry in ${KERNEL_BENCHES:-bench_attention_cuda bench_moe_cuda bench_moe_cuda:bi bench_bi_linear}; do
+  for entry in ${KERNEL_BENCHES:-bench_attention_cuda bench_moe_cuda bench_moe_cuda:bi bench_moe_bi_tiles bench_bi_linear}; do
     b=${entry%%:*}
     arg=${entry#"$b"}
     arg=${arg#:}
