@@ -9,7 +9,8 @@
 // hidden * ffn). Four layers' weights are cycled so that the 50 MB L2 does
 // not serve them.
 // With "bi", the batch-invariant mode's kernels (DEEPINFER_BATCH_INVARIANT=1:
-// cuda_moe_rows.cu up to 64 slots, the grouped GEMMs beyond).
+// the grouped GEMMs at every batch, where the default takes the gemv path up
+// to 64 slots).
 // Usage: bench_moe_cuda [reps=200] [bi]
 #include <fmt/format.h>
 

@@ -144,9 +144,9 @@ TEST_P(BatchInvariantTest, ANormalisedRowIsTheSameBitsInEveryBatch) {
   }
 }
 
-// A token's MoE output row is the same bits in every batch: CUDA takes its
-// decode path (cuda_moe_rows.cu) up to 64 (token, choice) slots and the
-// grouped GEMMs with 16-, 32- and 64-row tiles beyond; hidden and ffn leave a
+// A token's MoE output row is the same bits in every batch: CUDA's grouped
+// GEMMs with row tiles of 16, 32 and 64 (by the number of (token, choice)
+// slots), one to two real rows a tile or many; hidden and ffn leave a
 // partial last k16 step and partial column tiles. Accumulating onto the
 // output, as a shared expert's sum is. Token 0's row is also checked against
 // a double-precision reference.
