@@ -55,11 +55,6 @@ CacheView cache_of(const Tensor& t) {
   return v;
 }
 
-
-}  // namespace
-
-namespace {
-
 // The batch-invariant mode's attention key segment: DEEPINFER_BI_ATTENTION_SEGMENT
 // keys (docs/batch_invariance.md), 0 (none: no split-KV) when unset. A bad
 // value is an error, not a silent default: it decides the outputs' bits.
