@@ -65,6 +65,15 @@ struct GemmArgs {
   char* out = nullptr;
   int64_t out_stride = 0;
   MoeGlu glu = MoeGlu::Silu;
+  // Grouped, one row tile per (token, choice) slot instead of the index
+  // kernel's tables: tile s computes slot s in its row 0 (the other rows are
+  // padding), its expert read from slot_ids [n, top_k] (ids outside
+  // [0, n_experts) clamped and reported in err). A row's result does not
+  // depend on the other rows of its tile, so this gives the grouped bits.
+  bool slot_tiles = false;
+  RowView slot_ids;
+  int top_k = 1, n_experts = 1;
+  uint32_t* err = nullptr;
 };
 
 // A dense product's arguments: out[n, m] = a[n, k] w[m, k]^T (+ an f32 bias,
@@ -145,7 +154,9 @@ struct StageCopies {
         int64_t a_row = row0 + r;
         row_ok[i] = true;
         if constexpr (kGather) {
-          const int32_t token = g.row_token[a_row];
+          const int32_t token = !g.slot_tiles           ? g.row_token[a_row]
+                                : a_row % BM == 0 ? static_cast<int32_t>(a_row / BM / g.top_k)
+                                                  : -1;
           row_ok[i] = token >= 0;
           a_row = token >= 0 ? token : 0;
         }
@@ -181,8 +192,13 @@ __global__ void __launch_bounds__(C::kThreads) mma_gemm_kernel(GemmArgs g) {
   const int tile = blockIdx.x;
   int expert = 0;
   if constexpr (!kDense) {
-    expert = g.tile_expert[tile];
-    if (expert < 0) return;
+    if (g.slot_tiles) {
+      expert = moe_detail::expert_at(g.slot_ids, tile / g.top_k, tile % g.top_k, g.n_experts,
+                                     kGather && blockIdx.y == 0 && threadIdx.x == 0, g.err);
+    } else {
+      expert = g.tile_expert[tile];
+      if (expert < 0) return;
+    }
   }
   extern __shared__ __align__(16) char smem[];
   constexpr int kB = kGated ? 2 : 1;

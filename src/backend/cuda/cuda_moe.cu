@@ -15,6 +15,9 @@
 //  3. down GEMM: the same kernel with one weight stack, f32 results.
 //  4. combine: each token sums its experts' rows in slot order, so results do
 //     not depend on how slots were placed inside an expert's rows.
+// The batch-invariant mode's decode batches (at most kMoeDecodeMaxSlots
+// slots, tensor cores) skip the index: one 16-row tile per slot, whose
+// expert the GEMMs read from the ids (GemmArgs::slot_tiles).
 // Weights of experts nobody chose are never read; in decode each chosen
 // expert's matrices stream once through a deep cp.async pipeline. bf16/f16
 // activations with weights of the same dtype use tensor cores (mma.sync
@@ -77,7 +80,9 @@ struct MoeLayout {
     bm = moe_row_tile(rows, n_experts);
     // Only experts that own a row are padded, at most min(E, rows) of them.
     max_tiles = (rows + bm - 1) / bm + std::min<int64_t>(n_experts, rows);
-    const size_t padded = static_cast<size_t>(max_tiles) * bm;
+    // Slot tiles (decode batches in the batch-invariant mode) take 16 rows a slot.
+    const size_t padded = std::max(static_cast<size_t>(max_tiles) * bm,
+                                   static_cast<size_t>(std::min(rows, kMoeDecodeMaxSlots)) * DecodeTiles::kBM);
     size_t at = 0;
     auto take = [&](size_t bytes) {
       size_t start = at;
@@ -176,16 +181,20 @@ void launch_simt(const GemmArgs& g, int bm, int64_t max_tiles, cudaStream_t stre
 
 // ---------------------------------------------------------------- combine
 
+// slot_row: the row of y holding each slot's result; null with slot tiles
+// (slot s in row s * tile_rows).
 template <typename T>
-__global__ void moe_combine_kernel(RowView out, RowView weights, const int32_t* slot_row, const float* y,
-                                   int64_t hidden, int top_k, bool accumulate) {
+__global__ void moe_combine_kernel(RowView out, RowView weights, const int32_t* slot_row, int tile_rows,
+                                   const float* y, int64_t hidden, int top_k, bool accumulate) {
   const int64_t t = blockIdx.x;
   T* o = row_as<T>(out, t);
   const float* w = row_as<const float>(weights, t);
-  const int32_t* rows = slot_row + t * top_k;
+  auto row = [&](int j) -> int64_t {
+    return slot_row != nullptr ? slot_row[t * top_k + j] : (t * top_k + j) * tile_rows;
+  };
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
     float acc = accumulate ? to_f(o[i]) : 0.0f;
-    for (int j = 0; j < top_k; ++j) acc += w[j] * y[rows[j] * hidden + i];
+    for (int j = 0; j < top_k; ++j) acc += w[j] * y[row(j) * hidden + i];
     o[i] = from_f<T>(acc);
   }
 }
@@ -214,15 +223,21 @@ void launch_moe_experts(const MoeExpertsLaunch& m, Stream stream) {
   char* act = m.workspace + lay.act;
   auto* y = reinterpret_cast<float*>(m.workspace + lay.y);
 
-  moe_index_kernel<<<1, 1024, (2 * m.n_experts + 1) * sizeof(int32_t), s>>>(
-      m.ids, m.n, m.top_k, m.n_experts, lay.bm, lay.max_tiles, tile_expert, row_token, slot_row, m.err);
-
   const int64_t x_stride = m.x.nouter == 0 ? 0 : m.x.stride[0];
   const bool mma = m.x_type == m.w_type && m.w_type != ElemType::F32 && m.hidden % 8 == 0 && m.ffn % 8 == 0 &&
                    aligned16(m.x.base, x_stride) && aligned16(m.workspace, 0) &&
                    aligned16(m.gate.base, m.gate.expert_stride) && m.gate.row_stride % 16 == 0 &&
                    aligned16(m.up.base, m.up.expert_stride) && m.up.row_stride % 16 == 0 &&
                    aligned16(m.down.base, m.down.expert_stride) && m.down.row_stride % 16 == 0;
+  // The batch-invariant mode's decode batches: one row tile per slot, no
+  // index pass (its kernel and launch gap were a third of the mode's extra
+  // time per MoE layer at batch 1, docs/benchmarks.md runs 75-79). The
+  // default runs these batches on the gemv path.
+  const bool slot_tiles = m.batch_invariant && mma && lay.rows <= kMoeDecodeMaxSlots;
+  if (!slot_tiles) {
+    moe_index_kernel<<<1, 1024, (2 * m.n_experts + 1) * sizeof(int32_t), s>>>(
+        m.ids, m.n, m.top_k, m.n_experts, lay.bm, lay.max_tiles, tile_expert, row_token, slot_row, m.err);
+  }
   GemmArgs up;
   up.tile_expert = tile_expert;
   up.row_token = row_token;
@@ -248,11 +263,22 @@ void launch_moe_experts(const MoeExpertsLaunch& m, Stream stream) {
   down.k = m.ffn;
   down.out = reinterpret_cast<char*>(y);
   down.out_stride = m.hidden * 4;
+  if (slot_tiles) {
+    for (GemmArgs* g : {&up, &down}) {
+      g->slot_tiles = true;
+      g->slot_ids = m.ids;
+      g->top_k = m.top_k;
+      g->n_experts = m.n_experts;
+      g->err = m.err;
+    }
+  }
   if (mma) {
     up.out_stride = down.a_stride = m.ffn * 2;
     DI_DISPATCH_ELEM(m.w_type, T, {
       if constexpr (!std::is_same_v<T, float>) {
-        if (lay.bm == DecodeTiles::kBM) {
+        if (slot_tiles) {
+          launch_expert_gemms<T, DecodeTiles>(up, down, lay.rows, s);
+        } else if (lay.bm == DecodeTiles::kBM) {
           launch_expert_gemms<T, DecodeTiles>(up, down, lay.max_tiles, s);
         } else if (lay.bm == MidTiles::kBM) {
           launch_expert_gemms<T, MidTiles>(up, down, lay.max_tiles, s);
@@ -270,7 +296,8 @@ void launch_moe_experts(const MoeExpertsLaunch& m, Stream stream) {
   }
   DI_DISPATCH_ELEM(m.x_type, T,
                    (moe_combine_kernel<T><<<static_cast<unsigned>(m.n), 256, 0, s>>>(
-                       m.out, m.weights, slot_row, y, m.hidden, m.top_k, m.accumulate)));
+                       m.out, m.weights, slot_tiles ? nullptr : slot_row, DecodeTiles::kBM, y, m.hidden, m.top_k,
+                       m.accumulate)));
 }
 
 }  // namespace deepinfer::cuda
