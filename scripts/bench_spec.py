@@ -111,9 +111,10 @@ def run_one(args, model, inputs_path, batch, config):
     if not m:
         sys.exit(f"no summary line in:\n{p.stderr[-2000:]}")
     rows = [json.loads(line) for line in open(out_path)]
-    t = re.search(r"steps: (\d+) \((\d+) as graphs\), device busy ([0-9.]+) ms, idle ([0-9.]+) ms", p.stderr)
-    timeline = {"steps": int(t.group(1)), "graph_steps": int(t.group(2)), "busy_ms": float(t.group(3)),
-                "idle_ms": float(t.group(4))} if t else {}
+    t = re.search(r"steps: (\d+) \((\d+) as graphs(?:, (\d+) with sequences padded to the longest)?\), "
+                  r"device busy ([0-9.]+) ms,\s+idle ([0-9.]+) ms", p.stderr)
+    timeline = {"steps": int(t.group(1)), "graph_steps": int(t.group(2)), "padded_steps": int(t.group(3) or 0),
+                "busy_ms": float(t.group(4)), "idle_ms": float(t.group(5))} if t else {}
     w = re.search(r"speculated in (\d+) of (\d+) windows \((\d+) steps without", p.stderr)
     if w and t:
         timeline["windows"] = (int(w.group(1)), int(w.group(2)))
@@ -133,7 +134,7 @@ def idle_text(t):
     if not t:
         return ""
     busy, idle = t["busy_ms"], t["idle_ms"]
-    text = (f"steps {t['steps']} ({t['graph_steps']} graphs), device idle {idle / max(busy + idle, 1e-9):.0%}, "
+    text = (f"steps {t['steps']} ({t['graph_steps']} graphs, {t.get('padded_steps', 0)} padded), device idle {idle / max(busy + idle, 1e-9):.0%}, "
             f"{(busy + idle) / max(t['steps'], 1):.2f} ms/step")
     if "captures" in t:
         text += f", {t['captures'][0]} captures {t['captures'][1]:.0f} ms"

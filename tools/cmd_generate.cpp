@@ -185,9 +185,10 @@ int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) 
                dp ? fmt::format(" ({} data-parallel ranks)", dp->size).c_str() : "");
   const EngineStats st = llm.engine().stats();
   std::fprintf(stderr,
-               "steps: %lld (%lld as graphs), device busy %.1f ms, idle %.1f ms between steps (max %.2f ms); "
-               "%lld graphs captured in %.1f ms\n",
-               static_cast<long long>(st.steps), static_cast<long long>(st.graph_steps), st.device_busy_ms,
+               "steps: %lld (%lld as graphs, %lld with sequences padded to the longest), device busy %.1f ms, "
+               "idle %.1f ms between steps (max %.2f ms); %lld graphs captured in %.1f ms\n",
+               static_cast<long long>(st.steps), static_cast<long long>(st.graph_steps),
+               static_cast<long long>(st.steps_with_padded_seqs), st.device_busy_ms,
                st.device_idle_ms, st.device_idle_max_ms, static_cast<long long>(st.graph_captures),
                st.graph_capture_ms);
   if (dp) {

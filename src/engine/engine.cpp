@@ -47,6 +47,10 @@ Engine::Engine(EngineConfig config) : parts_(build_engine(std::move(config))) {
   sampler_ = std::make_unique<Sampler>(parts_.model->config().vocab_size);
   if (parts_.config.speculative.enabled()) {
     speculator_ = std::make_unique<Speculator>(parts_.config.speculative, make_proposer());
+    const ModelRunner* runner = parts_.runner.get();
+    speculator_->set_padding_rule([runner](int32_t seqs, int32_t longest, int64_t tokens) {
+      return runner->pads_verify_step(seqs, longest, tokens);
+    });
   }
   if (parts_.kv_tiers) calibrate_kv_tiers();
 }

@@ -58,6 +58,9 @@ struct EngineStats {
   // on steps, and idle between the end of one step and the start of the next.
   int64_t timed_steps = 0;
   int64_t graph_steps = 0;
+  // Steps some of whose sequences ran padded to the longest (verify steps of
+  // several draft lengths in a graph's shape).
+  int64_t steps_with_padded_seqs = 0;
   // Graphs captured (each the first step of its shape) and the host time
   // the captures took: one-time work inside the timeline above.
   int64_t graph_captures = 0;

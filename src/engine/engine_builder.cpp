@@ -426,6 +426,7 @@ EngineParts build_engine(EngineConfig config) {
   // Expert-parallel MoE layers read their routing on the host mid-forward
   // (model/expert_parallel.h): such a step cannot be captured.
   limits.use_graphs = !c.enforce_eager && !tp.expert_parallel();
+  limits.graph_shapes_eager = c.graph_shapes_eager;
   limits.hidden_states = c.speculative.method == spec::SpecMethod::Mtp;
   build_expert_load(p, limits);
   RunnerRank rank;

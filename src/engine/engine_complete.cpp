@@ -121,6 +121,7 @@ void Engine::complete(const InflightStep& step, std::vector<RequestOutput>& outp
   stats_.last_step_idle_ms = res.idle_ms_before;
   ++stats_.timed_steps;
   if (res.graph) ++stats_.graph_steps;
+  if (res.padded_seqs > 0) ++stats_.steps_with_padded_seqs;
   if (parts_.expert_load) {
     const int32_t replaced = parts_.expert_load->replacements();
     parts_.expert_load->record_step(res.expert_counts);

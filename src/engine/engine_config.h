@@ -97,6 +97,10 @@ struct EngineConfig {
   // device runs step N (DEEPINFER_ZERO_OVERHEAD_SCHEDULING=0 turns it off).
   bool zero_overhead_scheduling = true;
   bool enforce_eager = false;  // --enforce-eager: no CUDA graphs
+  // Testing (no flag): every step staged in the padded shape a CUDA graph
+  // would replay, run eagerly (RunnerLimits::graph_shapes_eager), so that the
+  // CPU tests check the graphs' padding too.
+  bool graph_shapes_eager = false;
   // --gpu-memory-utilization: share of the device's memory this engine may
   // use (weights, activations, KV cache); sizes the KV cache on GPUs.
   double gpu_memory_utilization = 0.9;

@@ -169,9 +169,20 @@ void Speculator::propose(std::span<Request* const> candidates, int32_t base_toke
     const spec::VerifyChoice choice =
         spec::choose_verify_lengths(accept, base_tokens, base_tokens, curve_, drafting_overhead_ms());
     const int32_t explore = ++rounds_ % kProbeInterval == 0 ? 1 : 0;
+    std::vector<int32_t> lengths(drafted.size());
+    int32_t longest = 0;
+    int64_t tokens = base_tokens;
     for (size_t i = 0; i < drafted.size(); ++i) {
       const int32_t chosen = std::max(choice.lengths[i] + explore, probing_ ? 1 : 0);
-      const auto n = static_cast<size_t>(std::min(chosen, drafted[i]->num_draft_tokens()));
+      lengths[i] = std::min(chosen, drafted[i]->num_draft_tokens());
+      longest = std::max(longest, lengths[i]);
+      tokens += lengths[i];
+    }
+    // A step padded to its longest sequence computes the padding anyway: let
+    // every request verify up to that length for free.
+    const bool padded = longest > 0 && pads_ && pads_(base_tokens, longest + 1, tokens);
+    for (size_t i = 0; i < drafted.size(); ++i) {
+      const auto n = static_cast<size_t>(padded ? std::min(longest, drafted[i]->num_draft_tokens()) : lengths[i]);
       drafted[i]->draft_ids.resize(n);
       tracked_[drafted[i]->id()].raw_confidence.resize(n);
     }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -93,6 +94,13 @@ class Speculator {
   // flight or being verified, in a stable order); base_tokens: the step's
   // other query tokens (about one per running request).
   void propose(std::span<Request* const> candidates, int32_t base_tokens);
+  // Whether the runner runs a verify step of `seqs` sequences, the longest of
+  // `longest` tokens and `tokens` in all, padded to the longest (a CUDA graph
+  // of small enough a model: ModelRunner::pads_verify_step). Drafts up to
+  // the longest verified length then cost nothing, and the dynamic policy
+  // verifies them too. Unset: no step is padded.
+  using PaddingRule = std::function<bool(int32_t seqs, int32_t longest, int64_t tokens)>;
+  void set_padding_rule(PaddingRule pads) { pads_ = std::move(pads); }
   // A verification ended: of `verified` drafts the first `accepted` were;
   // `rejected` when the next one was sampled differently (not when the
   // request ended first, by a stop, its length or a fault).
@@ -141,6 +149,7 @@ class Speculator {
   std::unordered_map<uint64_t, Tracked> tracked_;
   SpecDecodeStats stats_;
   std::vector<spec::Draft> drafts_;  // this round's proposals, per candidate
+  PaddingRule pads_;
   std::unique_ptr<cpu::ThreadPool> pool_;  // drafting threads, made on first use
   int64_t last_round_drafts_ = 1;  // drafts the last propose() left to verify
   int steps_since_probe_ = 0;

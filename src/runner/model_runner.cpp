@@ -69,8 +69,10 @@ ModelRunner::ModelRunner(Model& model, Backend& backend, KvStorage& kv, RunnerLi
     s.start = backend.create_event();
     s.end = backend.create_event();
   }
-  // Graphs run decode-only steps: one row per sequence.
-  if (limits.use_graphs && backend.supports_graphs()) graph_sizes_ = graph_sizes_up_to(std::min(T, S));
+  // Graphs run steps that sample every token (graph_shape).
+  if ((limits.use_graphs && backend.supports_graphs()) || limits.graph_shapes_eager) {
+    graph_sizes_ = graph_sizes_up_to(std::min(T, S));
+  }
   if (limits.hidden_states) {
     const int64_t hidden = model.config().hidden_size;
     const size_t bytes = static_cast<size_t>(T) * row_bytes(backend.activation_dtype(), hidden);
@@ -205,7 +207,7 @@ int ModelRunner::launch(const StepPlan& plan) {
   // The other ranks must run this forward with us (its collectives).
   if (rank_.publisher) rank_.publisher->publish(plan);
   const GraphShape shape = graph_shape(plan);
-  return launch_staged(plan, shape, shape.seqs > 0);
+  return launch_staged(plan, shape, shape.seqs > 0 && !limits_.graph_shapes_eager);
 }
 
 int ModelRunner::launch_padding() {
@@ -323,6 +325,7 @@ int ModelRunner::launch_staged(const StepPlan& plan, GraphShape shape, bool grap
   }
   s.in_flight = true;
   s.graph = graph;
+  s.padded_seqs = st.padded_seqs;
   s.num_rows = static_cast<int32_t>(n_rows);
   s.num_copied = static_cast<int32_t>(n_copied);
   s.sequence = ++launches_;
@@ -405,6 +408,7 @@ StepResults ModelRunner::wait(int slot) {
   const auto vocab = static_cast<size_t>(model_.config().vocab_size);
   r.logits = std::span<const float>(s.logits_host, static_cast<size_t>(s.num_copied) * vocab);
   r.graph = s.graph;
+  r.padded_seqs = s.padded_seqs;
   r.captured = s.captured;
   r.capture_ms = s.capture_ms;
   if (count_cells_ > 0) r.expert_counts = std::span<const int32_t>(s.counts_host, static_cast<size_t>(count_cells_));

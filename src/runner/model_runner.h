@@ -12,11 +12,18 @@
 // of a device gather that fills step N+1's input ids (a TokenSource that
 // names the step's slot and row).
 //
-// Steps whose sequences all compute q tokens and sample each of them — decode
-// steps (q = 1) and speculative verify steps of one draft length — run as
-// CUDA graphs captured per (padded batch size, q, context bucket) when the
-// backend supports them; padding sequences attend to the KV storage's padding
-// page and store nothing.
+// Steps whose sequences sample every token they compute — decode steps
+// (q = 1) and speculative verify steps — run as CUDA graphs captured per
+// (padded batch size, q, context bucket) when the backend supports them:
+// padding sequences attend to the KV storage's padding page and store
+// nothing. In a verify step whose requests verify different numbers of
+// drafts, q is the longest sequence's tokens and each shorter one is padded
+// at its end (when the padding is cheap: pads_shorter_sequences). Its padding
+// tokens take the positions after its last and attend causally, so no real
+// token sees them; they store their keys and values in the sequence's own
+// last page, past its end (scratch that the next real tokens overwrite
+// before reading, as rejected drafts' slots are), and nothing beyond it (the
+// padding page stands in there). Their rows are computed, never sampled.
 //
 // Rows constrained by a grammar (RowSampling::token_mask) are sampled only
 // after the host has filled their token bitmasks: launch() then enqueues the
@@ -60,6 +67,9 @@ struct RunnerLimits {
   // bounds the rows per step (the logits buffer).
   int32_t max_rows_per_seq = 1;
   bool use_graphs = true;  // when the backend supports them (--enforce-eager turns this off)
+  // Testing: stage steps in the padded shapes CUDA graphs replay, and run them
+  // eagerly, so that the padding is checked on backends without graphs.
+  bool graph_shapes_eager = false;
   // Count each step's routed tokens per expert of every MoE layer on the
   // device and bring the counts back with the step's results (EPLB load
   // statistics). Off: no buffer, no op, no copy.
@@ -81,6 +91,9 @@ struct StepResults {
   double device_ms = 0.0;
   double idle_ms_before = -1.0;
   bool graph = false;  // ran as a captured graph
+  // Sequences that computed fewer tokens than the step's longest and ran
+  // padded to it (a verify step in a graph's shape; see graph_shape).
+  int32_t padded_seqs = 0;
   // The graph was captured by this step: device_ms includes the capture (host
   // work between the step's events), so it says nothing about the step's cost.
   bool captured = false;
@@ -121,6 +134,11 @@ class ModelRunner {
   std::span<int32_t> token_mask(int slot, int32_t i);
   void finish_launch(int slot);
   int32_t mask_words() const { return mask_words_; }
+  // Whether a step of `seqs` sequences sampling all their tokens, the longest
+  // of `longest` tokens and `tokens` in all, runs padded to the longest (as a
+  // graph, or eagerly under graph_shapes_eager): tokens up to the longest
+  // then cost nothing more (Speculator::set_padding_rule).
+  bool pads_verify_step(int32_t seqs, int32_t longest, int64_t tokens) const;
   // Blocks until the step in `slot` has finished and its results are on the host.
   StepResults wait(int slot);
 
@@ -167,6 +185,12 @@ class ModelRunner {
   // size, so short contexts do not pay for a plan sized for --max-model-len).
   int32_t graph_kv_bucket(int32_t max_kv_len) const;
   GraphShape graph_shape(const StepPlan& plan) const;
+  // The captured batch size a step of `seqs` sequences of q tokens pads to; 0: none.
+  int32_t graph_batch(int32_t seqs, int32_t q) const;
+  // Whether a step whose sequences sample all their tokens, some fewer than
+  // q, runs as the q graph with those padded (see graph_shape).
+  bool pads_shorter_sequences(const StepPlan& plan, int32_t q, int64_t real_tokens) const;
+  bool padding_allowed(int64_t padded_tokens, int64_t real_tokens) const;
   void ensure_logits_capacity(int slot, int64_t rows);
   void ensure_mask_capacity(int slot, int64_t rows);
   // What launch() leaves for after the forward: penalties, token masks,
@@ -238,6 +262,7 @@ class ModelRunner {
     } tail;
     bool awaiting_masks = false;
     bool in_flight = false, graph = false, captured = false;
+    int32_t padded_seqs = 0;
     double capture_ms = 0.0;
     uint64_t sequence = 0;  // launch order
     int prev_slot = -1;     // slot of the step launched just before

@@ -26,6 +26,7 @@ struct ModelRunner::Staged {
   Layout l;
   int32_t tokens = 0, seqs = 0, rows = 0;
   int32_t graph_q = 0;  // tokens per sequence of a graph step; 0: eager
+  int32_t padded_seqs = 0;  // real sequences padded to graph_q tokens
   std::vector<int32_t> pages;  // listed page-table entries per KV group
   int32_t max_q = 0, max_kv = 0;
   int64_t penalty_entries = -1;  // entries staged for apply_penalties; -1: no row has penalties

@@ -45,20 +45,65 @@ ModelRunner::Layout ModelRunner::layout(int32_t tokens, int32_t seqs, int32_t ro
   return l;
 }
 
-ModelRunner::GraphShape ModelRunner::graph_shape(const StepPlan& plan) const {
-  if (graph_sizes_.empty() || plan.empty()) return {};
-  // Every sequence q tokens, each sampled (a verify step samples every token).
-  const int32_t q = plan.seqs.front().num_tokens;
-  const bool uniform = std::all_of(plan.seqs.begin(), plan.seqs.end(),
-                                   [&](const PlannedSeq& s) { return s.num_tokens == q && s.num_rows == q; });
+int32_t ModelRunner::graph_batch(int32_t seqs, int32_t q) const {
   // Padding sequences keep their q positions in the one padding page.
-  if (!uniform || q > limits_.max_rows_per_seq || q > kv_.page_size()) return {};
-  const auto n = static_cast<int32_t>(plan.seqs.size());
-  auto it = std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), n);
-  if (it == graph_sizes_.end()) return {};
+  if (graph_sizes_.empty() || seqs <= 0 || q < 1 || q > limits_.max_rows_per_seq || q > kv_.page_size()) return 0;
+  auto it = std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), seqs);
+  if (it == graph_sizes_.end()) return 0;
   const int64_t padded_tokens = int64_t{*it} * q;
-  if (padded_tokens > limits_.max_num_batched_tokens || padded_tokens > max_rows_) return {};
-  return {*it, q};
+  if (padded_tokens > limits_.max_num_batched_tokens || padded_tokens > max_rows_) return 0;
+  return *it;
+}
+
+ModelRunner::GraphShape ModelRunner::graph_shape(const StepPlan& plan) const {
+  if (plan.empty()) return {};
+  // Every token of every sequence sampled: decode steps, and verify steps
+  // (a verify step samples each token). q: the longest sequence's tokens.
+  int32_t q = 0;
+  int64_t real_tokens = 0;
+  for (const PlannedSeq& s : plan.seqs) {
+    if (s.num_rows != s.num_tokens) return {};
+    q = std::max(q, s.num_tokens);
+    real_tokens += s.num_tokens;
+  }
+  const auto n = static_cast<int32_t>(plan.seqs.size());
+  const int32_t batch = graph_batch(n, q);
+  if (batch == 0) return {};
+  if (real_tokens < int64_t{n} * q && !pads_shorter_sequences(plan, q, real_tokens)) return {};
+  return {batch, q};
+}
+
+// A verify step whose requests verify different numbers of drafts runs as
+// the graph of its longest sequence, the shorter ones padded at their end:
+// an eager step of a small model costs several graph replays in launches
+// (docs/benchmarks.md, speculative decoding on the H100), while padding rows
+// cost little as long as the products stream their weights (up to
+// kFreePaddedTokens tokens) or add little compute next to that launch cost
+// (kPaddingBudget: extra tokens x weight bytes, about 2 x parameters of
+// bf16 weights, so roughly their FLOPs). The runner's per-token device
+// state (hidden states, routing counts) follows the plan's token order,
+// which padding moves: such runners do not pad.
+bool ModelRunner::padding_allowed(int64_t padded_tokens, int64_t real_tokens) const {
+  constexpr int64_t kFreePaddedTokens = 128;
+  constexpr double kPaddingBudget = 2e11;
+  if (limits_.hidden_states || limits_.count_experts) return false;
+  return padded_tokens <= kFreePaddedTokens ||
+         static_cast<double>(padded_tokens - real_tokens) * static_cast<double>(model_.weight_bytes()) <=
+             kPaddingBudget;
+}
+
+bool ModelRunner::pads_shorter_sequences(const StepPlan& plan, int32_t q, int64_t real_tokens) const {
+  if (!plan.hidden_rows.empty() || !padding_allowed(static_cast<int64_t>(plan.seqs.size()) * q, real_tokens)) {
+    return false;
+  }
+  // Padding positions continue the sequence (queries are its last positions).
+  return std::all_of(plan.seqs.begin(), plan.seqs.end(), [&](const PlannedSeq& s) {
+    return s.kv_len() + (q - s.num_tokens) <= limits_.max_model_len;
+  });
+}
+
+bool ModelRunner::pads_verify_step(int32_t seqs, int32_t longest, int64_t tokens) const {
+  return graph_batch(seqs, longest) > 0 && padding_allowed(int64_t{seqs} * longest, tokens);
 }
 
 void ModelRunner::stage_penalties(int slot, const StepPlan& plan, Staged& st) {
@@ -82,7 +127,9 @@ void ModelRunner::stage_penalties(int slot, const StepPlan& plan, Staged& st) {
     // history entry the host does not know yet.
     const PlannedSeq& seq = plan.seqs[static_cast<size_t>(row.seq)];
     const int32_t t = seq.token_begin + row.query;
-    const int32_t pending = plan.tokens[static_cast<size_t>(t)].on_device() ? t : -1;
+    // The token's place among the staged ones (a padded step moves them).
+    const int32_t staged = st.graph_q > 0 ? row.seq * st.graph_q + row.query : t;
+    const int32_t pending = plan.tokens[static_cast<size_t>(t)].on_device() ? staged : -1;
     const auto entries = row.sampling.penalties->entries();
     params[r] = row.sampling.penalties->row_params(row.sampling.params.position,
                                                    static_cast<int32_t>(st.penalty_entries), pending);
@@ -113,28 +160,45 @@ ModelRunner::Staged ModelRunner::stage(int slot, const StepPlan& plan, GraphShap
   int32_t* q_indptr = base + l.q_indptr;
   // Index of host token i in the device array the gather reads from.
   const int64_t host_source = sampled_ints_ + l.host_tokens;
+  // Staged tokens of sequence si: q each in a padded step (the real ones
+  // first, then padding to q), the plan's otherwise.
+  const int32_t seq_q = padded ? graph.q : 0;
+  auto staged_begin = [&](int32_t si) {
+    return padded ? si * seq_q : plan.seqs[static_cast<size_t>(si)].token_begin;
+  };
+  auto stage_padding_token = [&](int32_t at, int32_t position) {
+    host_tokens[at] = 0;
+    gather[at] = static_cast<int32_t>(host_source + at);
+    positions[at] = position;
+  };
 
   int32_t t = 0;
   q_indptr[0] = 0;
   for (int32_t si = 0; si < real_seqs; ++si) {
     const PlannedSeq& s = plan.seqs[static_cast<size_t>(si)];
-    DI_CHECK(s.token_begin == t && t + s.num_tokens <= st.tokens, "step plan: sequence {} has inconsistent tokens", si);
+    DI_CHECK(s.token_begin == t && s.num_tokens >= 0 && t + s.num_tokens <= plan.num_tokens() &&
+                 (!padded || s.num_tokens <= seq_q),
+             "step plan: sequence {} has inconsistent tokens", si);
+    const int32_t at = staged_begin(si);
     for (int32_t i = 0; i < s.num_tokens; ++i, ++t) {
       const TokenSource& src = plan.tokens[static_cast<size_t>(t)];
       if (src.on_device()) {
         DI_CHECK(src.device.slot < kSlots && src.device.row >= 0 && src.device.row < max_rows_,
                  "step plan: token {} names sampling row {} of slot {}", t, src.device.row, src.device.slot);
-        host_tokens[t] = 0;
-        gather[t] = src.device.slot * max_rows_ + src.device.row;
+        host_tokens[at + i] = 0;
+        gather[at + i] = src.device.slot * max_rows_ + src.device.row;
       } else {
-        host_tokens[t] = src.id;
-        gather[t] = static_cast<int32_t>(host_source + t);
+        host_tokens[at + i] = src.id;
+        gather[at + i] = static_cast<int32_t>(host_source + at + i);
       }
-      positions[t] = s.start + i;
+      positions[at + i] = s.start + i;
     }
-    q_indptr[si + 1] = t;
-    st.max_q = std::max(st.max_q, s.num_tokens);
-    st.max_kv = std::max(st.max_kv, s.kv_len());
+    const int32_t pad = padded ? seq_q - s.num_tokens : 0;
+    for (int32_t i = s.num_tokens; i < s.num_tokens + pad; ++i) stage_padding_token(at + i, s.start + i);
+    st.padded_seqs += pad > 0 ? 1 : 0;
+    q_indptr[si + 1] = at + s.num_tokens + pad;
+    st.max_q = std::max(st.max_q, s.num_tokens + pad);
+    st.max_kv = std::max(st.max_kv, s.kv_len() + pad);
   }
   DI_CHECK(t == plan.num_tokens(), "step plan lists {} tokens but its sequences hold {}", plan.num_tokens(), t);
   for (int32_t r = 0; r < plan.num_rows(); ++r) {
@@ -143,24 +207,30 @@ ModelRunner::Staged ModelRunner::stage(int slot, const StepPlan& plan, GraphShap
     const PlannedSeq& s = plan.seqs[static_cast<size_t>(row.seq)];
     DI_CHECK(row.query >= 0 && row.query < s.num_tokens, "step plan: row {} names query token {} of {}", r, row.query,
              s.num_tokens);
-    logit_rows[r] = s.token_begin + row.query;
+    logit_rows[r] = staged_begin(row.seq) + row.query;
     std::memcpy(base + l.params + int64_t{r} * kParamInts, &row.sampling.params, sizeof(SamplingRowParams));
   }
-  // Padding sequences: q tokens each (every one a row), attending to the
-  // zeroed padding page and storing nothing (negative slot).
+  // Rows past the plan's: the padding tokens of shorter sequences, then the
+  // padding sequences' (q tokens each, every one a row, attending to the
+  // zeroed padding page and storing nothing: negative slot).
+  int32_t pad_row = plan.num_rows();
+  for (int32_t si = 0; padded && si < real_seqs; ++si) {
+    const PlannedSeq& s = plan.seqs[static_cast<size_t>(si)];
+    for (int32_t i = s.num_tokens; i < seq_q; ++i) logit_rows[pad_row++] = staged_begin(si) + i;
+  }
   const int32_t pad_q = std::max(st.graph_q, 1);
+  const int32_t real_end = padded ? real_seqs * seq_q : plan.num_tokens();
   for (int32_t si = real_seqs; si < st.seqs; ++si) {
     for (int32_t i = 0; i < pad_q; ++i) {
-      const int32_t pt = t + (si - real_seqs) * pad_q + i;
-      host_tokens[pt] = 0;
-      gather[pt] = static_cast<int32_t>(host_source + pt);
-      positions[pt] = i;
-      logit_rows[plan.num_rows() + (si - real_seqs) * pad_q + i] = pt;
+      const int32_t pt = real_end + (si - real_seqs) * pad_q + i;
+      stage_padding_token(pt, i);
+      logit_rows[pad_row++] = pt;
     }
-    q_indptr[si + 1] = t + (si - real_seqs + 1) * pad_q;
+    q_indptr[si + 1] = real_end + (si - real_seqs + 1) * pad_q;
     st.max_q = std::max(st.max_q, pad_q);
     st.max_kv = std::max(st.max_kv, pad_q);
   }
+  DI_CHECK(pad_row == st.rows, "step staging: {} rows for a shape of {}", pad_row, st.rows);
 
   if (!plan.hidden_rows.empty()) {
     DI_CHECK(limits_.hidden_states, "step plan with a hidden input, but the runner keeps no hidden states");
@@ -182,14 +252,15 @@ ModelRunner::Staged ModelRunner::stage(int slot, const StepPlan& plan, GraphShap
     const GroupLayout& gl = l.groups[static_cast<size_t>(g)];
     DI_CHECK(gp.indptr.size() == plan.seqs.size() + 1 && gp.first_pos.size() == plan.seqs.size(),
              "step plan: group {} tables cover {} sequences of {}", g, gp.first_pos.size(), plan.seqs.size());
-    const auto listed = static_cast<int64_t>(gp.pages.size()) + (st.seqs - real_seqs);
+    // A padded sequence may list the padding page once more (the constructor's bound allows both).
+    const auto listed = static_cast<int64_t>(gp.pages.size()) + (st.seqs - real_seqs) + (padded ? real_seqs : 0);
     DI_CHECK(listed <= max_kv_pages_, "step page table of {} entries exceeds its {}", listed, max_kv_pages_);
     int32_t* kv_slots = base + gl.slots;
     int32_t* kv_indptr = base + gl.kv_indptr;
     int32_t* last_len = base + gl.last_len;
     int32_t* start_pos = base + gl.start_pos;
     int32_t* pages = base + gl.kv_pages;
-    std::copy(gp.pages.begin(), gp.pages.end(), pages);
+    int32_t np = 0;
     kv_indptr[0] = 0;
     for (int32_t si = 0; si < real_seqs; ++si) {
       const PlannedSeq& s = plan.seqs[static_cast<size_t>(si)];
@@ -200,17 +271,30 @@ ModelRunner::Staged ModelRunner::stage(int slot, const StepPlan& plan, GraphShap
                    first <= s.start && first + n_pages * ps >= s.kv_len() && first + (n_pages - 1) * ps < s.kv_len(),
                "step plan: group {} pages of sequence {} do not cover positions {}..{}", g, si, s.start,
                s.kv_len() - 1);
+      const int32_t list_begin = np;
+      for (int32_t i = begin; i < end; ++i) pages[np++] = gp.pages[static_cast<size_t>(i)];
+      const int32_t at = staged_begin(si);
       for (int32_t i = 0; i < s.num_tokens; ++i) {
         const int32_t p = s.start + i;
-        kv_slots[s.token_begin + i] = pages[begin + (p - first) / ps] * ps + p % ps;
+        kv_slots[at + i] = pages[list_begin + (p - first) / ps] * ps + p % ps;
       }
-      kv_indptr[si + 1] = end;
-      last_len[si] = s.kv_len() - first - (n_pages - 1) * ps;
+      // Padding tokens: their keys and values go to the sequence's last page
+      // past its end (scratch), and nowhere beyond it, where the padding page
+      // (zeros) is listed for them to read.
+      const int32_t pad = padded ? seq_q - s.num_tokens : 0;
+      const int32_t page_end = first + n_pages * ps;
+      for (int32_t i = s.num_tokens; i < s.num_tokens + pad; ++i) {
+        const int32_t p = s.start + i;
+        kv_slots[at + i] = p < page_end ? pages[list_begin + (p - first) / ps] * ps + p % ps : -1;
+      }
+      const int32_t kv_len = s.kv_len() + pad;
+      if (kv_len > page_end) pages[np++] = kv_.padding_page();  // pad < q <= page size: one page at most
+      kv_indptr[si + 1] = np;
+      last_len[si] = kv_len - first - (np - list_begin - 1) * ps;
       start_pos[si] = first;
     }
-    int32_t np = static_cast<int32_t>(gp.pages.size());
     for (int32_t si = real_seqs; si < st.seqs; ++si) {
-      for (int32_t i = 0; i < pad_q; ++i) kv_slots[t + (si - real_seqs) * pad_q + i] = -1;
+      for (int32_t i = 0; i < pad_q; ++i) kv_slots[real_end + (si - real_seqs) * pad_q + i] = -1;
       pages[np++] = kv_.padding_page();
       kv_indptr[si + 1] = np;
       last_len[si] = pad_q;

@@ -219,6 +219,36 @@ TEST(Speculative, SameOutputsUnderPreemption) {
   expect_same(expected, got, "preemption");
 }
 
+// On a GPU a verify step whose requests verify different numbers of drafts
+// runs as the CUDA graph of its longest one, the others padded at their end
+// (ModelRunner::graph_shape). Staged in those shapes on the CPU (eagerly:
+// the padding is the same), every output must stay what it is without
+// speculation, under preemption too.
+TEST(Speculative, VerifyStepsPaddedToTheLongestKeepOutputs) {
+  REQUIRE_SMOLLM2();
+  const auto jobs = workload();
+  Engine plain(config("", 8192));
+  const auto expected = run(plain, jobs);
+  for (const std::string& method : {methods()[0], methods()[3]}) {
+    EngineConfig c = config(method, 8192);
+    c.graph_shapes_eager = true;
+    Engine engine(c);
+    expect_same(expected, run(engine, jobs), "padded: " + method);
+    EXPECT_GT(engine.stats().steps_with_padded_seqs, 5) << method << ": verify steps must mix draft lengths";
+    EXPECT_GT(engine.stats().spec.num_accepted_tokens, 20) << method;
+  }
+  auto crowded = jobs;
+  for (Job& j : crowded) j.join_step = 0;
+  Engine plain_small(config("", 16 * 14));
+  const auto expected_small = run(plain_small, crowded);
+  EngineConfig c = config(methods()[0], 16 * 14);
+  c.graph_shapes_eager = true;
+  Engine engine(c);
+  expect_same(expected_small, run(engine, crowded), "padded, preemption");
+  EXPECT_GT(engine.stats().num_preemptions, 0);
+  EXPECT_GT(engine.stats().steps_with_padded_seqs, 0);
+}
+
 // Independent seeds with and without speculation: the distribution of the
 // tokens sampled after drafts were verified must be the same. A two-sample
 // chi-square test per output position over the tokens seen (rare ones pooled);

@@ -3,11 +3,14 @@
 // while speculating steps leave the device idle for a noticeable share of the
 // time. A simulated engine: each step produces two tokens when plain and one
 // when speculating (speculation loses), 1 ms of device time, and some idle.
+// And the dynamic policy under steps padded to their longest sequence.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 
 #include "engine/speculator.h"
+#include "sched/request.h"
 
 namespace deepinfer {
 namespace {
@@ -59,6 +62,66 @@ TEST(Speculator, ABusyDeviceLeavesTheChoiceToTheVerifyLength) {
   const Simulated r = simulate(/*idle_ms=*/0.01, 2000);
   EXPECT_EQ(r.speculating_steps, 2000);
   EXPECT_GT(r.stats.unswitched_steps, 1990);
+}
+
+// Five drafts for every request, each with a fixed confidence per request.
+class FixedDrafts final : public spec::Proposer {
+ public:
+  explicit FixedDrafts(std::map<uint64_t, float> confidence) : confidence_(std::move(confidence)) {}
+  void start(uint64_t, std::span<const int32_t>) override {}
+  void append(uint64_t, std::span<const int32_t>) override {}
+  void propose(uint64_t id, int32_t max_tokens, spec::Draft& out) override {
+    out.clear();
+    for (int32_t i = 0; i < max_tokens; ++i) {
+      out.tokens.push_back(7 + i);
+      out.confidence.push_back(confidence_.at(id));
+    }
+  }
+  void finish(uint64_t) override {}
+
+ private:
+  std::map<uint64_t, float> confidence_;
+};
+
+// The verified lengths of a confident and an unconfident request after one
+// drafting round on a device where a step takes 10 ms and each query token
+// adds 0.5 ms.
+std::pair<int32_t, int32_t> verified_lengths(const Speculator::PaddingRule& pads, int32_t* seqs_asked) {
+  spec::SpeculativeConfig config;
+  config.method = spec::SpecMethod::Ngram;
+  config.dynamic = true;
+  config.num_speculative_tokens = 5;
+  Speculator s(config, std::make_unique<FixedDrafts>(std::map<uint64_t, float>{{1, 0.98f}, {2, 0.05f}}));
+  for (int32_t tokens = 1; tokens <= 24; ++tokens) s.record_step(tokens, 10.0 + 0.5 * tokens, -1.0, false);
+  if (pads) {
+    s.set_padding_rule([&](int32_t seqs, int32_t longest, int64_t tokens) {
+      *seqs_asked = seqs;
+      return pads(seqs, longest, tokens);
+    });
+  }
+  SamplingParams p;
+  p.max_tokens = 64;
+  Request a(1, {1, 2, 3, 4}, p, 1), b(2, {5, 6, 7, 8}, p, 2);
+  a.token_limit = b.token_limit = 100;
+  std::vector<Request*> candidates = {&a, &b};
+  s.propose(candidates, /*base_tokens=*/2);
+  return {a.num_draft_tokens(), b.num_draft_tokens()};
+}
+
+TEST(Speculator, PaddedStepsVerifyUpToTheLongestChoice) {
+  int32_t seqs = 0;
+  const auto [alone_a, alone_b] = verified_lengths({}, &seqs);
+  ASSERT_GT(alone_a, alone_b) << "the policy must trim the unconfident request's drafts for the test to mean anything";
+  // Padded to the longest, the trimmed drafts cost nothing: they are verified.
+  const auto [padded_a, padded_b] =
+      verified_lengths([](int32_t, int32_t, int64_t) { return true; }, &seqs);
+  EXPECT_EQ(padded_a, alone_a);
+  EXPECT_EQ(padded_b, alone_a);
+  EXPECT_EQ(seqs, 2);
+  // A runner that would not pad such a step: the policy's choice stands.
+  const auto [eager_a, eager_b] = verified_lengths([](int32_t, int32_t, int64_t) { return false; }, &seqs);
+  EXPECT_EQ(eager_a, alone_a);
+  EXPECT_EQ(eager_b, alone_b);
 }
 
 }  // namespace
