@@ -27,6 +27,11 @@ struct ModelRunner::Staged {
   int32_t tokens = 0, seqs = 0, rows = 0;
   int32_t graph_q = 0;  // tokens per sequence of a graph step; 0: eager
   int32_t padded_seqs = 0;  // real sequences padded to graph_q tokens
+  // Where sequence si's tokens start among the staged ones: graph_q each in
+  // a graph's shape (the real ones first, then padding), the plan's otherwise.
+  int32_t seq_begin(const StepPlan& plan, int32_t si) const {
+    return graph_q > 0 ? si * graph_q : plan.seqs[static_cast<size_t>(si)].token_begin;
+  }
   std::vector<int32_t> pages;  // listed page-table entries per KV group
   int32_t max_q = 0, max_kv = 0;
   int64_t penalty_entries = -1;  // entries staged for apply_penalties; -1: no row has penalties

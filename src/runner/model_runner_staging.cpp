@@ -128,8 +128,8 @@ void ModelRunner::stage_penalties(int slot, const StepPlan& plan, Staged& st) {
     const PlannedSeq& seq = plan.seqs[static_cast<size_t>(row.seq)];
     const int32_t t = seq.token_begin + row.query;
     // The token's place among the staged ones (a padded step moves them).
-    const int32_t staged = st.graph_q > 0 ? row.seq * st.graph_q + row.query : t;
-    const int32_t pending = plan.tokens[static_cast<size_t>(t)].on_device() ? staged : -1;
+    const bool on_device = plan.tokens[static_cast<size_t>(t)].on_device();
+    const int32_t pending = on_device ? st.seq_begin(plan, row.seq) + row.query : -1;
     const auto entries = row.sampling.penalties->entries();
     params[r] = row.sampling.penalties->row_params(row.sampling.params.position,
                                                    static_cast<int32_t>(st.penalty_entries), pending);
@@ -160,12 +160,8 @@ ModelRunner::Staged ModelRunner::stage(int slot, const StepPlan& plan, GraphShap
   int32_t* q_indptr = base + l.q_indptr;
   // Index of host token i in the device array the gather reads from.
   const int64_t host_source = sampled_ints_ + l.host_tokens;
-  // Staged tokens of sequence si: q each in a padded step (the real ones
-  // first, then padding to q), the plan's otherwise.
   const int32_t seq_q = padded ? graph.q : 0;
-  auto staged_begin = [&](int32_t si) {
-    return padded ? si * seq_q : plan.seqs[static_cast<size_t>(si)].token_begin;
-  };
+  auto staged_begin = [&](int32_t si) { return st.seq_begin(plan, si); };
   auto stage_padding_token = [&](int32_t at, int32_t position) {
     host_tokens[at] = 0;
     gather[at] = static_cast<int32_t>(host_source + at);
