@@ -151,7 +151,7 @@ void attach_layout(AttentionLaunch& a, const UniformLayout& lay, int num_seqs, i
 }
 
 Result run(AttentionLaunch a, const Case& c, bool allow_mma, int num_sms, size_t workspace_bytes, int reps,
-           bool batch_invariant = false, int segment_keys = 0) {
+           bool batch_invariant = false, int segment_keys = 0, bool prefill_shape = false) {
   AttentionHints hints;
   hints.max_q_len = c.q_len;
   hints.max_kv_len = c.kv_len;
@@ -161,8 +161,15 @@ Result run(AttentionLaunch a, const Case& c, bool allow_mma, int num_sms, size_t
   hints.batch_invariant = batch_invariant;
   hints.segment_keys = segment_keys;
   plan_attention(a, hints);
+  if (prefill_shape && a.kernel == AttentionKernel::MmaInvariantDecode) {
+    // The mode's plan before MmaInvariantDecode: the prefill shape, whose bits it must give.
+    a.kernel = AttentionKernel::MmaPrefill;
+    const int64_t rows = int64_t{c.q_len} * a.group, block = attention_mma_rows(a.kernel, static_cast<int>(a.q.dim));
+    a.q_blocks = static_cast<int>((rows + block - 1) / block);
+  }
   const char* kind = a.kernel == AttentionKernel::Simt        ? "simt"
                      : a.kernel == AttentionKernel::MmaDecode ? "mma-decode"
+                     : a.kernel == AttentionKernel::MmaInvariantDecode ? "mma-bi-decode"
                      : a.kernel == AttentionKernel::MmaLatent ? "mma-latent"
                                                               : "mma-prefill";
   Result r;
@@ -253,12 +260,32 @@ void bench_case(const Case& c, int num_sms, int reps, std::mt19937& gen) {
   const Result bi_fold = run(a, c, true, num_sms, 0, reps, true, kAttentionSegmentKeys);
   const Result bi_noseg = run(a, c, true, num_sms, workspace_bytes, reps, true, 0);
   size_t differ = 0;
+  auto differing = [](const Result& x, const Result& y) {
+    size_t count = 0;
+    for (size_t i = 0; i < x.out.size(); ++i) count += x.out[i] != y.out[i];
+    return count;
+  };
   for (size_t i = 0; i < bi_r.out.size(); ++i) differ += bi_r.out[i] != bi_fold.out[i];
   fmt::print("  batch-invariant, segments: {:9.3f} ms  {}  [{}] err={}; {:.2f}x the default plan's time; folded "
              "in the kernel {:.3f} ms [{}] err={}, {} of {} outputs differ; without segments (the mode's default) "
              "{:.3f} ms ({:.2f}x the default) [{}]\n",
              bi_r.ms, figure(bi_r.ms), bi_r.plan, bi_r.err, bi_r.ms / new_r.ms, bi_fold.ms, bi_fold.plan,
              bi_fold.err, differ, bi_r.out.size(), bi_noseg.ms, bi_noseg.ms / new_r.ms, bi_noseg.plan);
+  if (!prefill) {
+    // Decode-shaped launches of the mode run MmaInvariantDecode: against the
+    // prefill shape it replaced (same bits required), with both caches.
+    const Result bi_prefill = run(a, c, true, num_sms, workspace_bytes, reps, true, 0, true);
+    const Result bi_fp8 = run(f, c, true, num_sms, workspace_bytes, reps, true, 0);
+    const Result bi_fp8_prefill = run(f, c, true, num_sms, workspace_bytes, reps, true, 0, true);
+    fmt::print("  batch-invariant decode, bf16 cache: {:.3f} ms [{}] against the prefill shape's {:.3f} ms [{}]: "
+               "{:.2f}x faster, {} of {} outputs differ\n",
+               bi_noseg.ms, bi_noseg.plan, bi_prefill.ms, bi_prefill.plan, bi_prefill.ms / bi_noseg.ms,
+               differing(bi_noseg, bi_prefill), bi_noseg.out.size());
+    fmt::print("  batch-invariant decode, fp8 cache: {:.3f} ms ({:.2f}x the default fp8 plan) [{}] err={} against "
+               "the prefill shape's {:.3f} ms: {:.2f}x faster, {} of {} outputs differ\n",
+               bi_fp8.ms, bi_fp8.ms / fp8_r.ms, bi_fp8.plan, bi_fp8.err, bi_fp8_prefill.ms,
+               bi_fp8_prefill.ms / bi_fp8.ms, differing(bi_fp8, bi_fp8_prefill), bi_fp8.out.size());
+  }
   const std::string fp8_figure = prefill ? figure(fp8_r.ms)
                                          : fmt::format("{:7.1f} GB/s", bytes / 2 / (fp8_r.ms * 1e-3) / 1e9);
   fmt::print("  fp8: {:9.3f} ms  {}  [{}] err={}; {:.2f}x the bf16 cache, max |diff| = {:.4g}\n", fp8_r.ms,
@@ -331,6 +358,9 @@ int main(int argc, char** argv) {
       {"decode 1 x 640, 8 kv heads, group 4, d 128, page 16", 1, 1, 640, 8, 4, 128, 16},
       {"decode 64 x 640, 8 kv heads, group 4, d 128, page 16", 64, 1, 640, 8, 4, 128, 16},
       {"decode 256 x 640, 8 kv heads, group 4, d 128, page 16", 256, 1, 640, 8, 4, 128, 16},
+      // The MoE slice of the cost runs (Qwen3-30B-A3B: 4 kv heads, group 8), and 256-wide heads (Gemma 3).
+      {"decode 1 x 640, 4 kv heads, group 8, d 128, page 16", 1, 1, 640, 4, 8, 128, 16},
+      {"decode 64 x 640, 1 kv head, group 4, d 256, page 16", 64, 1, 640, 1, 4, 256, 16},
   };
   for (const Case& c : cases) bench_case(c, prop.multiProcessorCount, reps, gen);
   const int sms = prop.multiProcessorCount;

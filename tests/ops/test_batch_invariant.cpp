@@ -239,8 +239,9 @@ struct AttentionRun {
 };
 
 TEST_P(BatchInvariantTest, AnAttentionRowIsTheSameBitsInEveryBatch) {
-  // bf16 (f32 on the CPU) at 128-wide heads; an FP8 cache at 64-wide heads with attention sinks.
-  for (const AttentionCacheCase cc : {AttentionCacheCase{128, false, false}, AttentionCacheCase{64, true, true}}) {
+  // bf16 (f32 on the CPU) at 128- and 256-wide heads; an FP8 cache at 64-wide heads with attention sinks.
+  for (const AttentionCacheCase cc : {AttentionCacheCase{128, false, false}, AttentionCacheCase{256, false, false},
+                                      AttentionCacheCase{64, true, true}}) {
     SCOPED_TRACE(fmt::format("head size {}, fp8 cache {}, sinks {}", cc.d, cc.fp8_cache, cc.sinks));
     check_attention_row(cc);
     if (HasFatalFailure()) return;

@@ -565,9 +565,17 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
   int min_keys_per_split = 64;  // two SIMT key tiles
   if (hints.allow_mma && attention_mma_supported(a)) {
     const int64_t rows = int64_t{max_q} * a.group;
-    a.kernel = rows <= attention_mma_rows(AttentionKernel::MmaDecode, dim) && !hints.batch_invariant
-                   ? AttentionKernel::MmaDecode
-                   : AttentionKernel::MmaPrefill;
+    // The mode's decode-shaped launches (unless key segments, which the
+    // prefill shape folds, are on) spread a block's products over four warps.
+    const bool segmented = hints.segment_keys > 0 && dim <= kAttentionMaxSegmentedDim;
+    if (!hints.batch_invariant) {
+      a.kernel = rows <= attention_mma_rows(AttentionKernel::MmaDecode, dim) ? AttentionKernel::MmaDecode
+                                                                              : AttentionKernel::MmaPrefill;
+    } else {
+      a.kernel = rows <= attention_mma_rows(AttentionKernel::MmaInvariantDecode, dim) && !segmented
+                     ? AttentionKernel::MmaInvariantDecode
+                     : AttentionKernel::MmaPrefill;
+    }
     const int block_rows = attention_mma_rows(a.kernel, dim);
     a.q_blocks = static_cast<int>((rows + block_rows - 1) / block_rows);
     a.head_tile = a.group;

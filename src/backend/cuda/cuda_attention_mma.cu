@@ -64,23 +64,33 @@ constexpr int kMaxSegmentedDim = kAttentionMaxSegmentedDim;
 // How a launch treats key segments (AttentionLaunch::segment_keys).
 enum class Seg { None, Fold, Partials };
 
-template <int D, bool kDecode, bool kFp8 = false, Seg kSeg = Seg::None>
+template <int D, bool kDecode, bool kFp8 = false, Seg kSeg = Seg::None, bool kSplitDims = false>
 struct MmaConfig {
-  static constexpr int kRowWarps = kDecode ? 1 : (D <= 128 ? 8 : 4);
-  static constexpr int kKeyWarps = kDecode ? 4 : 1;
-  static constexpr int kThreads = kRowWarps * kKeyWarps * 32;
-  static constexpr int kRows = kRowWarps * 16;
+  static_assert(!kSplitDims || (!kDecode && kSeg == Seg::None), "split dims is the prefill shape's one-block decode");
   static constexpr int kBlockN = kDecode ? 64 : (D <= 128 ? 64 : 32);
+  // kSplitDims (the batch-invariant mode's decode, MmaInvariantDecode): one
+  // block of 16 rows whose warps share every key tile. Warp w multiplies Q by
+  // the tile's keys 16w..16w+15; the scores are exchanged in shared memory, so
+  // every warp holds the whole tile as one warp of the prefill shape does and
+  // runs the same softmax on it; then each warp accumulates P V for its slice
+  // of the head's dims. A row's sums are the prefill shape's, bit for bit,
+  // with the products spread over kBlockN / 16 warps instead of one.
+  static constexpr int kDimWarps = kSplitDims ? kBlockN / 16 : 1;
+  static constexpr int kRowWarps = kDecode || kSplitDims ? 1 : (D <= 128 ? 8 : 4);
+  static constexpr int kKeyWarps = kDecode ? 4 : 1;
+  static constexpr int kThreads = kRowWarps * kKeyWarps * kDimWarps * 32;
+  static constexpr int kRows = kRowWarps * 16;
   static constexpr int kWarpN = kBlockN / kKeyWarps;  // keys of a tile one warp multiplies
   // Decode at D <= 128: two stages make room for a third block per SM (68 KB
   // of shared memory, <= 168 registers): 12 warps instead of 8 to hide the
   // instruction latency ncu found the kernel bound by (not bandwidth).
   static constexpr bool kThirdBlock = kDecode && D <= 128;
-  static constexpr int kStages = kThirdBlock ? 2 : (D <= 128 ? 3 : 2);
+  static constexpr int kStages = kThirdBlock ? 2 : (D <= 128 || kSplitDims ? 3 : 2);
   // Q fragments stay in registers unless the f32 accumulator of a 256-wide
   // head already takes most of them.
   static constexpr bool kQInRegs = D <= 128;
-  static constexpr int kMinBlocks = kThirdBlock ? 3 : ((kDecode && D <= 128) || (!kDecode && D > 128) ? 2 : 1);
+  static constexpr int kMinBlocks =
+      kThirdBlock ? 3 : ((kDecode && D <= 128) || (!kDecode && D > 128) || kSplitDims ? 2 : 1);
   // f32 staging row stride: the +8 puts rows g and g + 4 of a fragment on different banks.
   static constexpr int kLdo = D + 8;
   static constexpr size_t kQBytes = size_t(kRows) * D * 2;
@@ -95,8 +105,11 @@ struct MmaConfig {
   // Seg::Fold: the folded segments' f32 output, thread-private slots (a
   // second register accumulator would spill: the kernel is at 255).
   static constexpr size_t kFoldBytes = kSeg == Seg::Fold ? size_t(kRows) * D * 4 : 0;
-  static constexpr size_t kSmemBytes = kQBytes + kLoopBytes + kStatBytes + kFoldBytes;
+  // kSplitDims: a tile's f32 scores, in the fragment layout of one warp.
+  static constexpr size_t kScoreBytes = kSplitDims ? size_t(kRows) * kBlockN * 4 : 0;
+  static constexpr size_t kSmemBytes = kQBytes + kLoopBytes + kStatBytes + kFoldBytes + kScoreBytes;
   static_assert(kWarpN % 16 == 0, "a warp's keys form whole k-steps of the PV product");
+  static_assert(D % (16 * kDimWarps) == 0, "each warp takes whole n16 steps of the dims");
   static_assert(kThreads % (D * kCacheBytes / 16) == 0 && (kBlockN * D * kCacheBytes / 16) % kThreads == 0,
                 "tile loads split evenly");
   static_assert((kRows * D / 8) % kThreads == 0, "Q loads split evenly");
@@ -216,8 +229,8 @@ __device__ __forceinline__ void write_segment_partial(const AttentionLaunch& a, 
 }
 
 // T: q/out elements (bf16/f16); KvT: cache elements (T, or FP8 e4m3).
-template <typename T, typename KvT, int D, bool kDecode, Seg kSeg,
-          typename C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>, kSeg>>
+template <typename T, typename KvT, int D, bool kDecode, Seg kSeg, bool kSplitDims = false,
+          typename C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>, kSeg, kSplitDims>>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kernel(AttentionLaunch a) {
   static_assert(kSeg == Seg::None || !kDecode, "segments are per warp: every warp must see all keys of a tile");
   constexpr bool kSegmented = kSeg != Seg::None;
@@ -234,6 +247,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
   float* m_s = reinterpret_cast<float*>(smem + C::kQBytes + C::kLoopBytes);
   float* l_s = m_s + C::kKeyWarps * C::kRows;
   float* fold_s = l_s + C::kKeyWarps * C::kRows;  // Seg::Fold: kThreads * D / 2 floats
+  float4* scores_s = reinterpret_cast<float4*>(smem + C::kQBytes + C::kLoopBytes + C::kStatBytes + C::kFoldBytes);
   const uint32_t q_base = smem_addr(smem);
   const uint32_t ring_base = q_base + static_cast<uint32_t>(C::kQBytes);
   // FP8: the widened V tile, after the ring.
@@ -357,8 +371,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
   };
 
   const int warp = tid / 32, lane = tid % 32;
-  const int kw = warp % C::kKeyWarps;         // which slice of a tile's keys
-  const int wrow0 = (warp / C::kKeyWarps) * 16;  // the warp's first row in the block
+  // kSplitDims: every warp has the block's 16 rows and the whole tile's
+  // scores; dw picks its 16 keys of a tile's S and its slice of the dims.
+  constexpr int kDimWarps = C::kDimWarps;
+  constexpr int kDimTiles = D / 8 / kDimWarps;  // n8 tiles of the output dims this warp accumulates
+  const int dw = kDimWarps > 1 ? warp : 0;
+  const int kw = kDimWarps > 1 ? 0 : warp % C::kKeyWarps;            // which slice of a tile's keys
+  const int wrow0 = kDimWarps > 1 ? 0 : (warp / C::kKeyWarps) * 16;  // the warp's first row in the block
   const int warp_rows = min(16, valid_rows - wrow0);
   const int gq = lane / 4, cq = lane % 4;  // fragment row and column pair
   // Key index of each row's own token: row r sees keys j with lo <= j <= pos.
@@ -373,9 +392,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
   const float cap_mul = a.softcap * kLog2e;
 
   uint32_t qf[C::kQInRegs ? D / 16 : 1][4];
-  float o[D / 8][4];
+  float o[kDimTiles][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  for (int i = 0; i < kDimTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
   // Segments: (o, m_row, l_row) hold the current segment. Seg::Fold folds
   // it into (fold_s, m_fold, l_fold) at its end; Seg::Partials writes it out.
@@ -406,7 +425,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
         }
       }
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+      for (int dt = 0; dt < kDimTiles; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
       m_row[0] = m_row[1] = -INFINITY;
       l_row[0] = l_row[1] = 0.0f;
     }
@@ -493,6 +512,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
       }
 #pragma unroll
       for (int np = 0; np < C::kWarpN / 16; ++np) {
+        if (kDimWarps > 1 && np != dw) continue;  // another warp's keys
         uint32_t kb[4];
         if constexpr (kFp8) {
           // Keys gq and gq + 8 of the 16, bytes 16 kk + 4 cq .. + 3 of each.
@@ -508,6 +528,21 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
         }
         mma16816<M>(sc[2 * np], qa, kb[0], kb[1]);
         mma16816<M>(sc[2 * np + 1], qa, kb[2], kb[3]);
+      }
+    }
+
+    if constexpr (kDimWarps > 1) {
+      // Every warp takes the other warps' scores: the tile's S as one warp holds it.
+#pragma unroll
+      for (int nt = 0; nt < C::kWarpN / 8; ++nt) {
+        if (nt / 2 == dw) scores_s[nt * 32 + lane] = make_float4(sc[nt][0], sc[nt][1], sc[nt][2], sc[nt][3]);
+      }
+      __syncthreads();  // skip is the same for every warp of the block (same rows, same keys)
+#pragma unroll
+      for (int nt = 0; nt < C::kWarpN / 8; ++nt) {
+        if (nt / 2 == dw) continue;
+        const float4 v = scores_s[nt * 32 + lane];
+        sc[nt][0] = v.x, sc[nt][1] = v.y, sc[nt][2] = v.z, sc[nt][3] = v.w;
       }
     }
 
@@ -554,7 +589,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
       m_row[i] = m_new;
       l_row[i] *= alpha;
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
+      for (int dt = 0; dt < kDimTiles; ++dt) {
         o[dt][2 * i] *= alpha;
         o[dt][2 * i + 1] *= alpha;
       }
@@ -579,11 +614,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
                               pack2<M>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
       const int key = kw * C::kWarpN + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
 #pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
+      for (int dl = 0; dl < kDimTiles / 2; ++dl) {
+        const int dp = dw * (kDimTiles / 2) + dl;  // n16 step of the head's dims
         uint32_t vb[4];
         ldmatrix_x4_trans(vb, v_tile + swizzle<D>(key, 2 * dp + (lane >> 4)));
-        mma16816<M>(o[2 * dp], pa, vb[0], vb[1]);
-        mma16816<M>(o[2 * dp + 1], pa, vb[2], vb[3]);
+        mma16816<M>(o[2 * dl], pa, vb[0], vb[1]);
+        mma16816<M>(o[2 * dl + 1], pa, vb[2], vb[3]);
       }
     }
   }
@@ -616,13 +652,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
     l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 1);
     l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 2);
   }
-  float* so = stage_o + (size_t(kw) * C::kRows + wrow0 + gq) * C::kLdo + 2 * cq;
+  float* so = stage_o + (size_t(kw) * C::kRows + wrow0 + gq) * C::kLdo + 2 * cq + dw * kDimTiles * 8;
 #pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) {
+  for (int dt = 0; dt < kDimTiles; ++dt) {
     *reinterpret_cast<float2*>(so + dt * 8) = make_float2(o[dt][0], o[dt][1]);
     *reinterpret_cast<float2*>(so + 8 * C::kLdo + dt * 8) = make_float2(o[dt][2], o[dt][3]);
   }
-  if (cq == 0) {
+  if (cq == 0 && dw == 0) {  // kSplitDims: every warp holds the same (m, l)
     const int r = kw * C::kRows + wrow0 + gq;
     m_s[r] = m_row[0];
     m_s[r + 8] = m_row[1];
@@ -682,10 +718,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
   }
 }
 
-template <typename T, typename KvT, int D, bool kDecode, Seg kSeg = Seg::None>
+template <typename T, typename KvT, int D, bool kDecode, Seg kSeg = Seg::None, bool kSplitDims = false>
 void launch_config(const AttentionLaunch& a, cudaStream_t stream) {
-  using C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>, kSeg>;
-  auto* kernel = attention_mma_kernel<T, KvT, D, kDecode, kSeg>;
+  using C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>, kSeg, kSplitDims>;
+  auto* kernel = attention_mma_kernel<T, KvT, D, kDecode, kSeg, kSplitDims>;
   // The opt-in shared memory size is a per-device function attribute: set it
   // once per device (outside any graph capture, at the first call).
   static std::atomic<uint64_t> devices_done{0};
@@ -711,6 +747,10 @@ template <typename T, typename KvT, int D>
 void launch_cache(const AttentionLaunch& a, cudaStream_t stream) {
   if (a.kernel == AttentionKernel::MmaDecode) {
     launch_config<T, KvT, D, true>(a, stream);
+    return;
+  }
+  if (a.kernel == AttentionKernel::MmaInvariantDecode) {
+    launch_config<T, KvT, D, false, Seg::None, true>(a, stream);
     return;
   }
   if constexpr (D <= kMaxSegmentedDim) {
@@ -742,6 +782,7 @@ void launch_typed(const AttentionLaunch& a, cudaStream_t stream) {
 template <int D, bool kFp8>
 size_t smem_for(const AttentionLaunch& a) {
   if (a.kernel == AttentionKernel::MmaDecode) return MmaConfig<D, true, kFp8>::kSmemBytes;
+  if (a.kernel == AttentionKernel::MmaInvariantDecode) return MmaConfig<D, false, kFp8, Seg::None, true>::kSmemBytes;
   if constexpr (D <= kMaxSegmentedDim) {
     if (segment_mode(a) == Seg::Fold) return MmaConfig<D, false, kFp8, Seg::Fold>::kSmemBytes;
   }
@@ -779,6 +820,7 @@ bool attention_mma_supported(const AttentionLaunch& a) {
 
 int attention_mma_rows(AttentionKernel kernel, int dim) {
   if (kernel == AttentionKernel::MmaDecode) return MmaConfig<128, true>::kRows;
+  if (kernel == AttentionKernel::MmaInvariantDecode) return MmaConfig<128, false, false, Seg::None, true>::kRows;
   return dim <= 128 ? MmaConfig<128, false>::kRows : MmaConfig<256, false>::kRows;
 }
 

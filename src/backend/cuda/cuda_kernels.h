@@ -225,6 +225,9 @@ enum class AttentionKernel : uint8_t {
   Simt,        // f32 arithmetic, any dtype and head size (cuda_attention.cu)
   MmaPrefill,  // tensor cores, bf16/f16, head 64/128/256; each warp owns 16 rows
   MmaDecode,   // tensor cores, at most 16 rows per sequence; warps split the keys
+  // The batch-invariant mode's decode: at most 16 rows per sequence, the
+  // prefill shape's sums with a tile's keys (S) and the dims (P V) split over warps.
+  MmaInvariantDecode,
   MmaLatent,   // tensor cores over an MLA latent cache (K 576 wide, V its first 512); 16-row blocks
 };
 struct AttentionLaunch {
@@ -269,9 +272,10 @@ struct AttentionHints {
   size_t workspace_bytes = 0;  // room for split-KV partials
   bool allow_mma = true;       // false keeps the SIMT kernel (benchmarks compare the two)
   // A row's result independent of the batch (DEEPINFER_BATCH_INVARIANT=1):
-  // the tensor-core prefill kernel for every query count (the decode kernel
-  // splits a tile's keys across warps: another order of summation), and
-  // split-KV only along the fixed key segments below.
+  // the tensor-core prefill kernel's order of summation for every query
+  // count (the decode kernel splits a tile's keys across warps: another
+  // order), through MmaInvariantDecode where a sequence has at most 16 rows,
+  // and split-KV only along the fixed key segments below.
   bool batch_invariant = false;
   // The mode's key segment (AttentionLaunch::segment_keys; 0: none, so no
   // split-KV either). Fixed for the process: it is part of the arithmetic.
