@@ -361,6 +361,7 @@ int main(int argc, char** argv) {
       // The MoE slice of the cost runs (Qwen3-30B-A3B: 4 kv heads, group 8), and 256-wide heads (Gemma 3).
       {"decode 1 x 640, 4 kv heads, group 8, d 128, page 16", 1, 1, 640, 4, 8, 128, 16},
       {"decode 64 x 640, 1 kv head, group 4, d 256, page 16", 64, 1, 640, 1, 4, 256, 16},
+      {"decode 256 x 640, 1 kv head, group 4, d 256, page 16", 256, 1, 640, 1, 4, 256, 16},
   };
   for (const Case& c : cases) bench_case(c, prop.multiProcessorCount, reps, gen);
   const int sms = prop.multiProcessorCount;

@@ -253,7 +253,7 @@ void BatchInvariantTest::check_attention_row(const AttentionCacheCase& cc) {
   const int64_t hkv = 2, group = 4, hq = hkv * group, d = cc.d, ps = 16;
   const int target_len = 2000;  // long enough that a lone decode would split its keys
   const int64_t target_pages = (target_len + ps - 1) / ps;
-  const int64_t other_pages = 96;  // room for the other sequences of a run (up to 1536 keys)
+  const int64_t other_pages = 160;  // room for the other sequences of a run (up to 2560 keys)
   const int64_t num_pages = target_pages + other_pages;
   const size_t cache_elems = static_cast<size_t>(num_pages * ps * hkv * d);
   const std::vector<float> kc = rng.floats(cache_elems), vc = rng.floats(cache_elems);
@@ -263,13 +263,18 @@ void BatchInvariantTest::check_attention_row(const AttentionCacheCase& cc) {
   DeviceTensor dsinks = upload_f32(backend(), {hq}, sinks);
   const std::vector<float> target_q = rng.floats(static_cast<size_t>(hq * d));
 
-  const std::vector<AttentionRun> runs = {
+  std::vector<AttentionRun> runs = {
       {{{1, target_len}}, 0},                                // decoding alone
       {{{57, 57}, {1, target_len}, {1, 20}}, 1},             // beside a prefill and another decode
       {{{9, target_len}}, 0},                                // the last row of a chunk
       {{{3, 40}, {target_len, target_len}}, 1},              // the last row of the whole prompt
       {{{1, 300}, {1, 1000}, {1, target_len}, {2, 30}}, 2},  // a decode batch
   };
+  // A decode batch of enough sequences to fill a GPU's SMs with blocks
+  // (CUDA: 160 blocks, which the mode's split-dims decode kernel takes).
+  AttentionRun wide{{{1, target_len}}, 0};
+  for (int s = 1; s < 80; ++s) wide.seqs.emplace_back(1, 20 + s % 7);
+  runs.push_back(wide);
   for (const int window : {0, 700}) {  // full attention, and a sliding window
     SCOPED_TRACE(window);
     std::vector<float> first;

@@ -565,14 +565,19 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
   int min_keys_per_split = 64;  // two SIMT key tiles
   if (hints.allow_mma && attention_mma_supported(a)) {
     const int64_t rows = int64_t{max_q} * a.group;
-    // The mode's decode-shaped launches (unless key segments, which the
-    // prefill shape folds, are on) spread a block's products over four warps.
-    const bool segmented = hints.segment_keys > 0 && dim <= kAttentionMaxSegmentedDim;
     if (!hints.batch_invariant) {
       a.kernel = rows <= attention_mma_rows(AttentionKernel::MmaDecode, dim) ? AttentionKernel::MmaDecode
                                                                               : AttentionKernel::MmaPrefill;
     } else {
-      a.kernel = rows <= attention_mma_rows(AttentionKernel::MmaInvariantDecode, dim) && !segmented
+      // The mode's decode-shaped launches that fill the SMs (unless key
+      // segments, which the prefill shape folds, are on) spread a block's
+      // products over four warps: the same bits, 1.2-1.4x faster at 64-256
+      // sequences, but slower where a few blocks each stream a long sequence
+      // (H100, docs/benchmarks.md run 90), so those keep the prefill shape.
+      const bool segmented = hints.segment_keys > 0 && dim <= kAttentionMaxSegmentedDim;
+      const int64_t split_dims_blocks = int64_t{a.num_seqs} * a.k.heads;  // one 16-row block each
+      a.kernel = rows <= attention_mma_rows(AttentionKernel::MmaInvariantDecode, dim) && !segmented &&
+                         split_dims_blocks >= hints.num_sms
                      ? AttentionKernel::MmaInvariantDecode
                      : AttentionKernel::MmaPrefill;
     }
