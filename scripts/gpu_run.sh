@@ -510,6 +510,17 @@ if has kernels; then
     sed 's/^/    /' "$OUT/$b${arg:+_$arg}.txt" >> "$REPORT"
   done
 fi
+if has ncu_attention; then
+  # Nsight Compute's throughput, warp-state and occupancy sections for the
+  # tensor-core attention kernels of the bench_attention_cuda cases whose
+  # names contain NCU_CASES (each case launches every plan it compares).
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  echo -e "\n## ncu: attention kernels of '${NCU_CASES:-decode 1 x 640, 8 kv}'\n" >> "$REPORT"
+  BENCH_ATTENTION_CASES="${NCU_CASES:-decode 1 x 640, 8 kv}" timeout 240 "$ncu_bin" -k regex:attention_mma_kernel \
+    -c "${NCU_COUNT:-24}" --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
+    "$BIN/bench_attention_cuda" 1 > "$OUT/ncu_attention.txt" 2>&1
+  echo "exit code $? ($(grep -c 'attention_mma_kernel' "$OUT/ncu_attention.txt") kernels profiled)" >> "$REPORT"
+fi
 if has moe; then
   for shape in ${MOE_SHAPES:-qwen3_30b_a3b deepseek_v2_lite}; do
     echo -e "\n## MoE decode: $shape-shaped slice vs transformers (scripts/gpu_bench_moe.py)\n" >> "$REPORT"
