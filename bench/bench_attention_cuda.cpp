@@ -150,11 +150,8 @@ void attach_layout(AttentionLaunch& a, const UniformLayout& lay, int num_seqs, i
   a.err = mem.alloc<uint32_t>(1);
 }
 
-// The mode's decode kernel as planned, or forced into another shape of the same bits.
-enum class BiShape { Planned, Prefill, Split, SplitDeep };
-
 Result run(AttentionLaunch a, const Case& c, bool allow_mma, int num_sms, size_t workspace_bytes, int reps,
-           bool batch_invariant = false, int segment_keys = 0, BiShape shape = BiShape::Planned) {
+           bool batch_invariant = false, int segment_keys = 0, bool prefill_shape = false) {
   AttentionHints hints;
   hints.max_q_len = c.q_len;
   hints.max_kv_len = c.kv_len;
@@ -164,14 +161,11 @@ Result run(AttentionLaunch a, const Case& c, bool allow_mma, int num_sms, size_t
   hints.batch_invariant = batch_invariant;
   hints.segment_keys = segment_keys;
   plan_attention(a, hints);
-  if (shape == BiShape::Prefill && a.kernel == AttentionKernel::MmaInvariantDecode) {
+  if (prefill_shape && a.kernel == AttentionKernel::MmaInvariantDecode) {
     // The mode's plan before MmaInvariantDecode: the prefill shape, whose bits it must give.
     a.kernel = AttentionKernel::MmaPrefill;
-    a.deep_ring = false;
     const int64_t rows = int64_t{c.q_len} * a.group, block = attention_mma_rows(a.kernel, static_cast<int>(a.q.dim));
     a.q_blocks = static_cast<int>((rows + block - 1) / block);
-  } else if (shape == BiShape::Split || shape == BiShape::SplitDeep) {
-    a.deep_ring = shape == BiShape::SplitDeep;
   }
   const char* kind = a.kernel == AttentionKernel::Simt        ? "simt"
                      : a.kernel == AttentionKernel::MmaDecode ? "mma-decode"
@@ -179,8 +173,7 @@ Result run(AttentionLaunch a, const Case& c, bool allow_mma, int num_sms, size_t
                      : a.kernel == AttentionKernel::MmaLatent ? "mma-latent"
                                                               : "mma-prefill";
   Result r;
-  r.plan = fmt::format("{}{} q_blocks={} splits={} segment={}{} smem={}KiB", kind, a.deep_ring ? " deep" : "",
-                       a.q_blocks, a.num_splits,
+  r.plan = fmt::format("{} q_blocks={} splits={} segment={}{} smem={}KiB", kind, a.q_blocks, a.num_splits,
                        a.segment_keys, a.segment_partials ? fmt::format(" partials={}", a.num_segments) : "",
                        attention_smem_bytes(a) / 1024);
   check(cudaMemset(a.err, 0, 4), "cudaMemset");
@@ -281,17 +274,9 @@ void bench_case(const Case& c, int num_sms, int reps, std::mt19937& gen) {
   if (!prefill) {
     // Decode-shaped launches of the mode run MmaInvariantDecode: against the
     // prefill shape it replaced (same bits required), with both caches.
-    const Result bi_prefill = run(a, c, true, num_sms, workspace_bytes, reps, true, 0, BiShape::Prefill);
+    const Result bi_prefill = run(a, c, true, num_sms, workspace_bytes, reps, true, 0, true);
     const Result bi_fp8 = run(f, c, true, num_sms, workspace_bytes, reps, true, 0);
-    const Result bi_fp8_prefill = run(f, c, true, num_sms, workspace_bytes, reps, true, 0, BiShape::Prefill);
-    // The other ring of the split kernel than the plan's (bits must not move either).
-    const BiShape other = bi_noseg.plan.find(" deep") != std::string::npos ? BiShape::Split : BiShape::SplitDeep;
-    const Result bi_other = run(a, c, true, num_sms, workspace_bytes, reps, true, 0, other);
-    const Result bi_fp8_other = run(f, c, true, num_sms, workspace_bytes, reps, true, 0, other);
-    fmt::print("  batch-invariant decode, the other ring: bf16 {:.3f} ms [{}], {} outputs differ; fp8 {:.3f} ms, {} "
-               "differ\n",
-               bi_other.ms, bi_other.plan, differing(bi_noseg, bi_other), bi_fp8_other.ms,
-               differing(bi_fp8, bi_fp8_other));
+    const Result bi_fp8_prefill = run(f, c, true, num_sms, workspace_bytes, reps, true, 0, true);
     fmt::print("  batch-invariant decode, bf16 cache: {:.3f} ms [{}] against the prefill shape's {:.3f} ms [{}]: "
                "{:.2f}x faster, {} of {} outputs differ\n",
                bi_noseg.ms, bi_noseg.plan, bi_prefill.ms, bi_prefill.plan, bi_prefill.ms / bi_noseg.ms,

@@ -562,7 +562,6 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
   const int64_t n = a.q.n;
   const int max_q = hints.max_q_len > 0 ? hints.max_q_len : static_cast<int>(n);
   const int dim = static_cast<int>(a.q.dim);
-  a.deep_ring = false;
   int min_keys_per_split = 64;  // two SIMT key tiles
   if (hints.allow_mma && attention_mma_supported(a)) {
     const int64_t rows = int64_t{max_q} * a.group;
@@ -570,17 +569,20 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
       a.kernel = rows <= attention_mma_rows(AttentionKernel::MmaDecode, dim) ? AttentionKernel::MmaDecode
                                                                               : AttentionKernel::MmaPrefill;
     } else {
-      // The mode's decode-shaped launches (unless key segments, which the
-      // prefill shape folds, are on) spread a block's products over four
-      // warps: the same bits, 1.2-1.4x faster at 64-256 sequences (H100,
-      // docs/benchmarks.md run 90). Where the blocks leave SMs idle, each
-      // streams a long sequence alone: a deeper ring of tiles in flight.
+      // The mode's decode-shaped launches that fill the SMs (unless key
+      // segments, which the prefill shape folds, are on) spread a block's
+      // products over four warps: the same bits, 1.2-1.4x faster at 64-256
+      // sequences with heads up to 128 wide. It is slower where a few blocks
+      // each stream a long sequence (a deeper ring did not help: its warps
+      // wait on instruction fetch), and at 256-wide heads, whose tiles give
+      // only two warps (H100, docs/benchmarks.md runs 90 and 92): those keep
+      // the prefill shape.
       const bool segmented = hints.segment_keys > 0 && dim <= kAttentionMaxSegmentedDim;
       const int64_t split_dims_blocks = int64_t{a.num_seqs} * a.k.heads;  // one 16-row block each
-      a.kernel = rows <= attention_mma_rows(AttentionKernel::MmaInvariantDecode, dim) && !segmented
+      a.kernel = rows <= attention_mma_rows(AttentionKernel::MmaInvariantDecode, dim) && !segmented &&
+                         split_dims_blocks >= hints.num_sms && dim <= 128
                      ? AttentionKernel::MmaInvariantDecode
                      : AttentionKernel::MmaPrefill;
-      a.deep_ring = a.kernel == AttentionKernel::MmaInvariantDecode && split_dims_blocks < hints.num_sms;
     }
     const int block_rows = attention_mma_rows(a.kernel, dim);
     a.q_blocks = static_cast<int>((rows + block_rows - 1) / block_rows);

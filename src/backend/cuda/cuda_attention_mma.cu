@@ -64,19 +64,11 @@ constexpr int kMaxSegmentedDim = kAttentionMaxSegmentedDim;
 // How a launch treats key segments (AttentionLaunch::segment_keys).
 enum class Seg { None, Fold, Partials };
 
-// MmaInvariantDecode's rings: two blocks an SM, or (AttentionLaunch::deep_ring)
-// one block with more tiles in flight.
-constexpr int kSplitStages = 3;
-constexpr int kDeepSplitStages = 6;
-
-template <int D, bool kDecode, bool kFp8 = false, Seg kSeg = Seg::None, int kSplitStages = 0>
+template <int D, bool kDecode, bool kFp8 = false, Seg kSeg = Seg::None, bool kSplitDims = false>
 struct MmaConfig {
-  static constexpr bool kSplitDims = kSplitStages > 0;
   static_assert(!kSplitDims || (!kDecode && kSeg == Seg::None), "split dims is the prefill shape's one-block decode");
   static constexpr int kBlockN = kDecode ? 64 : (D <= 128 ? 64 : 32);
-  // kSplitDims (the batch-invariant mode's decode, MmaInvariantDecode, with
-  // a ring of kSplitStages tiles: deep when few blocks each stream a long
-  // sequence, three stages for two blocks an SM otherwise): one
+  // kSplitDims (the batch-invariant mode's decode, MmaInvariantDecode): one
   // block of 16 rows whose warps share every key tile. Warp w multiplies Q by
   // the tile's keys 16w..16w+15; the scores are exchanged in shared memory, so
   // every warp holds the whole tile as one warp of the prefill shape does and
@@ -93,13 +85,12 @@ struct MmaConfig {
   // of shared memory, <= 168 registers): 12 warps instead of 8 to hide the
   // instruction latency ncu found the kernel bound by (not bandwidth).
   static constexpr bool kThirdBlock = kDecode && D <= 128;
-  static constexpr int kStages = kSplitDims ? kSplitStages : kThirdBlock ? 2 : (D <= 128 ? 3 : 2);
+  static constexpr int kStages = kThirdBlock ? 2 : (D <= 128 || kSplitDims ? 3 : 2);
   // Q fragments stay in registers unless the f32 accumulator of a 256-wide
   // head already takes most of them.
   static constexpr bool kQInRegs = D <= 128;
   static constexpr int kMinBlocks =
-      kSplitDims ? (kSplitStages <= 3 ? 2 : 1)
-                 : kThirdBlock ? 3 : ((kDecode && D <= 128) || (!kDecode && D > 128) ? 2 : 1);
+      kThirdBlock ? 3 : ((kDecode && D <= 128) || (!kDecode && D > 128) || kSplitDims ? 2 : 1);
   // f32 staging row stride: the +8 puts rows g and g + 4 of a fragment on different banks.
   static constexpr int kLdo = D + 8;
   static constexpr size_t kQBytes = size_t(kRows) * D * 2;
@@ -238,8 +229,8 @@ __device__ __forceinline__ void write_segment_partial(const AttentionLaunch& a, 
 }
 
 // T: q/out elements (bf16/f16); KvT: cache elements (T, or FP8 e4m3).
-template <typename T, typename KvT, int D, bool kDecode, Seg kSeg, int kSplitStages = 0,
-          typename C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>, kSeg, kSplitStages>>
+template <typename T, typename KvT, int D, bool kDecode, Seg kSeg, bool kSplitDims = false,
+          typename C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>, kSeg, kSplitDims>>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kernel(AttentionLaunch a) {
   static_assert(kSeg == Seg::None || !kDecode, "segments are per warp: every warp must see all keys of a tile");
   constexpr bool kSegmented = kSeg != Seg::None;
@@ -727,10 +718,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) attention_mma_kern
   }
 }
 
-template <typename T, typename KvT, int D, bool kDecode, Seg kSeg = Seg::None, int kSplitStages = 0>
+template <typename T, typename KvT, int D, bool kDecode, Seg kSeg = Seg::None, bool kSplitDims = false>
 void launch_config(const AttentionLaunch& a, cudaStream_t stream) {
-  using C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>, kSeg, kSplitStages>;
-  auto* kernel = attention_mma_kernel<T, KvT, D, kDecode, kSeg, kSplitStages>;
+  using C = MmaConfig<D, kDecode, !std::is_same_v<KvT, T>, kSeg, kSplitDims>;
+  auto* kernel = attention_mma_kernel<T, KvT, D, kDecode, kSeg, kSplitDims>;
   // The opt-in shared memory size is a per-device function attribute: set it
   // once per device (outside any graph capture, at the first call).
   static std::atomic<uint64_t> devices_done{0};
@@ -758,10 +749,11 @@ void launch_cache(const AttentionLaunch& a, cudaStream_t stream) {
     launch_config<T, KvT, D, true>(a, stream);
     return;
   }
-  if (a.kernel == AttentionKernel::MmaInvariantDecode) {
-    if (a.deep_ring) launch_config<T, KvT, D, false, Seg::None, kDeepSplitStages>(a, stream);
-    else launch_config<T, KvT, D, false, Seg::None, kSplitStages>(a, stream);
-    return;
+  if constexpr (D <= 128) {  // the plan splits no wider head (two warps a tile lose to one)
+    if (a.kernel == AttentionKernel::MmaInvariantDecode) {
+      launch_config<T, KvT, D, false, Seg::None, true>(a, stream);
+      return;
+    }
   }
   if constexpr (D <= kMaxSegmentedDim) {
     switch (segment_mode(a)) {
@@ -792,9 +784,8 @@ void launch_typed(const AttentionLaunch& a, cudaStream_t stream) {
 template <int D, bool kFp8>
 size_t smem_for(const AttentionLaunch& a) {
   if (a.kernel == AttentionKernel::MmaDecode) return MmaConfig<D, true, kFp8>::kSmemBytes;
-  if (a.kernel == AttentionKernel::MmaInvariantDecode) {
-    return a.deep_ring ? MmaConfig<D, false, kFp8, Seg::None, kDeepSplitStages>::kSmemBytes
-                       : MmaConfig<D, false, kFp8, Seg::None, kSplitStages>::kSmemBytes;
+  if constexpr (D <= 128) {
+    if (a.kernel == AttentionKernel::MmaInvariantDecode) return MmaConfig<D, false, kFp8, Seg::None, true>::kSmemBytes;
   }
   if constexpr (D <= kMaxSegmentedDim) {
     if (segment_mode(a) == Seg::Fold) return MmaConfig<D, false, kFp8, Seg::Fold>::kSmemBytes;
@@ -833,7 +824,7 @@ bool attention_mma_supported(const AttentionLaunch& a) {
 
 int attention_mma_rows(AttentionKernel kernel, int dim) {
   if (kernel == AttentionKernel::MmaDecode) return MmaConfig<128, true>::kRows;
-  if (kernel == AttentionKernel::MmaInvariantDecode) return MmaConfig<128, false, false, Seg::None, kSplitStages>::kRows;
+  if (kernel == AttentionKernel::MmaInvariantDecode) return MmaConfig<128, false, false, Seg::None, true>::kRows;
   return dim <= 128 ? MmaConfig<128, false>::kRows : MmaConfig<256, false>::kRows;
 }
 

@@ -262,9 +262,6 @@ struct AttentionLaunch {
   int segment_keys = 0;
   bool segment_partials = false;
   int num_segments = 0;
-  // MmaInvariantDecode with fewer blocks than SMs: one block an SM with a
-  // deeper ring of key tiles in flight.
-  bool deep_ring = false;
   float* partial = nullptr;  // [num_splits, n, heads_q, v dim + 2] when num_splits > 1
   uint32_t* err = nullptr;
 };
