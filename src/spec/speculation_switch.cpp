@@ -22,6 +22,14 @@ bool SpeculationSwitch::speculation_wins(const Bucket& b) const {
   return b.rate[0] <= b.rate[1] * (1.0 + config_.plain_margin);
 }
 
+const SpeculationSwitch::Bucket* SpeculationSwitch::larger_measured(int bucket) const {
+  for (int i = bucket + 1; i < kBuckets; ++i) {
+    const Bucket& b = buckets_[i];
+    if (b.rate[0] > 0.0 && b.rate[1] > 0.0 && !b.plain_estimated) return &b;
+  }
+  return nullptr;
+}
+
 void SpeculationSwitch::open_window(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running) {
   window_open_ = true;
   window_one_time_s_ = 0.0;
@@ -32,8 +40,16 @@ void SpeculationSwitch::open_window(int64_t output_tokens, int64_t prompt_tokens
   window_bucket_ = bucket_of(running);
   Bucket& b = buckets_[window_bucket_];
   if (b.explore == 0) b.explore = config_.min_explore;
-  // A mode this batch size has not measured goes first (speculation before plain).
+  // A mode this batch size has not measured goes first (speculation before
+  // plain), unless a larger batch found speculation winning (see the header).
   exploring_ = false;
+  if (b.rate[1] > 0.0 && b.rate[0] <= 0.0) {
+    const Bucket* larger = larger_measured(window_bucket_);
+    if (larger != nullptr && speculation_wins(*larger)) {
+      b.rate[0] = b.rate[1] * larger->rate[0] / larger->rate[1];
+      b.plain_estimated = true;
+    }
+  }
   if (b.rate[1] <= 0.0) {
     speculating_ = true;
   } else if (b.rate[0] <= 0.0) {
@@ -61,7 +77,10 @@ void SpeculationSwitch::end_window(int64_t output_tokens, int64_t prompt_tokens,
   Bucket& b = buckets_[window_bucket_];
   double& mean = b.rate[speculating_ ? 1 : 0];
   const double rate = static_cast<double>(produced) / seconds;
-  mean = mean <= 0.0 ? rate : config_.alpha * rate + (1.0 - config_.alpha) * mean;
+  // A measured plain window replaces an estimate rather than blending with it.
+  const bool replaces = !speculating_ && b.plain_estimated;
+  if (!speculating_) b.plain_estimated = false;
+  mean = mean <= 0.0 || replaces ? rate : config_.alpha * rate + (1.0 - config_.alpha) * mean;
   if (!exploring_ || b.rate[0] <= 0.0 || b.rate[1] <= 0.0) return;
   // The re-checked mode lost again: wait longer before the next check; it
   // won: check often again.

@@ -35,7 +35,13 @@
 // intervals and the current winner are kept per batch-size bucket (powers of
 // two of the running requests at the window's start), so a server that goes
 // from 256 requests to 1 finds speculation again without waiting out an
-// interval learnt at 256.
+// interval learnt at 256. Speculation pays less as the batch grows, so a
+// bucket where it has not measured plain decoding yet, below a bucket where
+// speculation won, takes that bucket's verdict: its plain rate is estimated
+// from its speculative rate and the larger bucket's ratio of the two, until
+// a re-check measures it. Otherwise a draining batch (requests finishing one
+// by one at different steps) would spend a plain window in every bucket it
+// passes through, a tenth of a short run's windows.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +78,8 @@ class SpeculationSwitch {
   double speculative_rate(int32_t running) const { return buckets_[bucket_of(running)].rate[1]; }
   double plain_rate(int32_t running) const { return buckets_[bucket_of(running)].rate[0]; }
   int32_t explore_interval(int32_t running) const { return buckets_[bucket_of(running)].explore; }
+  // Whether plain_rate(running) is an estimate from a larger batch's verdict.
+  bool plain_rate_estimated(int32_t running) const { return buckets_[bucket_of(running)].plain_estimated; }
   int64_t windows() const { return windows_; }
   int64_t speculative_windows() const { return speculative_windows_; }
 
@@ -83,7 +91,10 @@ class SpeculationSwitch {
     double rate[2] = {0.0, 0.0};  // [plain, speculative] tokens/s
     int32_t explore = 0;          // windows between explorations (0: min_explore)
     int32_t since_explore = 0;
+    bool plain_estimated = false;  // rate[0] was taken from a larger bucket, not measured
   };
+  // The nearest bucket above `bucket` with both rates measured, or nullptr.
+  const Bucket* larger_measured(int bucket) const;
   bool speculation_wins(const Bucket& b) const;
   void end_window(int64_t output_tokens, int64_t prompt_tokens, double now_s);
   void open_window(int64_t output_tokens, int64_t prompt_tokens, double now_s, int32_t running);

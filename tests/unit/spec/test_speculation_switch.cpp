@@ -168,5 +168,45 @@ TEST(SpeculationSwitch, CaptureTimeIsNotChargedToTheModeThatCaptured) {
   EXPECT_GT(speculative, steps * 8 / 10) << speculative << " of " << steps << " steps speculated";
 }
 
+// 16 requests where speculation doubles the rate, then the batch drains as
+// requests finish at different steps: 12, 6, 3, 1 running, three windows
+// each. Each smaller bucket takes the 16-request bucket's verdict instead of
+// spending a window on plain decoding; a later re-check measures it.
+TEST(SpeculationSwitch, ADrainingBatchKeepsTheLargerBatchesVerdict) {
+  SpeculationSwitch sw;
+  double clock = 0.0, tokens = 0.0;
+  const World doubled{1000.0, 2000.0, 0.0};
+  simulate(sw, doubled, 24 * 12, 16, clock, tokens);
+  EXPECT_GT(sw.plain_rate(16), 0.0);
+  EXPECT_FALSE(sw.plain_rate_estimated(16));
+  for (const int32_t running : {12, 6, 3, 1}) {
+    const Outcome r = simulate(sw, doubled, 24 * 3, running, clock, tokens);
+    EXPECT_EQ(r.speculative_steps, r.steps) << running << " running: no plain window";
+    EXPECT_TRUE(sw.plain_rate_estimated(running)) << running;
+    EXPECT_NEAR(sw.plain_rate(running) / sw.speculative_rate(running), 0.5, 0.05) << running;
+  }
+  // Staying at 3 requests: the re-check measures plain decoding, whose rate
+  // (here 1,500 tokens/s, not the estimated 1,000) replaces the estimate.
+  simulate(sw, World{1500.0, 2000.0, 0.0}, 24 * 12, 3, clock, tokens);
+  EXPECT_FALSE(sw.plain_rate_estimated(3));
+  EXPECT_NEAR(sw.plain_rate(3), 1500.0, 20.0);
+}
+
+// Where the larger batch found plain decoding winning, a smaller batch
+// measures both modes itself (speculation may well pay there).
+TEST(SpeculationSwitch, APlainVerdictIsNotPassedDown) {
+  SpeculationSwitch sw;
+  double clock = 0.0, tokens = 0.0;
+  simulate(sw, World{1000.0, 800.0, 0.0}, 24 * 12, 200, clock, tokens);
+  EXPECT_LT(sw.speculative_rate(200), sw.plain_rate(200));
+  const Outcome r = simulate(sw, World{500.0, 900.0, 0.0}, 24 * 3, 40, clock, tokens);
+  // Speculation first, then one plain window measured, then speculation (the
+  // first step still closes the 200-request bucket's last, plain, window).
+  EXPECT_GE(r.steps - r.speculative_steps, 24);
+  EXPECT_LE(r.steps - r.speculative_steps, 25);
+  EXPECT_FALSE(sw.plain_rate_estimated(40));
+  EXPECT_GT(sw.speculative_rate(40), sw.plain_rate(40));
+}
+
 }  // namespace
 }  // namespace deepinfer::spec
