@@ -395,7 +395,8 @@ fi
 if has spec; then
   # Speculative decoding (scripts/bench_spec.py) on real GGUF weights carried
   # in parts (SPEC_GGUF, joined here as in e2e), then the verify-cost curve
-  # of the 8B shape that the dynamic verify length reads.
+  # of the 8B shape that the dynamic verify length reads. SPEC_ARGS: more
+  # bench_spec.py options (--plain for a GGUF without a chat template).
   echo -e "\n## Speculative decoding\n" >> "$REPORT"
   for first in build-gguf/*.part_aa; do
     [ -f "$first" ] || continue
@@ -405,7 +406,7 @@ if has spec; then
     timeout "${SPEC_TIMEOUT:-300}" python3 scripts/bench_spec.py --deepinfer "$BIN/deepinfer" --device cuda \
       --models "$m" --batches ${SPEC_BATCHES:-1 16 64 256} --repeats "${SPEC_REPEATS:-3}" \
       --max-tokens "${SPEC_MAX_TOKENS:-256}" --min-requests "${SPEC_MIN_REQUESTS:-1}" \
-      ${SPEC_CONFIGS:+--configs $SPEC_CONFIGS} --json "$OUT/spec_$(basename "$m" .gguf).json" \
+      ${SPEC_CONFIGS:+--configs $SPEC_CONFIGS} ${SPEC_ARGS:-} --json "$OUT/spec_$(basename "$m" .gguf).json" \
       > "$OUT/spec_$(basename "$m" .gguf).log" 2>&1
     echo "bench_spec $m: exit code $?" >> "$REPORT"
     sed 's/^/    /' "$OUT/spec_$(basename "$m" .gguf).log" | tail -60 >> "$REPORT"
