@@ -184,29 +184,6 @@ struct StageCopies {
       cp_async16(stage + dst[i], ok ? src[i] + k0 * kElemBytes : g.a_base, ok);
     }
   }
-
-  // A row missing from the tile (past the batch's rows, a grouped tile's
-  // padding, a column past the last) is missing for every k tile: its chunks
-  // are zeroed once in each of the ring's stages, and copy_present() then
-  // issues copies for the present rows only. At one row a 16-row tile is
-  // otherwise a third zero-fill copies.
-  __device__ __forceinline__ void zero_missing(uint32_t ring, uint32_t stage_bytes, int stages) const {
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      if (row_ok[i]) continue;
-      for (int s = 0; s < stages; ++s) {
-        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(ring + s * stage_bytes + dst[i]), "r"(0));
-      }
-    }
-  }
-  __device__ __forceinline__ void copy_present(const GemmArgs& g, uint32_t stage, int64_t k0) const {
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      if (!row_ok[i]) continue;
-      const bool ok = k0 + chunk_k[i] < g.k;
-      cp_async16(stage + dst[i], ok ? src[i] + k0 * kElemBytes : g.a_base, ok);
-    }
-  }
 };
 
 template <typename T, class C, GemmOut kOut, bool kGather, bool kDense>
@@ -240,10 +217,7 @@ __global__ void __launch_bounds__(C::kThreads) mma_gemm_kernel(GemmArgs g) {
   copies.template resolve<C::kBM, C::kBN, C::kThreads, kChunksPerRow, kGather, kDense>(
       g, expert, row0, n0, tid, [](int r, int ch) { return static_cast<uint32_t>((r * C::kPitch + ch * 8) * 2); });
   const int k_tiles = static_cast<int>((g.k + C::kBK - 1) / C::kBK);
-  copies.zero_missing(s_base, kStageBytes, C::kStages);  // visible to all after the first stage's barrier
-  auto load = [&](int kt) {
-    copies.copy_present(g, s_base + (kt % C::kStages) * kStageBytes, int64_t{kt} * C::kBK);
-  };
+  auto load = [&](int kt) { copies.copy(g, s_base + (kt % C::kStages) * kStageBytes, int64_t{kt} * C::kBK); };
 
   float acc[kB][C::kMT][C::kNT][4] = {};
 #pragma unroll
