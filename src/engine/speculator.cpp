@@ -15,6 +15,7 @@ namespace {
 spec::SwitchConfig switch_config(const spec::SpeculativeConfig& c) {
   spec::SwitchConfig s;
   s.window_steps = std::max(c.switch_window_steps, 1);
+  s.plain_window_steps = std::max(s.window_steps / 3, 1);
   return s;
 }
 

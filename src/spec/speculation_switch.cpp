@@ -8,7 +8,7 @@
 namespace deepinfer::spec {
 
 SpeculationSwitch::SpeculationSwitch(SwitchConfig config) : config_(config) {
-  DI_CHECK(config.window_steps > 0 && config.min_explore > 0 && config.max_explore >= config.min_explore &&
+  DI_CHECK(config.window_steps > 0 && config.plain_window_steps > 0 && config.min_explore > 0 && config.max_explore >= config.min_explore &&
                config.alpha > 0.0 && config.alpha <= 1.0 && config.plain_margin >= 0.0,
            "speculation switch: invalid configuration");
 }
@@ -95,7 +95,7 @@ void SpeculationSwitch::record_step(int64_t output_tokens, int64_t prompt_tokens
     return;
   }
   if (one_time_s > 0.0) window_one_time_s_ += one_time_s;
-  if (++steps_in_window_ < config_.window_steps) return;
+  if (++steps_in_window_ < (speculating_ ? config_.window_steps : config_.plain_window_steps)) return;
   end_window(output_tokens, prompt_tokens, now_s);
   open_window(output_tokens, prompt_tokens, now_s, running);
 }

@@ -49,11 +49,17 @@
 namespace deepinfer::spec {
 
 struct SwitchConfig {
-  int32_t window_steps = 24;   // engine steps per window
+  int32_t window_steps = 24;   // engine steps per speculating window
   int32_t min_explore = 8;     // windows between explorations, at first
   int32_t max_explore = 128;   // ... and at most
   double alpha = 0.5;          // weight of a mode's newest window in its mean
   double plain_margin = 0.03;  // plain decoding wins only above (1 + this) x speculation's rate
+  // Engine steps per plain window. Plain decoding's steps (the pipelined
+  // loop, one token a request) vary little, so fewer of them measure its
+  // rate; where speculation wins, each plain step spent measuring or
+  // re-checking costs most of a step's tokens (a short run's one plain window
+  // of 24 steps was ~10% of its steps, docs/benchmarks.md run 94).
+  int32_t plain_window_steps = 8;
 };
 
 class SpeculationSwitch {

@@ -192,6 +192,20 @@ TEST(SpeculationSwitch, ADrainingBatchKeepsTheLargerBatchesVerdict) {
   EXPECT_NEAR(sw.plain_rate(3), 1500.0, 20.0);
 }
 
+// Where speculation doubles the rate, a short run spends on plain decoding
+// only its first measurement and one re-check, each a plain window of a third
+// of a speculating window's steps.
+TEST(SpeculationSwitch, PlainWindowsAreShort) {
+  SpeculationSwitch sw;
+  double clock = 0.0, tokens = 0.0;
+  const SwitchConfig config;
+  ASSERT_LT(config.plain_window_steps, config.window_steps);
+  const Outcome r = simulate(sw, World{1000.0, 2000.0, 0.0}, config.window_steps * 10, 16, clock, tokens);
+  EXPECT_EQ(r.steps - r.speculative_steps, 2 * config.plain_window_steps);
+  EXPECT_NEAR(sw.plain_rate(16), 1000.0, 20.0);
+  EXPECT_THROW(SpeculationSwitch(SwitchConfig{24, 8, 128, 0.5, 0.03, 0}), Error);
+}
+
 // Where the larger batch found plain decoding winning, a smaller batch
 // measures both modes itself (speculation may well pay there).
 TEST(SpeculationSwitch, APlainVerdictIsNotPassedDown) {
@@ -202,8 +216,9 @@ TEST(SpeculationSwitch, APlainVerdictIsNotPassedDown) {
   const Outcome r = simulate(sw, World{500.0, 900.0, 0.0}, 24 * 3, 40, clock, tokens);
   // Speculation first, then one plain window measured, then speculation (the
   // first step still closes the 200-request bucket's last, plain, window).
-  EXPECT_GE(r.steps - r.speculative_steps, 24);
-  EXPECT_LE(r.steps - r.speculative_steps, 25);
+  const int plain_window = SwitchConfig{}.plain_window_steps;
+  EXPECT_GE(r.steps - r.speculative_steps, plain_window);
+  EXPECT_LE(r.steps - r.speculative_steps, plain_window + 1);
   EXPECT_FALSE(sw.plain_rate_estimated(40));
   EXPECT_GT(sw.speculative_rate(40), sw.plain_rate(40));
 }
