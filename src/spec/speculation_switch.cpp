@@ -8,8 +8,9 @@
 namespace deepinfer::spec {
 
 SpeculationSwitch::SpeculationSwitch(SwitchConfig config) : config_(config) {
-  DI_CHECK(config.window_steps > 0 && config.plain_window_steps > 0 && config.min_explore > 0 && config.max_explore >= config.min_explore &&
-               config.alpha > 0.0 && config.alpha <= 1.0 && config.plain_margin >= 0.0,
+  DI_CHECK(config.window_steps > 0 && config.plain_window_steps > 0 && config.min_explore > 0 &&
+               config.max_explore >= config.min_explore && config.alpha > 0.0 && config.alpha <= 1.0 &&
+               config.plain_margin >= 0.0,
            "speculation switch: invalid configuration");
 }
 
