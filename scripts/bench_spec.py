@@ -126,6 +126,14 @@ def run_one(args, model, inputs_path, batch, config):
     if k and t:
         timeline["small_step_ms"] = [float(x) for x in k.group(1).split()]
         timeline["drafting_overhead_ms"] = float(k.group(2))
+    # What the proposers drafted against what the verify-length choice kept,
+    # and the step-time curve's measured bins (tokens -> ms) it chose with.
+    d = re.search(r"(\d+) drafts proposed, (\d+) verified, (\d+) accepted", p.stderr)
+    if d and t:
+        timeline["proposed"], timeline["verified"], timeline["accepted"] = (int(x) for x in d.groups())
+    pts = re.search(r"measured step times \(tokens:ms\):([0-9.: ]+)", p.stderr)
+    if pts and t:
+        timeline["measured_step_ms"] = [[int(a), float(b)] for a, b in (x.split(":") for x in pts.group(1).split())]
     return float(m.group(1)), rows, timeline
 
 
@@ -145,6 +153,10 @@ def idle_text(t):
     if "small_step_ms" in t:
         text += (f", curve {'/'.join(f'{x:.2f}' for x in t['small_step_ms'])} ms"
                  f" + {t['drafting_overhead_ms']:.2f} drafting")
+    if t.get("proposed"):
+        text += f", verified {t['verified'] / t['proposed']:.0%} of {t['proposed']} drafted"
+    if t.get("measured_step_ms"):
+        text += ", measured " + " ".join(f"{n}:{ms:.2f}" for n, ms in t["measured_step_ms"])
     return text
 
 

@@ -215,6 +215,11 @@ int run_batch(LLM& llm, const GenerateFlags& g, const SamplingParams& defaults) 
       std::fprintf(stderr, "speculative: step time (ms) at 1..%zu tokens:%s; drafting overhead %.3f ms\n",
                    st.spec.small_step_ms.size(), curve.c_str(), st.spec.drafting_overhead_ms);
     }
+    if (!st.spec.measured_step_ms.empty()) {
+      std::string points;
+      for (const auto& [tokens, ms] : st.spec.measured_step_ms) points += fmt::format(" {}:{:.3f}", tokens, ms);
+      std::fprintf(stderr, "speculative: measured step times (tokens:ms):%s\n", points.c_str());
+    }
   }
   return 0;
 }

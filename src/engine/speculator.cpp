@@ -235,6 +235,7 @@ SpecDecodeStats Speculator::stats() const {
   if (curve_.num_measured_bins() > 0) {
     for (int32_t t = 1; t <= config_.num_speculative_tokens + 1; ++t) s.small_step_ms.push_back(curve_.predict(t));
   }
+  s.measured_step_ms = curve_.measured();
   s.drafting_overhead_ms = drafting_overhead_ms();
   return s;
 }

@@ -50,6 +50,9 @@ struct SpecDecodeStats {
   // measured cost of drafting beyond the device time.
   std::vector<double> small_step_ms;
   double drafting_overhead_ms = 0.0;
+  // The curve's measured bins, (tokens, ms): what the choice read at the
+  // batch's own step sizes.
+  std::vector<std::pair<int32_t, double>> measured_step_ms;
 };
 
 class Speculator {

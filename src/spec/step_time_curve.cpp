@@ -47,6 +47,14 @@ int32_t StepTimeCurve::num_measured_bins() const {
   return static_cast<int32_t>(std::count_if(count_.begin(), count_.end(), [](int64_t c) { return c > 0; }));
 }
 
+std::vector<std::pair<int32_t, double>> StepTimeCurve::measured() const {
+  std::vector<std::pair<int32_t, double>> points;
+  for (size_t b = 0; b < count_.size(); ++b) {
+    if (count_[b] > 0) points.emplace_back(bin_center(static_cast<int32_t>(b)), mean_ms_[b]);
+  }
+  return points;
+}
+
 double StepTimeCurve::predict(int32_t tokens) const {
   // Nearest measured bins at or below and above the query.
   const int32_t want = bin_of(tokens);

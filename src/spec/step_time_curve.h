@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace deepinfer::spec {
@@ -25,6 +26,9 @@ class StepTimeCurve {
   // Predicted time of a step of `tokens` tokens in ms; 0 before any record.
   double predict(int32_t tokens) const;
   int32_t num_measured_bins() const;
+  // The measured bins as (tokens at the bin's centre, mean ms), smallest first:
+  // what the curve has seen, for reports.
+  std::vector<std::pair<int32_t, double>> measured() const;
 
   // The grid: bin i holds steps of [edge(i), edge(i + 1)) tokens.
   static int32_t bin_of(int32_t tokens);

@@ -50,6 +50,12 @@ TEST(StepTimeCurve, InterpolatesMeasuredBinsAndExtendsTheLastSlope) {
   for (int i = 0; i < 200; ++i) curve.record(8, 27.0);
   EXPECT_NEAR(curve.predict(8), 27.0, 0.01) << "the bin follows recent steps";
   EXPECT_EQ(curve.num_measured_bins(), 2);
+  const auto points = curve.measured();
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_EQ(points[0].first, 1);
+  EXPECT_EQ(points[0].second, 10.0);
+  EXPECT_EQ(points[1].first, 8);
+  EXPECT_NEAR(points[1].second, 27.0, 0.01);
   EXPECT_EQ(StepTimeCurve::bin_of(0), 0);
   EXPECT_GT(StepTimeCurve::bin_of(100000), StepTimeCurve::bin_of(1000));
 }
