@@ -259,18 +259,17 @@ void bench_case(const Case& c, int num_sms, int reps, std::mt19937& gen) {
   const Result bi_r = run(a, c, true, num_sms, workspace_bytes, reps, true, kAttentionSegmentKeys);
   const Result bi_fold = run(a, c, true, num_sms, 0, reps, true, kAttentionSegmentKeys);
   const Result bi_noseg = run(a, c, true, num_sms, workspace_bytes, reps, true, 0);
-  size_t differ = 0;
   auto differing = [](const Result& x, const Result& y) {
     size_t count = 0;
     for (size_t i = 0; i < x.out.size(); ++i) count += x.out[i] != y.out[i];
     return count;
   };
-  for (size_t i = 0; i < bi_r.out.size(); ++i) differ += bi_r.out[i] != bi_fold.out[i];
   fmt::print("  batch-invariant, segments: {:9.3f} ms  {}  [{}] err={}; {:.2f}x the default plan's time; folded "
              "in the kernel {:.3f} ms [{}] err={}, {} of {} outputs differ; without segments (the mode's default) "
              "{:.3f} ms ({:.2f}x the default) [{}]\n",
              bi_r.ms, figure(bi_r.ms), bi_r.plan, bi_r.err, bi_r.ms / new_r.ms, bi_fold.ms, bi_fold.plan,
-             bi_fold.err, differ, bi_r.out.size(), bi_noseg.ms, bi_noseg.ms / new_r.ms, bi_noseg.plan);
+             bi_fold.err, differing(bi_r, bi_fold), bi_r.out.size(), bi_noseg.ms, bi_noseg.ms / new_r.ms,
+             bi_noseg.plan);
   if (!prefill) {
     // Decode-shaped launches of the mode run MmaInvariantDecode: against the
     // prefill shape it replaced (same bits required), with both caches.

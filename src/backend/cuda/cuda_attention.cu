@@ -580,7 +580,7 @@ void plan_attention(AttentionLaunch& a, const AttentionHints& hints) {
       const bool segmented = hints.segment_keys > 0 && dim <= kAttentionMaxSegmentedDim;
       const int64_t split_dims_blocks = int64_t{a.num_seqs} * a.k.heads;  // one 16-row block each
       a.kernel = rows <= attention_mma_rows(AttentionKernel::MmaInvariantDecode, dim) && !segmented &&
-                         split_dims_blocks >= hints.num_sms && dim <= 128
+                         split_dims_blocks >= hints.num_sms && dim <= kAttentionMaxSplitDimsDim
                      ? AttentionKernel::MmaInvariantDecode
                      : AttentionKernel::MmaPrefill;
     }

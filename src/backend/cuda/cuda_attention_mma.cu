@@ -686,7 +686,7 @@ void launch_cache(const AttentionLaunch& a, cudaStream_t stream) {
     launch_config<T, KvT, D, true>(a, stream);
     return;
   }
-  if constexpr (D <= 128) {  // the plan splits no wider head (two warps a tile lose to one)
+  if constexpr (D <= kAttentionMaxSplitDimsDim) {  // the plan splits no wider head
     if (a.kernel == AttentionKernel::MmaInvariantDecode) {
       launch_config<T, KvT, D, false, Seg::None, true>(a, stream);
       return;
@@ -721,7 +721,7 @@ void launch_typed(const AttentionLaunch& a, cudaStream_t stream) {
 template <int D, bool kFp8>
 size_t smem_for(const AttentionLaunch& a) {
   if (a.kernel == AttentionKernel::MmaDecode) return MmaConfig<D, true, kFp8>::kSmemBytes;
-  if constexpr (D <= 128) {
+  if constexpr (D <= kAttentionMaxSplitDimsDim) {
     if (a.kernel == AttentionKernel::MmaInvariantDecode) return MmaConfig<D, false, kFp8, Seg::None, true>::kSmemBytes;
   }
   if constexpr (D <= kMaxSegmentedDim) {

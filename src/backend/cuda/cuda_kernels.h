@@ -293,6 +293,9 @@ void launch_attention(const AttentionLaunch& a, Stream stream);
 inline constexpr int kAttentionSegmentKeys = 256;
 inline constexpr int kAttentionSegmentTile = 64;
 inline constexpr int kAttentionMaxSegmentedDim = 128;
+// The widest head the mode's split-dims decode kernel (MmaInvariantDecode)
+// takes: wider tiles give two warps, which lose to the prefill shape's one.
+inline constexpr int kAttentionMaxSplitDimsDim = 128;
 
 // The tensor-core kernels (cuda_attention_mma.cu). launch_attention_mma runs
 // the main kernel only; launch_attention adds the split-KV combine.
